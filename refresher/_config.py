@@ -1,0 +1,401 @@
+"""Configuration: frozen, keyword-only objects parsed once from layered TOML.
+
+Layers, later wins: built-in defaults → ``/etc/refresher/refresher.toml`` (or ``--config FILE``)
+→ command-line overrides (``--set section.key=value`` and the shortcut flags). The whole tree is
+validated once: an unknown key, a wrong type or an impossible value raises :class:`ConfigError`
+naming the dotted key and saying how to fix it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import tomllib
+import types
+import typing
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ._errors import ConfigError
+
+__all__ = [
+    "DEFAULT_CONFIG_FILE",
+    "BudgetConfig",
+    "Config",
+    "ControlConfig",
+    "CrawlConfig",
+    "DNSConfig",
+    "DaemonConfig",
+    "FetchConfig",
+    "FrontierConfig",
+    "LogConfig",
+    "PolicyConfig",
+    "PolitenessConfig",
+    "RobotsConfig",
+    "StoreConfig",
+    "load_config",
+    "parse_override",
+]
+
+DEFAULT_CONFIG_FILE = Path("/etc/refresher/refresher.toml")
+POLICY_NAMES = ("uniform", "proportional", "optimal", "optimal-age")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoreConfig:
+    """Where and how fetches are recorded."""
+
+    path: Path = Path("var/refresher.duckdb")
+    #: seconds a finished fetch may wait before its batch commits (the crash-loss window)
+    flush_interval: float = 0.5
+    #: fetches per batch at most; a full batch commits at once
+    batch_size: int = 5000
+    #: DuckDB's memory_limit, e.g. "256MB"
+    memory_limit: str = "256MB"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CrawlConfig:
+    seeds: tuple[str, ...] = ()
+    seeds_file: Path | None = None
+    user_agent: str = "refresher/0.1 (+https://github.com/refresher/refresher)"
+    #: concurrent fetches; never more than one per host
+    workers: int = 64
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BudgetConfig:
+    #: the refresh budget B, fetches per second over all hosts
+    fetches_per_second: float = 10.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PolicyConfig:
+    name: str = "optimal"
+    #: seconds between re-solves of the allocation
+    resolve_interval: float = 60.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PolitenessConfig:
+    #: seconds between two requests to one host, at least
+    min_delay: float = 1.0
+    #: Mercator's k: the delay is at least k times the last response time
+    response_time_factor: float = 10.0
+    #: seconds; no politeness delay exceeds this (Retry-After and backoff may, up to max_backoff)
+    max_delay: float = 60.0
+    #: seconds of the first backoff after an error; doubles per consecutive error
+    backoff_base: float = 30.0
+    #: seconds; the longest a host is left alone after errors or Retry-After
+    max_backoff: float = 3600.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FetchConfig:
+    #: seconds, the total deadline of one fetch (DNS, connect, headers, body)
+    timeout: float = 30.0
+    max_body_bytes: int = 10_485_760
+    max_redirects: int = 5
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DNSConfig:
+    #: host or "*.domain" → "IP" or "IP:PORT", like curl --resolve
+    static: Mapping[str, str] = field(default_factory=dict)
+    #: seconds a resolution is reused
+    ttl: float = 300.0
+    #: seconds a failed resolution is remembered at first (doubles per failure)
+    negative_ttl: float = 5.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RobotsConfig:
+    #: seconds a fetched robots.txt is trusted (RFC 9309 suggests at most 24 h)
+    expiry: float = 86_400.0
+    #: seconds before robots.txt is tried again after a 5xx or unreachable answer
+    retry_after_failure: float = 600.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FrontierConfig:
+    #: K, the number of priority front queues
+    front_queues: int = 8
+    #: seconds of due times loaded into memory ahead of now
+    window: float = 60.0
+    #: pages held in memory at most; the rest wait in DuckDB
+    max_pages_in_memory: int = 200_000
+    #: back queues (active hosts) per worker; Mercator used about 3
+    back_queues_per_worker: int = 3
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ControlConfig:
+    #: unix socket path; default "control.sock" beside the store file
+    socket: Path | None = None
+    #: a loopback TCP port to listen on as well; off when absent
+    tcp_port: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LogConfig:
+    #: "auto" = JSON when stdout is not a terminal, readable when it is
+    format: str = "auto"
+    level: str = "info"
+    #: seconds between progress lines
+    progress_interval: float = 10.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DaemonConfig:
+    #: seconds in-flight fetches get to finish after SIGTERM
+    drain_timeout: float = 10.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Config:
+    store: StoreConfig = field(default_factory=StoreConfig)
+    crawl: CrawlConfig = field(default_factory=CrawlConfig)
+    budget: BudgetConfig = field(default_factory=BudgetConfig)
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    politeness: PolitenessConfig = field(default_factory=PolitenessConfig)
+    fetch: FetchConfig = field(default_factory=FetchConfig)
+    dns: DNSConfig = field(default_factory=DNSConfig)
+    robots: RobotsConfig = field(default_factory=RobotsConfig)
+    frontier: FrontierConfig = field(default_factory=FrontierConfig)
+    control: ControlConfig = field(default_factory=ControlConfig)
+    log: LogConfig = field(default_factory=LogConfig)
+    daemon: DaemonConfig = field(default_factory=DaemonConfig)
+
+    @property
+    def control_socket(self) -> Path:
+        """The control endpoint's unix socket path."""
+        return self.control.socket or self.store.path.parent / "control.sock"
+
+    def all_seeds(self) -> list[str]:
+        """Seeds from ``crawl.seeds`` and ``crawl.seeds_file`` (one URL a line, # comments)."""
+        seeds = list(self.crawl.seeds)
+        if self.crawl.seeds_file is not None:
+            seeds.extend(read_seeds_file(self.crawl.seeds_file, key="crawl.seeds_file"))
+        return seeds
+
+
+def read_seeds_file(path: Path, *, key: str | None = None) -> list[str]:
+    """URLs from a file, one a line; blank lines and ``#`` comments skipped."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(
+            f"cannot read seeds file {str(path)!r} ({e}); fix the path or the file's encoding",
+            key=key,
+        ) from e
+    return [
+        line.strip()
+        for line in text.splitlines()
+        if line.strip() and not line.strip().startswith("#")
+    ]
+
+
+# Values that are merely the right type can still be impossible; each check returns an error
+# message (what is wrong and what to do) or None.
+def _positive(v: Any) -> str | None:
+    return None if v > 0 else "must be greater than 0"
+
+
+def _non_negative(v: Any) -> str | None:
+    return None if v >= 0 else "must be 0 or more"
+
+
+def _one_of(*names: str) -> Callable[[Any], str | None]:
+    def check(v: Any) -> str | None:
+        return None if v in names else f"must be one of {', '.join(map(repr, names))}"
+
+    return check
+
+
+def _port(v: Any) -> str | None:
+    return None if 0 < v < 65536 else "must be a TCP port between 1 and 65535"
+
+
+_CHECKS: dict[str, Callable[[Any], str | None]] = {
+    "store.flush_interval": _positive,
+    "store.batch_size": _positive,
+    "crawl.workers": _positive,
+    "crawl.user_agent": lambda v: None if v.strip() else "must not be empty",
+    "budget.fetches_per_second": _positive,
+    "policy.name": _one_of(*POLICY_NAMES),
+    "policy.resolve_interval": _positive,
+    "politeness.min_delay": _non_negative,
+    "politeness.response_time_factor": _non_negative,
+    "politeness.max_delay": _non_negative,
+    "politeness.backoff_base": _non_negative,
+    "politeness.max_backoff": _non_negative,
+    "fetch.timeout": _positive,
+    "fetch.max_body_bytes": _positive,
+    "fetch.max_redirects": _non_negative,
+    "dns.ttl": _non_negative,
+    "dns.negative_ttl": _non_negative,
+    "robots.expiry": _positive,
+    "robots.retry_after_failure": _positive,
+    "frontier.front_queues": _positive,
+    "frontier.window": _positive,
+    "frontier.max_pages_in_memory": _positive,
+    "frontier.back_queues_per_worker": _positive,
+    "control.tcp_port": _port,
+    "log.format": _one_of("auto", "json", "console"),
+    "log.level": _one_of("debug", "info", "warning", "error"),
+    "log.progress_interval": _positive,
+    "daemon.drain_timeout": _non_negative,
+}
+
+_TYPE_WORDS = {int: "an integer", float: "a number", str: "a string", Path: "a path string"}
+
+
+def _describe(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin is tuple:
+        return "a list of strings"
+    if origin is Mapping:
+        return "a table of strings"
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_describe(a) for a in typing.get_args(tp) if a is not type(None))
+    return _TYPE_WORDS.get(tp, str(tp))
+
+
+def _coerce(value: Any, tp: Any, key: str) -> Any:
+    """``value`` from TOML as type ``tp``, or ConfigError naming ``key``."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return _coerce(value, args[0], key)
+    ok: Any = None
+    if tp is float and isinstance(value, int | float) and not isinstance(value, bool):
+        ok = float(value)
+        if not math.isfinite(ok):
+            ok = None
+    elif (tp is int and isinstance(value, int) and not isinstance(value, bool)) or (
+        tp is str and isinstance(value, str)
+    ):
+        ok = value
+    elif tp is Path and isinstance(value, str) and value:
+        ok = Path(value)
+    elif origin is tuple and isinstance(value, list) and all(isinstance(v, str) for v in value):
+        ok = tuple(value)
+    elif (
+        origin is Mapping
+        and isinstance(value, dict)
+        and all(isinstance(v, str) for v in value.values())
+    ):
+        ok = dict(value)
+    if ok is None:
+        raise ConfigError(
+            f"expected {_describe(tp)}, got {type(value).__name__} {value!r}; "
+            f"fix the value in the config file or the --set flag",
+            key=key,
+        )
+    return ok
+
+
+def _build(cls: Any, raw: Mapping[str, Any], prefix: str) -> Any:
+    names = [f.name for f in dataclasses.fields(cls)]
+    hints = typing.get_type_hints(cls)
+    kwargs: dict[str, Any] = {}
+    for k, v in raw.items():
+        key = f"{prefix}{k}"
+        if k not in names:
+            close = difflib.get_close_matches(k, names, n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            where = f"[{prefix[:-1]}]" if prefix else "the top level"
+            raise ConfigError(
+                f"unknown key; {hint}known keys in {where}: {', '.join(names)}", key=key
+            )
+        tp = hints[k]
+        if dataclasses.is_dataclass(tp):
+            if not isinstance(v, dict):
+                raise ConfigError(f"expected a table [{k}], got {v!r}", key=key)
+            kwargs[k] = _build(tp, v, f"{key}.")
+            continue
+        value = _coerce(v, tp, key)
+        check = _CHECKS.get(key)
+        if check is not None and (problem := check(value)) is not None:
+            raise ConfigError(f"{problem}, got {value!r}", key=key)
+        kwargs[k] = value
+    return cls(**kwargs)
+
+
+def _merge(base: dict[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in top.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = _merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+def parse_override(text: str) -> dict[str, Any]:
+    """``"section.key=value"`` as a nested dict; the value is TOML, or else a bare string."""
+    dotted, sep, value_text = text.partition("=")
+    parts = dotted.strip().split(".")
+    if not sep or len(parts) < 2 or not all(parts):
+        raise ConfigError(
+            f"--set {text!r}: expected section.key=value, e.g. --set budget.fetches_per_second=5"
+        )
+    try:
+        value = tomllib.loads(f"v = {value_text}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = value_text  # a bare word such as a path or a policy name
+    nested: dict[str, Any] = {parts[-1]: value}
+    for part in reversed(parts[:-1]):
+        nested = {part: nested}
+    return nested
+
+
+def load_config(
+    path: Path | None = None,
+    *,
+    overrides: Mapping[str, Any] | None = None,
+    default_file: Path = DEFAULT_CONFIG_FILE,
+) -> Config:
+    """The layered configuration.
+
+    ``path`` is ``--config FILE`` (must exist); without it ``default_file`` is read if present.
+    ``overrides`` is a nested dict of command-line values. Relative paths in a config file are
+    taken relative to that file.
+    """
+    raw: dict[str, Any] = {}
+    source = path if path is not None else (default_file if default_file.is_file() else None)
+    if source is not None:
+        try:
+            raw = tomllib.loads(source.read_text(encoding="utf-8"))
+        except FileNotFoundError as e:
+            raise ConfigError(f"config file {str(source)!r} does not exist; fix --config") from e
+        except (OSError, UnicodeDecodeError) as e:
+            raise ConfigError(f"cannot read config file {str(source)!r}: {e}") from e
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"config file {str(source)!r} is not valid TOML: {e}") from e
+        raw = _relative_to(raw, source.parent)
+    raw = _merge(raw, overrides or {})
+    config: Config = _build(Config, raw, "")
+    if config.politeness.max_delay < config.politeness.min_delay:
+        raise ConfigError(
+            f"must be at least politeness.min_delay ({config.politeness.min_delay}); "
+            "raise max_delay or lower min_delay",
+            key="politeness.max_delay",
+        )
+    return config
+
+
+_PATH_KEYS = (("store", "path"), ("crawl", "seeds_file"), ("control", "socket"))
+
+
+def _relative_to(raw: dict[str, Any], base: Path) -> dict[str, Any]:
+    out = dict(raw)
+    for section, key in _PATH_KEYS:
+        table = out.get(section)
+        if isinstance(table, dict) and isinstance(table.get(key), str):
+            p = Path(table[key]).expanduser()
+            out[section] = {**table, key: str(p if p.is_absolute() else base / p)}
+    return out

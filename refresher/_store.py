@@ -1,0 +1,690 @@
+"""The DuckDB store: pages, hosts, the append-only fetch history, and the batched writer.
+
+Only the daemon opens the file (DuckDB allows one process). Inside the daemon every operation
+goes through :class:`StoreService`, one ordered queue served by one worker thread: fetch records
+are batched and committed together, and a query first commits what was queued before it, so a
+query always sees every write sent earlier. A fetch is *acknowledged* when its batch commits;
+after that it survives SIGTERM, SIGKILL and restart. What a crash can lose is exactly the fetches
+not yet acknowledged: those in flight and those waiting for their batch (at most
+``store.flush_interval`` seconds or ``store.batch_size`` records). A lost fetch left its page's
+due time unchanged, so the page is simply fetched again.
+
+Times are stored as unix seconds (DOUBLE); the public view ``fetch_log`` shows timestamps (UTC).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import duckdb
+import numpy as np
+import trio
+
+from ._errors import StoreError
+from ._logging import get_logger
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "FetchRecord",
+    "HostRow",
+    "HostUpdate",
+    "NewPage",
+    "PageRow",
+    "Store",
+    "StoreService",
+    "StoreStatistics",
+]
+
+T = TypeVar("T")
+log = get_logger("store")
+
+# Each entry migrates the schema from version i to i + 1. Never edit a released entry: append.
+_MIGRATIONS: list[str] = [
+    """
+    CREATE TABLE meta (key VARCHAR PRIMARY KEY, value VARCHAR);
+    CREATE TABLE hosts (
+        id INTEGER PRIMARY KEY,
+        name VARCHAR NOT NULL UNIQUE,       -- "host" or "host:port": the politeness unit
+        scheme VARCHAR NOT NULL,
+        next_allowed DOUBLE NOT NULL DEFAULT 0,  -- unix seconds
+        delay DOUBLE,                        -- seconds, the last politeness delay
+        backoff DOUBLE NOT NULL DEFAULT 0,   -- seconds, the current error backoff
+        errors INTEGER NOT NULL DEFAULT 0,   -- consecutive failed fetches
+        robots_status INTEGER,               -- HTTP status of robots.txt, NULL = unreachable
+        robots_body BLOB,                    -- at most 500 KiB
+        robots_fetched_at DOUBLE,
+        robots_expires_at DOUBLE,
+        paused BOOLEAN NOT NULL DEFAULT false
+    );
+    CREATE TABLE pages (
+        id BIGINT PRIMARY KEY,
+        url VARCHAR NOT NULL UNIQUE,
+        host_id INTEGER NOT NULL,
+        first_seen DOUBLE NOT NULL,
+        last_fetch DOUBLE,
+        last_change DOUBLE,                  -- last fetch that saw a different digest
+        etag VARCHAR,
+        last_modified VARCHAR,
+        digest BLOB,                         -- of the last successful fetch's body
+        fetches INTEGER NOT NULL DEFAULT 0,
+        changes INTEGER NOT NULL DEFAULT 0,
+        rate DOUBLE,                         -- λ̂, changes per second
+        rate_n DOUBLE,                       -- evidence behind λ̂ (effective observations)
+        target_rate DOUBLE,                  -- f, fetches per second assigned by the policy
+        weight DOUBLE NOT NULL DEFAULT 1,
+        due_at DOUBLE NOT NULL,              -- unix seconds
+        status VARCHAR NOT NULL DEFAULT 'new',  -- new | ok | not_modified | error | denied | gone
+        source VARCHAR NOT NULL DEFAULT 'seed'
+    );
+    CREATE TABLE fetches (
+        id BIGINT NOT NULL,
+        page_id BIGINT NOT NULL,
+        host_id INTEGER NOT NULL,
+        started_at DOUBLE NOT NULL,
+        finished_at DOUBLE NOT NULL,
+        duration DOUBLE NOT NULL,            -- seconds
+        status SMALLINT,                     -- HTTP status; NULL when no response
+        bytes BIGINT NOT NULL,
+        digest BLOB,
+        changed BOOLEAN NOT NULL,
+        not_modified BOOLEAN NOT NULL,
+        error_kind VARCHAR,                  -- FetchError.kind, 'denied' for robots.txt
+        policy VARCHAR NOT NULL,
+        final_url VARCHAR,
+        redirects SMALLINT NOT NULL
+    );
+    CREATE TABLE policy_periods (
+        started_at DOUBLE NOT NULL,
+        policy VARCHAR NOT NULL,
+        budget DOUBLE NOT NULL               -- fetches per second
+    );
+    CREATE VIEW fetch_log AS
+    SELECT p.url AS url,
+           h.name AS host,
+           make_timestamp(CAST(f.started_at * 1e6 AS BIGINT)) AS started_at,
+           make_timestamp(CAST(f.finished_at * 1e6 AS BIGINT)) AS finished_at,
+           f.status AS status,
+           f.changed AS changed,
+           f.not_modified AS not_modified,
+           f.bytes AS bytes,
+           f.policy AS policy,
+           f.error_kind AS error_kind,
+           f.duration AS duration
+    FROM fetches f JOIN pages p ON p.id = f.page_id JOIN hosts h ON h.id = f.host_id;
+    """,
+]
+SCHEMA_VERSION = len(_MIGRATIONS)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NewPage:
+    url: str  # canonical
+    host: str  # host key
+    scheme: str
+    source: str = "seed"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PageRow:
+    """What the frontier and a worker need of one page."""
+
+    id: int
+    url: str
+    host_id: int
+    host: str
+    due_at: float  # unix seconds
+    etag: str | None
+    last_modified: str | None
+    digest: bytes | None
+    target_rate: float | None  # fetches per second
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HostRow:
+    id: int
+    name: str
+    scheme: str
+    next_allowed: float
+    delay: float | None
+    backoff: float
+    errors: int
+    robots_status: int | None
+    robots_body: bytes | None
+    robots_expires_at: float | None
+    paused: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FetchRecord:
+    """One finished fetch and the page state it leaves behind."""
+
+    page_id: int
+    host_id: int
+    started_at: float  # unix seconds
+    finished_at: float
+    duration: float  # seconds
+    status: int | None
+    bytes: int
+    digest: bytes | None
+    changed: bool
+    not_modified: bool
+    error_kind: str | None
+    policy: str
+    final_url: str | None
+    redirects: int
+    # page state after the fetch
+    etag: str | None
+    last_modified: str | None
+    page_digest: bytes | None
+    page_status: str
+    due_at: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HostUpdate:
+    host_id: int
+    next_allowed: float  # unix seconds
+    delay: float
+    backoff: float
+    errors: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoreStatistics:
+    pages: int
+    hosts: int
+    fetches: int  # rows in the history
+    acknowledged: int  # fetches committed by this process
+    batches: int
+    queued: int  # fetches waiting for their batch
+    last_batch_seconds: float
+
+
+class Store:
+    """Synchronous access to the DuckDB file. Use from one thread at a time."""
+
+    def __init__(self, path: Path, *, memory_limit: str = "256MB", read_only: bool = False):
+        self.path = path
+        if not read_only:
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise StoreError(
+                    f"cannot create the store directory {str(path.parent)!r}: {e}; "
+                    "fix store.path or the directory's permissions"
+                ) from e
+        try:
+            self.con = duckdb.connect(
+                str(path), read_only=read_only, config={"memory_limit": memory_limit}
+            )
+        except duckdb.Error as e:
+            msg = str(e)
+            if "lock" in msg.lower():
+                raise StoreError(
+                    f"{str(path)!r} is in use by another process (a running daemon?); "
+                    "talk to it with `refresher status`/`refresher seed`, or stop it first"
+                ) from e
+            raise StoreError(f"cannot open the store {str(path)!r}: {msg}") from e
+        if not read_only:
+            self._migrate()
+        self._next_page = self._scalar("SELECT coalesce(max(id), 0) + 1 FROM pages")
+        self._next_host = self._scalar("SELECT coalesce(max(id), 0) + 1 FROM hosts")
+        self._next_fetch = self._scalar("SELECT coalesce(max(id), 0) + 1 FROM fetches")
+
+    def _scalar(self, sql: str, params: Sequence[Any] = ()) -> int:
+        row = self.con.execute(sql, list(params)).fetchone()
+        return int(row[0]) if row and row[0] is not None else 0
+
+    def _migrate(self) -> None:
+        tables = {
+            r[0] for r in self.con.execute("SELECT table_name FROM duckdb_tables()").fetchall()
+        }
+        version = 0
+        if "meta" in tables:
+            row = self.con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+            version = int(row[0]) if row else 0
+        if version > SCHEMA_VERSION:
+            raise StoreError(
+                f"{str(self.path)!r} has schema version {version}, newer than this refresher "
+                f"understands ({SCHEMA_VERSION}); upgrade refresher"
+            )
+        for target in range(version, SCHEMA_VERSION):
+            try:
+                self.con.execute("BEGIN")
+                self.con.execute(_MIGRATIONS[target])
+                self.con.execute(
+                    "INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", [str(target + 1)]
+                )
+                self.con.execute("COMMIT")
+            except duckdb.Error as e:
+                self.con.execute("ROLLBACK")
+                raise StoreError(
+                    f"migrating {str(self.path)!r} to version {target + 1}: {e}"
+                ) from e
+            log.info("schema migrated", version=target + 1, path=str(self.path))
+
+    def schema_version(self) -> int:
+        row = self.con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        return int(row[0]) if row else 0
+
+    def close(self) -> None:
+        # Read-only or already closed: nothing to fold into the file.
+        with contextlib.suppress(duckdb.Error):
+            self.con.execute("CHECKPOINT")
+        self.con.close()
+
+    # -- pages and hosts ---------------------------------------------------------------------
+
+    def _ensure_hosts(self, pages: Sequence[NewPage]) -> None:
+        names = sorted({(p.host, p.scheme) for p in pages})
+        if not names:
+            return
+        batch = {
+            "name": np.array([n for n, _ in names], dtype=object),
+            "scheme": np.array([s for _, s in names], dtype=object),
+        }
+        self.con.register("_new_hosts", batch)
+        try:
+            self.con.execute(
+                """
+                INSERT INTO hosts (id, name, scheme)
+                SELECT ? + row_number() OVER (ORDER BY n.name) - 1, n.name, n.scheme
+                FROM _new_hosts n ANTI JOIN hosts h ON h.name = n.name
+                """,
+                [self._next_host],
+            )
+        finally:
+            self.con.unregister("_new_hosts")
+        self._next_host = self._scalar("SELECT coalesce(max(id), 0) + 1 FROM hosts")
+
+    def add_pages(self, pages: Sequence[NewPage], *, now: float) -> list[PageRow]:
+        """Insert the pages not yet known, due at ``now``; returns the inserted ones."""
+        unique = list({p.url: p for p in pages}.values())
+        if not unique:
+            return []
+        self.con.execute("BEGIN")
+        try:
+            self._ensure_hosts(unique)
+            batch = {
+                "url": np.array([p.url for p in unique], dtype=object),
+                "host": np.array([p.host for p in unique], dtype=object),
+                "source": np.array([p.source for p in unique], dtype=object),
+            }
+            self.con.register("_new_pages", batch)
+            rows = self.con.execute(
+                """
+                INSERT INTO pages (id, url, host_id, first_seen, due_at, source)
+                SELECT ? + row_number() OVER (ORDER BY n.url) - 1, n.url, h.id, ?, ?, n.source
+                FROM _new_pages n JOIN hosts h ON h.name = n.host
+                ANTI JOIN pages p ON p.url = n.url
+                RETURNING id, url, host_id
+                """,
+                [self._next_page, now, now],
+            ).fetchall()
+            self.con.unregister("_new_pages")
+            self.con.execute("COMMIT")
+        except duckdb.Error as e:
+            self.con.execute("ROLLBACK")
+            raise StoreError(f"adding pages: {e}") from e
+        self._next_page += len(rows)
+        by_url = {p.url: p for p in unique}
+        return [
+            PageRow(
+                id=int(i),
+                url=u,
+                host_id=int(h),
+                host=by_url[u].host,
+                due_at=now,
+                etag=None,
+                last_modified=None,
+                digest=None,
+                target_rate=None,
+            )
+            for i, u, h in rows
+        ]
+
+    def due_pages(self, *, after: tuple[float, int], until: float, limit: int) -> list[PageRow]:
+        """Pages with (due_at, id) > ``after`` and due_at ≤ ``until``, earliest first."""
+        rows = self.con.execute(
+            """
+            SELECT p.id, p.url, p.host_id, h.name, p.due_at, p.etag, p.last_modified,
+                   p.digest, p.target_rate
+            FROM pages p JOIN hosts h ON h.id = p.host_id
+            WHERE p.status <> 'gone' AND (p.due_at, p.id) > (?, ?) AND p.due_at <= ?
+            ORDER BY p.due_at, p.id
+            LIMIT ?
+            """,
+            [after[0], after[1], until, limit],
+        ).fetchall()
+        return [
+            PageRow(
+                id=r[0],
+                url=r[1],
+                host_id=r[2],
+                host=r[3],
+                due_at=r[4],
+                etag=r[5],
+                last_modified=r[6],
+                digest=r[7],
+                target_rate=r[8],
+            )
+            for r in rows
+        ]
+
+    def hosts(self, ids: Iterable[int]) -> dict[int, HostRow]:
+        wanted = sorted(set(ids))
+        if not wanted:
+            return {}
+        rows = self.con.execute(
+            """
+            SELECT id, name, scheme, next_allowed, delay, backoff, errors, robots_status,
+                   robots_body, robots_expires_at, paused
+            FROM hosts WHERE list_contains(?, id)
+            """,
+            [wanted],
+        ).fetchall()
+        return {
+            r[0]: HostRow(
+                id=r[0],
+                name=r[1],
+                scheme=r[2],
+                next_allowed=r[3],
+                delay=r[4],
+                backoff=r[5],
+                errors=r[6],
+                robots_status=r[7],
+                robots_body=r[8],
+                robots_expires_at=r[9],
+                paused=r[10],
+            )
+            for r in rows
+        }
+
+    def save_robots(
+        self, host_id: int, *, status: int | None, body: bytes, fetched_at: float, expires_at: float
+    ) -> None:
+        self.con.execute(
+            """
+            UPDATE hosts SET robots_status = ?, robots_body = ?, robots_fetched_at = ?,
+                             robots_expires_at = ?
+            WHERE id = ?
+            """,
+            [status, body, fetched_at, expires_at, host_id],
+        )
+
+    def set_paused(self, host: str, paused: bool) -> bool:
+        rows = self.con.execute(
+            "UPDATE hosts SET paused = ? WHERE name = ? RETURNING id", [paused, host]
+        ).fetchall()
+        return bool(rows)
+
+    def count_pages(self) -> int:
+        return self._scalar("SELECT count(*) FROM pages WHERE status <> 'gone'")
+
+    def set_uniform_rates(self, rate: float) -> None:
+        """Give every page the target rate ``rate`` (fetches per second)."""
+        self.con.execute("UPDATE pages SET target_rate = ?", [rate])
+
+    def reschedule(self, *, now: float) -> None:
+        """Due times from the target rates: last fetch + 1/f, never fetched pages due now."""
+        self.con.execute(
+            """
+            UPDATE pages SET due_at = CASE
+                WHEN last_fetch IS NULL OR target_rate IS NULL OR target_rate <= 0 THEN
+                    least(due_at, ?)
+                ELSE last_fetch + 1.0 / target_rate END
+            """,
+            [now],
+        )
+
+    def record_policy(self, policy: str, budget: float, *, now: float) -> None:
+        last = self.con.execute(
+            "SELECT policy, budget FROM policy_periods ORDER BY started_at DESC LIMIT 1"
+        ).fetchone()
+        if last is None or last[0] != policy or last[1] != budget:
+            self.con.execute("INSERT INTO policy_periods VALUES (?, ?, ?)", [now, policy, budget])
+
+    # -- the history -------------------------------------------------------------------------
+
+    def write(self, records: Sequence[FetchRecord], hosts: Sequence[HostUpdate]) -> None:
+        """Append ``records`` and update pages and hosts, in one transaction."""
+        n = len(records)
+        fetches = {
+            "id": np.arange(self._next_fetch, self._next_fetch + n, dtype=np.int64),
+            "page_id": np.array([r.page_id for r in records], dtype=np.int64),
+            "host_id": np.array([r.host_id for r in records], dtype=np.int32),
+            "started_at": np.array([r.started_at for r in records], dtype=np.float64),
+            "finished_at": np.array([r.finished_at for r in records], dtype=np.float64),
+            "duration": np.array([r.duration for r in records], dtype=np.float64),
+            "status": np.array([r.status for r in records], dtype=object),
+            "bytes": np.array([r.bytes for r in records], dtype=np.int64),
+            "digest": np.array([r.digest for r in records], dtype=object),
+            "changed": np.array([r.changed for r in records], dtype=bool),
+            "not_modified": np.array([r.not_modified for r in records], dtype=bool),
+            "error_kind": np.array([r.error_kind for r in records], dtype=object),
+            "policy": np.array([r.policy for r in records], dtype=object),
+            "final_url": np.array([r.final_url for r in records], dtype=object),
+            "redirects": np.array([r.redirects for r in records], dtype=np.int16),
+        }
+        # A page fetched twice within one batch: the later state wins, the counts add up.
+        last: dict[int, FetchRecord] = {}
+        counts: dict[int, list[int]] = {}
+        changed_at: dict[int, float] = {}
+        for r in records:
+            last[r.page_id] = r
+            c = counts.setdefault(r.page_id, [0, 0])
+            c[0] += 1
+            if r.changed:
+                c[1] += 1
+                changed_at[r.page_id] = r.finished_at
+        pages_ = list(last.values())
+        page_batch = {
+            "id": np.array([r.page_id for r in pages_], dtype=np.int64),
+            "last_fetch": np.array([r.finished_at for r in pages_], dtype=np.float64),
+            "changed_at": np.array(
+                [changed_at.get(r.page_id, math.nan) for r in pages_], dtype=np.float64
+            ),
+            "etag": np.array([r.etag for r in pages_], dtype=object),
+            "last_modified": np.array([r.last_modified for r in pages_], dtype=object),
+            "digest": np.array([r.page_digest for r in pages_], dtype=object),
+            "n": np.array([counts[r.page_id][0] for r in pages_], dtype=np.int32),
+            "x": np.array([counts[r.page_id][1] for r in pages_], dtype=np.int32),
+            "status": np.array([r.page_status for r in pages_], dtype=object),
+            "due_at": np.array([r.due_at for r in pages_], dtype=np.float64),
+        }
+        latest_host = list({h.host_id: h for h in hosts}.values())
+        host_batch = {
+            "id": np.array([h.host_id for h in latest_host], dtype=np.int32),
+            "next_allowed": np.array([h.next_allowed for h in latest_host], dtype=np.float64),
+            "delay": np.array([h.delay for h in latest_host], dtype=np.float64),
+            "backoff": np.array([h.backoff for h in latest_host], dtype=np.float64),
+            "errors": np.array([h.errors for h in latest_host], dtype=np.int32),
+        }
+        con = self.con
+        try:
+            con.execute("BEGIN")
+            if n:
+                con.register("_f", fetches)
+                con.execute("INSERT INTO fetches SELECT * FROM _f")
+                con.unregister("_f")
+                con.register("_p", page_batch)
+                con.execute(
+                    """
+                    UPDATE pages SET last_fetch = _p.last_fetch,
+                        last_change = coalesce(_p.changed_at, pages.last_change),
+                        etag = _p.etag, last_modified = _p.last_modified, digest = _p.digest,
+                        fetches = pages.fetches + _p.n, changes = pages.changes + _p.x,
+                        status = _p.status, due_at = _p.due_at
+                    FROM _p WHERE pages.id = _p.id
+                    """
+                )
+                con.unregister("_p")
+            if latest_host:
+                con.register("_h", host_batch)
+                con.execute(
+                    """
+                    UPDATE hosts SET next_allowed = _h.next_allowed, delay = _h.delay,
+                        backoff = _h.backoff, errors = _h.errors
+                    FROM _h WHERE hosts.id = _h.id
+                    """
+                )
+                con.unregister("_h")
+            con.execute("COMMIT")
+        except duckdb.Error as e:
+            con.execute("ROLLBACK")
+            raise StoreError(f"writing {n} fetch records to {str(self.path)!r}: {e}") from e
+        self._next_fetch += n
+
+    def counts(self) -> tuple[int, int, int]:
+        """(pages, hosts, fetches)."""
+        row = self.con.execute(
+            "SELECT (SELECT count(*) FROM pages), (SELECT count(*) FROM hosts),"
+            " (SELECT count(*) FROM fetches)"
+        ).fetchone()
+        assert row is not None
+        return int(row[0]), int(row[1]), int(row[2])
+
+
+@dataclass(slots=True)
+class _Call:
+    fn: Callable[[Store], Any]
+    done: trio.Event
+    result: Any = None
+    error: BaseException | None = None
+
+
+class StoreService:
+    """The daemon's one door to the store: an ordered queue served by one thread.
+
+    ``record`` and ``update_host`` queue writes that commit in batches; ``call`` runs a
+    function on the :class:`Store` after committing everything queued before it.
+    """
+
+    def __init__(self, store: Store, *, flush_interval: float = 0.5, batch_size: int = 5000):
+        self.store = store
+        self.flush_interval = flush_interval
+        self.batch_size = batch_size
+        self._send, self._recv = trio.open_memory_channel[Any](batch_size * 2)
+        self._records: list[FetchRecord] = []
+        self._hosts: list[HostUpdate] = []
+        self._acknowledged = 0
+        self._batches = 0
+        self._last_batch_seconds = 0.0
+        self._counts = store.counts()
+        self._closed = False
+        #: called in the trio thread with each committed batch's size
+        self.on_commit: list[Callable[[int], None]] = []
+
+    async def record(self, record: FetchRecord) -> None:
+        """Queue one fetch; it is acknowledged when its batch commits."""
+        await self._send.send(record)
+
+    async def update_host(self, update: HostUpdate) -> None:
+        await self._send.send(update)
+
+    async def call(self, fn: Callable[[Store], T]) -> T:
+        """Run ``fn(store)`` in the store thread, after every write queued before it."""
+        call = _Call(fn=fn, done=trio.Event())
+        await self._send.send(call)
+        await call.done.wait()
+        if call.error is not None:
+            raise call.error
+        return call.result  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        """No more input; ``run`` commits what is queued and returns."""
+        if not self._closed:
+            self._closed = True
+            self._send.close()
+
+    def statistics(self) -> StoreStatistics:
+        pages, hosts, fetches = self._counts
+        return StoreStatistics(
+            pages=pages,
+            hosts=hosts,
+            fetches=fetches,
+            acknowledged=self._acknowledged,
+            batches=self._batches,
+            queued=len(self._records),
+            last_batch_seconds=self._last_batch_seconds,
+        )
+
+    async def _flush(self) -> None:
+        if not self._records and not self._hosts:
+            return
+        records, hosts = self._records, self._hosts
+        self._records, self._hosts = [], []
+        t0 = time.perf_counter()
+
+        def write(store: Store) -> tuple[int, int, int]:
+            store.write(records, hosts)
+            return store.counts() if self._batches % 50 == 0 else self._counts
+
+        # Shielded: a batch being written is finished even while the daemon shuts down.
+        with trio.CancelScope(shield=True):
+            self._counts = await trio.to_thread.run_sync(write, self.store)
+        self._last_batch_seconds = time.perf_counter() - t0
+        self._acknowledged += len(records)
+        self._batches += 1
+        if records:
+            log.debug("batch committed", fetches=len(records), acknowledged=self._acknowledged)
+        for cb in self.on_commit:
+            cb(len(records))
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve the queue until :meth:`close`; commits what remains before returning."""
+        task_status.started()
+        deadline = math.inf
+        try:
+            while True:
+                item: Any = None
+                with trio.move_on_at(deadline):
+                    try:
+                        item = await self._recv.receive()
+                    except trio.EndOfChannel:
+                        break
+                if item is None:  # the oldest queued record waited flush_interval
+                    await self._flush()
+                    deadline = math.inf
+                    continue
+                if isinstance(item, FetchRecord | HostUpdate):
+                    if isinstance(item, FetchRecord):
+                        self._records.append(item)
+                    else:
+                        self._hosts.append(item)
+                    if deadline == math.inf:
+                        deadline = trio.current_time() + self.flush_interval
+                    if len(self._records) >= self.batch_size:
+                        await self._flush()
+                        deadline = math.inf
+                    continue
+                await self._flush()
+                deadline = math.inf
+                try:
+                    with trio.CancelScope(shield=True):
+                        item.result = await trio.to_thread.run_sync(item.fn, self.store)
+                except Exception as e:
+                    item.error = e
+                item.done.set()
+        finally:
+            with trio.CancelScope(shield=True):
+                # Drain what was queued but not yet received, then commit it all.
+                while True:
+                    try:
+                        item = self._recv.receive_nowait()
+                    except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                        break
+                    if isinstance(item, FetchRecord):
+                        self._records.append(item)
+                    elif isinstance(item, HostUpdate):
+                        self._hosts.append(item)
+                    else:
+                        item.error = StoreError("the store is shutting down; try again later")
+                        item.done.set()
+                await self._flush()
