@@ -156,6 +156,13 @@ def test_duckdb_memory_limit_leaves_room_under_memory_max() -> None:
     assert bytes_of(config.store.memory_limit) * 2 <= bytes_of(memory_max)
 
 
+def test_the_drain_on_sigterm_fits_in_the_stop_timeout(unit: Unit) -> None:
+    config = load_config(SYSTEMD_DIR / "refresher.toml")
+    stop_timeout = re.fullmatch(r"(\d+)s", one(unit, "TimeoutStopSec"))
+    assert stop_timeout, "TimeoutStopSec= in plain seconds, e.g. 60s"
+    assert config.daemon.drain_timeout * 2 <= int(stop_timeout[1])
+
+
 SYSTEMD_ANALYZE = shutil.which("systemd-analyze")
 needs_systemd_analyze = pytest.mark.skipif(
     SYSTEMD_ANALYZE is None, reason="systemd-analyze is not installed (apt-get install systemd)"
