@@ -15,6 +15,7 @@ trio's clock, so tests may run the frontier on ``autojump_clock`` with an inject
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
 import random
@@ -292,11 +293,11 @@ class Frontier:
             level = min(max(self._prioritize(page, now), 0), self.k - 1)
             self._front[level].append(page)
         while self._active < self.max_back:
-            page = self._select()
-            if page is None:
+            picked = self._select()
+            if picked is None:
                 return
-            host = self._hosts[page.host_id]
-            host.queue.append(page)
+            host = self._hosts[picked.host_id]
+            host.queue.append(picked)
             if not host.active:
                 host.active = True
                 self._active += 1
@@ -376,6 +377,11 @@ class Frontier:
             host.in_memory -= 1
         self._unlease(host)
 
+    def requeue(self, lease: Lease) -> None:
+        """Give the host back with the page at the head of its back queue, still held."""
+        lease.host.queue.appendleft(lease.page)
+        self._unlease(lease.host)
+
     def update_page(self, lease: Lease, **changes: Any) -> Lease:
         """A lease whose page carries new state (validators, digest) for its next fetch."""
         return Lease(_replace(lease.page, **changes), lease.host)
@@ -433,20 +439,8 @@ class Frontier:
 
 
 def _replace(page: PageRow, **changes: Any) -> PageRow:
-    fields = {
-        "id": page.id,
-        "url": page.url,
-        "host_id": page.host_id,
-        "host": page.host,
-        "due_at": page.due_at,
-        "etag": page.etag,
-        "last_modified": page.last_modified,
-        "digest": page.digest,
-        "target_rate": page.target_rate,
-    }
-    fields.update(changes)
-    return PageRow(**fields)
+    return dataclasses.replace(page, **changes)
 
 
 def _with_due(page: PageRow, due: float) -> PageRow:
-    return _replace(page, due_at=due)
+    return dataclasses.replace(page, due_at=due)

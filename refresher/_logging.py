@@ -48,4 +48,5 @@ def configure_logging(
 
 def get_logger(name: str) -> Any:
     """A structlog logger bound with ``component=name``."""
-    return structlog.get_logger().bind(component=name)
+    # Lazy: loggers made at import time follow the configuration made later.
+    return structlog.get_logger(component=name)

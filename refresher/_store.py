@@ -39,6 +39,7 @@ __all__ = [
     "Store",
     "StoreService",
     "StoreStatistics",
+    "first_row",
 ]
 
 T = TypeVar("T")
@@ -170,7 +171,7 @@ class FetchRecord:
     finished_at: float
     duration: float  # seconds
     status: int | None
-    bytes: int
+    body_bytes: int
     digest: bytes | None
     changed: bool
     not_modified: bool
@@ -206,6 +207,15 @@ class StoreStatistics:
     last_batch_seconds: float
 
 
+def first_row(result: Any) -> tuple[Any, ...] | None:
+    """The first row of a DuckDB result, consuming it all.
+
+    DuckDB 2 keeps a partly fetched result open and then refuses ``register``; fetch it all.
+    """
+    rows = result.fetchall()
+    return tuple(rows[0]) if rows else None
+
+
 class Store:
     """Synchronous access to the DuckDB file. Use from one thread at a time."""
 
@@ -238,7 +248,7 @@ class Store:
         self._next_fetch = self._scalar("SELECT coalesce(max(id), 0) + 1 FROM fetches")
 
     def _scalar(self, sql: str, params: Sequence[Any] = ()) -> int:
-        row = self.con.execute(sql, list(params)).fetchone()
+        row = first_row(self.con.execute(sql, list(params)))
         return int(row[0]) if row and row[0] is not None else 0
 
     def _migrate(self) -> None:
@@ -247,7 +257,7 @@ class Store:
         }
         version = 0
         if "meta" in tables:
-            row = self.con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+            row = first_row(self.con.execute("SELECT value FROM meta WHERE key = 'schema_version'"))
             version = int(row[0]) if row else 0
         if version > SCHEMA_VERSION:
             raise StoreError(
@@ -270,7 +280,7 @@ class Store:
             log.info("schema migrated", version=target + 1, path=str(self.path))
 
     def schema_version(self) -> int:
-        row = self.con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        row = first_row(self.con.execute("SELECT value FROM meta WHERE key = 'schema_version'"))
         return int(row[0]) if row else 0
 
     def close(self) -> None:
@@ -444,9 +454,11 @@ class Store:
         )
 
     def record_policy(self, policy: str, budget: float, *, now: float) -> None:
-        last = self.con.execute(
-            "SELECT policy, budget FROM policy_periods ORDER BY started_at DESC LIMIT 1"
-        ).fetchone()
+        last = first_row(
+            self.con.execute(
+                "SELECT policy, budget FROM policy_periods ORDER BY started_at DESC LIMIT 1"
+            )
+        )
         if last is None or last[0] != policy or last[1] != budget:
             self.con.execute("INSERT INTO policy_periods VALUES (?, ?, ?)", [now, policy, budget])
 
@@ -463,7 +475,7 @@ class Store:
             "finished_at": np.array([r.finished_at for r in records], dtype=np.float64),
             "duration": np.array([r.duration for r in records], dtype=np.float64),
             "status": np.array([r.status for r in records], dtype=object),
-            "bytes": np.array([r.bytes for r in records], dtype=np.int64),
+            "bytes": np.array([r.body_bytes for r in records], dtype=np.int64),
             "digest": np.array([r.digest for r in records], dtype=object),
             "changed": np.array([r.changed for r in records], dtype=bool),
             "not_modified": np.array([r.not_modified for r in records], dtype=bool),
@@ -543,10 +555,12 @@ class Store:
 
     def counts(self) -> tuple[int, int, int]:
         """(pages, hosts, fetches)."""
-        row = self.con.execute(
-            "SELECT (SELECT count(*) FROM pages), (SELECT count(*) FROM hosts),"
-            " (SELECT count(*) FROM fetches)"
-        ).fetchone()
+        row = first_row(
+            self.con.execute(
+                "SELECT (SELECT count(*) FROM pages), (SELECT count(*) FROM hosts),"
+                " (SELECT count(*) FROM fetches)"
+            )
+        )
         assert row is not None
         return int(row[0]), int(row[1]), int(row[2])
 

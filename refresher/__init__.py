@@ -1,0 +1,56 @@
+"""refresher: keep a local copy of many web pages fresh, politely, under a fixed fetch budget."""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from ._config import Config, load_config
+from ._control import request
+from ._daemon import Daemon, run_daemon
+from ._errors import (
+    BodyTooLarge,
+    ConfigError,
+    ConnectFailure,
+    ControlError,
+    DNSFailure,
+    FetchError,
+    FetchTimeout,
+    InvalidURL,
+    ProtocolFailure,
+    ReadFailure,
+    RefresherError,
+    StoreError,
+    TooManyRedirects,
+)
+from ._fetch import Fetcher, FetchResult
+from ._frontier import Frontier
+from ._robots import RobotsRules
+from ._store import SCHEMA_VERSION, Store
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "BodyTooLarge",
+    "Config",
+    "ConfigError",
+    "ConnectFailure",
+    "ControlError",
+    "DNSFailure",
+    "Daemon",
+    "FetchError",
+    "FetchResult",
+    "FetchTimeout",
+    "Fetcher",
+    "Frontier",
+    "InvalidURL",
+    "ProtocolFailure",
+    "ReadFailure",
+    "RefresherError",
+    "RobotsRules",
+    "Store",
+    "StoreError",
+    "TooManyRedirects",
+    "__version__",
+    "load_config",
+    "request",
+    "run_daemon",
+]
