@@ -30,7 +30,7 @@ from ._errors import ConfigError, InvalidURL, RefresherError
 from ._fetch import Fetcher
 from ._frontier import Frontier
 from ._logging import configure_logging, get_logger
-from ._notify import Notifier
+from ._notify import Notifier, format_status
 from ._store import HostRow, NewPage, PageRow, Store, StoreService
 from ._url import canonicalize
 
@@ -162,6 +162,7 @@ class Daemon:
         self.notifier.reloading()
         try:
             new = self._load_config()
+            seeds = new.all_seeds()
         except ConfigError as e:
             log.error("reload failed; keeping the running configuration", error=str(e))
             self.notifier.ready()
@@ -177,7 +178,6 @@ class Daemon:
         assert self._allocator is not None and self._crawler is not None
         self._crawler.configure(new)
         self._allocator.configure(budget=new.budget.fetches_per_second, policy=new.policy.name)
-        seeds = new.all_seeds()
         if seeds:
             await self.add_seeds(seeds)
         log.info("configuration reloaded")
@@ -220,8 +220,7 @@ class Daemon:
                 active_hosts=f.active_hosts if f else None,
             )
             self.notifier.status(
-                f"{s.pages} pages, {self._rate:.1f} fetches/s, {c.fetches} fetches, "
-                f"{c.changed} changed, {c.errors} errors"
+                format_status(pages=s.pages, fetches_per_second=self._rate, freshness=None)
             )
 
     async def run(self) -> int:
@@ -312,7 +311,10 @@ class Daemon:
                 await services.start(control.run)
                 await services.start(self._heartbeat)
                 await services.start(self._progress)
-                await services.start(self.notifier.run_watchdog, lambda: self._beat)
+                # The watchdog pings while both the event loop and the frontier's loader turn.
+                await services.start(
+                    self.notifier.run_watchdog, lambda: min(self._beat, frontier.last_pass)
+                )
                 self.notifier.ready(status="crawling")
                 log.info(
                     "ready",

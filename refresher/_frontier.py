@@ -199,6 +199,8 @@ class Frontier:
         self._changed = trio.Event()
         self._load_now = trio.Event()
         self._closed = False
+        #: trio time of the loader's last pass
+        self.last_pass = math.inf
 
     # -- time ------------------------------------------------------------------------------
 
@@ -400,12 +402,15 @@ class Frontier:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Load due pages from the store ahead of time, until closed."""
         await self.load()
+        self.last_pass = trio.current_time()
         task_status.started()
         while not self._closed:
-            with trio.move_on_after(max(self.window / 4, 0.05)):
+            # At least every 5 s, so the watchdog can tell a stalled loader (last_pass).
+            with trio.move_on_after(min(max(self.window / 4, 0.05), 5.0)):
                 await self._load_now.wait()
             self._load_now = trio.Event()
             await self.load()
+            self.last_pass = trio.current_time()
 
     async def load(self) -> int:
         """One loading pass; returns the number of pages taken."""

@@ -12,6 +12,8 @@ from typing import Any, TextIO
 
 import structlog
 
+from ._notify import journal_priority_prefix, stdout_is_journal
+
 __all__ = ["configure_logging", "get_logger"]
 
 _LEVELS = {
@@ -35,7 +37,16 @@ def configure_logging(
         structlog.processors.format_exc_info,
     ]
     if json_lines:
-        processors.append(structlog.processors.JSONRenderer())
+        render = structlog.processors.JSONRenderer()
+        if stream is None and stdout_is_journal():
+            # journald reads "<N>" in front of a line as its priority: `journalctl -p warning`.
+            def journal(logger: Any, name: str, event: Any) -> str:
+                line = str(render(logger, name, event))
+                return journal_priority_prefix(str(event.get("level", name))) + line
+
+            processors.append(journal)
+        else:
+            processors.append(render)
     else:
         processors.append(structlog.dev.ConsoleRenderer(colors=out.isatty()))
     structlog.configure(
