@@ -395,7 +395,8 @@ def _relative_to(raw: dict[str, Any], base: Path) -> dict[str, Any]:
     out = dict(raw)
     for section, key in _PATH_KEYS:
         table = out.get(section)
-        if isinstance(table, dict) and isinstance(table.get(key), str):
+        # An empty path stays empty so that validation refuses it instead of the directory.
+        if isinstance(table, dict) and isinstance(table.get(key), str) and table[key]:
             p = Path(table[key]).expanduser()
             out[section] = {**table, key: str(p if p.is_absolute() else base / p)}
     return out
