@@ -265,8 +265,13 @@ class Resolver:
                 f"could not resolve {name!r}: {e}; check the host name, the system resolver, "
                 "or add a dns.static override"
             ) from e
-        for _family, _type, _proto, _canonname, sockaddr in infos:
-            return str(sockaddr[0])
+        # IPv4 first: the fetcher connects to this one address (no happy eyeballs), and a
+        # machine without an IPv6 route would otherwise fail every dual-stack host.
+        for family, _type, _proto, _canonname, sockaddr in sorted(
+            infos, key=lambda info: info[0] != socket.AF_INET
+        ):
+            if family in (socket.AF_INET, socket.AF_INET6):
+                return str(sockaddr[0])
         raise DNSFailure(
             f"{name!r} resolved to no address; check its DNS records or add a dns.static override"
         )

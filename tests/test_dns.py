@@ -26,6 +26,7 @@ class ScriptedResolver(trio.abc.HostnameResolver):
         self.answers = answers
         self.calls: list[str] = []
         self.gate: trio.Event | None = None
+        self.infos: list[Any] | None = None  # a full answer, overriding the table
 
     async def getaddrinfo(
         self,
@@ -41,6 +42,8 @@ class ScriptedResolver(trio.abc.HostnameResolver):
         self.calls.append(name)
         if self.gate is not None:
             await self.gate.wait()
+        if self.infos is not None:
+            return self.infos
         ip = self.answers.get(name)
         if ip is None:
             raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
@@ -185,6 +188,14 @@ async def test_a_success_ends_the_backoff(system: ScriptedResolver) -> None:
     with pytest.raises(DNSFailure):
         await resolver.resolve("flaky.example", 80)
     assert system.calls == ["flaky.example"] * 4
+
+
+async def test_an_ipv4_address_is_preferred_to_an_ipv6_one(system: ScriptedResolver) -> None:
+    system.infos = [
+        (socket.AF_INET6, socket.SOCK_STREAM, 6, "", ("2001:db8::1", 80, 0, 0)),
+        (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("192.0.2.7", 80)),
+    ]
+    assert await Resolver().resolve("dual.example", 80) == ("192.0.2.7", 80)
 
 
 async def test_a_name_under_invalid_fails_without_a_lookup(system: ScriptedResolver) -> None:
