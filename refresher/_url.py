@@ -43,6 +43,8 @@ def canonicalize(url: str) -> CanonicalURL:
         port = parts.port
     except ValueError as e:
         raise InvalidURL(url, f"cannot be parsed ({e}); check the host and port") from e
+    if port == 0:  # urlsplit accepts it, but nothing can be reached there
+        raise InvalidURL(url, "port 0 cannot be connected to; use a port from 1 to 65535")
     scheme = parts.scheme.lower()
     if scheme not in _DEFAULT_PORTS:
         raise InvalidURL(
