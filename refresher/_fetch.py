@@ -174,12 +174,19 @@ class _ZlibStage:
         self._wbits = zlib.MAX_WBITS | 16 if gzip else zlib.MAX_WBITS
         self._obj = zlib.decompressobj(self._wbits)
         self._started = False
+        self._between = False  # a gzip member ended; another may follow
         self._done = False
 
     def feed(self, data: bytes, limit: int) -> bytes:
         out: list[bytes] = []
         produced = 0
         while data and produced <= limit and not self._done:
+            if self._between:
+                if not data.startswith(b"\x1f"):
+                    self._done = True  # trailing bytes after the stream are ignored
+                    break
+                self._obj = zlib.decompressobj(self._wbits)  # the next gzip member
+                self._between = False
             try:
                 chunk = self._obj.decompress(data, limit + 1 - produced)
             except zlib.error:
@@ -195,17 +202,15 @@ class _ZlibStage:
             produced += len(chunk)
             if self._obj.eof:
                 data = self._obj.unused_data
-                if self._gzip and data.startswith(b"\x1f\x8b"):
-                    self._obj = zlib.decompressobj(self._wbits)  # another gzip member
-                else:
-                    self._done = True  # trailing bytes after the stream are ignored
+                self._between = self._gzip
+                self._done = not self._gzip
             else:
                 # Non-empty only when max_length cut the output, i.e. the limit is passed.
                 data = self._obj.unconsumed_tail
         return b"".join(out)
 
     def flush(self) -> bytes:
-        return b"" if self._done else self._obj.flush()
+        return b"" if self._done or self._between else self._obj.flush()
 
 
 def _content_encodings(headers: httpx.Headers) -> list[str] | None:
@@ -315,7 +320,7 @@ async def _abandon(response: httpx.Response, chunks: AsyncIterator[bytes]) -> No
         try:
             async for _ in chunks:
                 pass
-        except (httpx.HTTPError, OSError):
+        except (httpx.HTTPError, httpx.StreamError, OSError):
             pass
 
 

@@ -295,6 +295,14 @@ def test_the_decoder_never_inflates_more_than_the_limit_plus_one() -> None:
     assert len(out) == 1001
 
 
+def test_concatenated_gzip_members_are_all_decoded_whatever_the_chunking() -> None:
+    data = gzip.compress(b"first member, ") + gzip.compress(b"second member")
+    for size in (1, 3, 7, len(data)):
+        decoder = _Decoder(["gzip"])
+        out = b"".join(decoder.feed(data[i : i + size], 1000) for i in range(0, len(data), size))
+        assert out + decoder.flush(1000) == b"first member, second member", size
+
+
 def test_a_two_stage_encoding_is_undone_in_reverse_order() -> None:
     data = zlib.compress(gzip.compress(PAGE))  # gzip applied first, then deflate
     decoder = _Decoder(["gzip", "deflate"])
