@@ -638,7 +638,7 @@ class StoreService:
 
         def write(store: Store) -> tuple[int, int, int]:
             store.write(records, hosts)
-            return store.counts() if self._batches % 50 == 0 else self._counts
+            return store.counts()  # count(*) of whole tables is metadata to DuckDB: cheap
 
         # Shielded: a batch being written is finished even while the daemon shuts down.
         with trio.CancelScope(shield=True):
@@ -680,9 +680,14 @@ class StoreService:
                     continue
                 await self._flush()
                 deadline = math.inf
+                def run_call(store: Store, fn: Callable[[Store], Any] = item.fn) -> Any:
+                    result = fn(store)
+                    self._counts = store.counts()
+                    return result
+
                 try:
                     with trio.CancelScope(shield=True):
-                        item.result = await trio.to_thread.run_sync(item.fn, self.store)
+                        item.result = await trio.to_thread.run_sync(run_call, self.store)
                 except Exception as e:
                     item.error = e
                 item.done.set()

@@ -1,0 +1,7 @@
+"""``python -m refresher``: the same as the ``refresher`` command."""
+
+import sys
+
+from ._cli import main
+
+sys.exit(main())

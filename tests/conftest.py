@@ -1,0 +1,203 @@
+"""Fixtures: real loopback servers, real daemon processes, short socket paths."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from refresher._site import HostSpec, PageSpec, Site, serve_site
+
+#: Generous deadlines: a loaded 2-core CI machine must not fail a correct daemon.
+DEADLINE = 60.0
+
+
+async def wait_for(
+    predicate: Callable[[], Any], *, timeout: float = DEADLINE, what: str = ""
+) -> Any:
+    """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` seconds."""
+    with trio.move_on_after(timeout):
+        while True:
+            value = predicate()
+            if value:
+                return value
+            await trio.sleep(0.05)
+    raise AssertionError(f"condition not met within {timeout} s: {what or predicate}")
+
+
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    """A short directory path: unix socket paths must stay under ~100 bytes."""
+    path = Path(tempfile.mkdtemp(prefix="rf", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return json.dumps(v)
+    if isinstance(v, list):
+        return "[" + ", ".join(toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{ " + ", ".join(f"{json.dumps(k)} = {toml_value(x)}" for k, x in v.items()) + " }"
+    return repr(v)
+
+
+def write_config(path: Path, sections: dict[str, dict[str, Any]]) -> Path:
+    lines = []
+    for name, table in sections.items():
+        lines.append(f"[{name}]")
+        lines.extend(f"{k} = {toml_value(v)}" for k, v in table.items())
+        lines.append("")
+    path.write_text("\n".join(lines))
+    return path
+
+
+def daemon_config(
+    directory: Path, *, port: int, seeds: list[str], **sections: dict[str, Any]
+) -> Path:
+    """A test config: fast politeness, JSON debug logs, everything under ``directory``."""
+    base: dict[str, dict[str, Any]] = {
+        "store": {"path": str(directory / "refresher.duckdb"), "flush_interval": 0.2},
+        "crawl": {
+            "seeds": seeds,
+            "workers": 8,
+            "user_agent": "refresher-test/1.0 (+http://127.0.0.1/)",
+        },
+        "budget": {"fetches_per_second": 40.0},
+        "policy": {"name": "uniform", "resolve_interval": 5.0},
+        "politeness": {
+            "min_delay": 0.2,
+            "response_time_factor": 0.0,
+            "max_delay": 5.0,
+            "backoff_base": 0.5,
+            "max_backoff": 2.0,
+        },
+        "fetch": {"timeout": 2.0},
+        "dns": {"static": {"*.sim.test": f"127.0.0.1:{port}"}},
+        "frontier": {"window": 5.0},
+        "log": {"format": "json", "level": "debug", "progress_interval": 1.0},
+        "daemon": {"drain_timeout": 5.0},
+    }
+    for name, table in sections.items():
+        base.setdefault(name, {}).update(table)
+    return write_config(directory / "refresher.toml", base)
+
+
+class DaemonProcess:
+    """``refresher run`` as a real child process, its JSON log lines in a file."""
+
+    def __init__(self, config: Path, *args: str) -> None:
+        self.config = config
+        self.log_path = config.with_suffix(f".{os.getpid()}.{id(self)}.log")
+        self._log = self.log_path.open("wb")
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        env.pop("NOTIFY_SOCKET", None)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "refresher", "run", "--config", str(config), *args],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+        )
+
+    def events(self) -> list[dict[str, Any]]:
+        out = []
+        for line in self.log_path.read_bytes().splitlines():
+            with contextlib.suppress(ValueError):
+                obj = json.loads(line)
+                if isinstance(obj, dict):
+                    out.append(obj)
+        return out
+
+    def event(self, name: str) -> dict[str, Any] | None:
+        found = [e for e in self.events() if e.get("event") == name]
+        return found[-1] if found else None
+
+    def acknowledged(self) -> int:
+        acks = [
+            e.get("acknowledged", 0) for e in self.events() if e.get("event") == "batch committed"
+        ]
+        return max(acks, default=0)
+
+    def output(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def signal(self, signum: int) -> None:
+        self.proc.send_signal(signum)
+
+    async def wait_exit(self, timeout: float = DEADLINE) -> int:
+        code = await wait_for(lambda: self.proc.poll() is not None, timeout=timeout, what="exit")
+        assert code
+        return self.proc.returncode
+
+    async def ready(self) -> None:
+        def check() -> bool:
+            if self.proc.poll() is not None:
+                raise AssertionError(
+                    f"daemon exited early ({self.proc.returncode}):\n{self.output()}"
+                )
+            return self.event("ready") is not None
+
+        await wait_for(check, what="daemon ready")
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait()
+        self._log.close()
+
+
+@pytest.fixture
+def daemons() -> Iterator[Callable[..., DaemonProcess]]:
+    """Start daemon processes; any left running are killed at the end."""
+    started: list[DaemonProcess] = []
+
+    def start(config: Path, *args: str) -> DaemonProcess:
+        d = DaemonProcess(config, *args)
+        started.append(d)
+        return d
+
+    yield start
+    for d in started:
+        d.close()
+
+
+def small_site(**host_overrides: Any) -> Site:
+    """Three hosts of five pages: a.sim.test honest with a robots.txt rule, b none, c gzip."""
+    pages = tuple(PageSpec(path=f"/p{i}", change_rate=0.5 if i % 2 else 0.0) for i in range(4))
+    private = (PageSpec(path="/private/secret"),)
+    hosts = [
+        HostSpec(
+            name="a.sim.test",
+            pages=(*pages, *private),
+            robots="User-agent: *\nDisallow: /private/\n",
+            validators="honest",
+        ),
+        HostSpec(name="b.sim.test", pages=(*pages, PageSpec(path="/p9")), validators="none"),
+        HostSpec(
+            name="c.sim.test", pages=(*pages, PageSpec(path="/p9")), validators="honest", gzip=True
+        ),
+    ]
+    return Site(hosts, **host_overrides)
+
+
+@pytest.fixture
+async def site(nursery: trio.Nursery) -> tuple[Site, int]:
+    """The small site served on 127.0.0.1; returns (site, port)."""
+    s = small_site()
+    port = await nursery.start(serve_site, s)
+    return s, port
