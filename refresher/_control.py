@@ -130,9 +130,21 @@ def request(path: Path, payload: dict[str, Any], *, timeout: float = 30.0) -> di
             data += chunk
     except TimeoutError as e:
         raise ControlError(f"the daemon at {str(path)!r} did not answer in {timeout} s") from e
+    except OSError as e:
+        raise ControlError(
+            f"the connection to {str(path)!r} broke ({e.strerror}); is the daemon still running?"
+        ) from e
     finally:
         sock.close()
-    answer: dict[str, Any] = json.loads(data)
+    try:
+        answer = json.loads(data)
+    except ValueError as e:
+        raise ControlError(
+            f"{str(path)!r} answered something that is not JSON ({e}); "
+            "is it a refresher control socket?"
+        ) from e
+    if not isinstance(answer, dict):
+        raise ControlError(f"{str(path)!r} answered {answer!r}, not a JSON object")
     if not answer.get("ok"):
         raise ControlError(str(answer.get("error", "request refused")))
     return answer
