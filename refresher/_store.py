@@ -292,7 +292,12 @@ class Store:
     # -- pages and hosts ---------------------------------------------------------------------
 
     def _ensure_hosts(self, pages: Sequence[NewPage]) -> None:
-        names = sorted({(p.host, p.scheme) for p in pages})
+        # http:// and https:// on their default ports share one host key (one politeness unit)
+        # and hosts.name is unique: keep one row per name, with the first scheme seen.
+        schemes: dict[str, str] = {}
+        for p in pages:
+            schemes.setdefault(p.host, p.scheme)
+        names = sorted(schemes.items())
         if not names:
             return
         batch = {
