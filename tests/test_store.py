@@ -207,6 +207,20 @@ def test_add_pages_skips_duplicates_and_known_urls(store: Store) -> None:
     assert page_row(store, 1, "first_seen") == (NOW,)
 
 
+def test_http_and_https_pages_of_one_host_in_one_batch_share_the_host(store: Store) -> None:
+    rows = store.add_pages(
+        [
+            NewPage(url="https://a.example/", host="a.example", scheme="https"),
+            NewPage(url="http://a.example/", host="a.example", scheme="http"),
+        ],
+        now=NOW,
+    )
+    assert len(rows) == 2
+    assert {r.host_id for r in rows} == {1}
+    assert store.hosts([1])[1].scheme == "https"
+    assert store.counts() == (2, 1, 0)
+
+
 def test_hosts_returns_the_requested_hosts_only(store: Store) -> None:
     store.add_pages([page(f"http://h{i}.example/", f"h{i}.example") for i in range(3)], now=NOW)
     assert store.hosts([]) == {}
