@@ -685,6 +685,7 @@ class StoreService:
                     continue
                 await self._flush()
                 deadline = math.inf
+
                 def run_call(store: Store, fn: Callable[[Store], Any] = item.fn) -> Any:
                     result = fn(store)
                     self._counts = store.counts()

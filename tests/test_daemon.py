@@ -13,6 +13,8 @@ import duckdb
 import pytest
 from conftest import DaemonProcess, daemon_config, wait_for
 
+from refresher._control import request
+
 pytestmark = pytest.mark.slow
 
 
@@ -214,3 +216,75 @@ async def test_hostile_pages_become_fetch_errors_with_a_kind(nursery, short_dir,
     assert rows[urls[3]] == "too_large"
     assert rows[urls[4]] == "redirects"
     assert rows[urls[5]] == "too_large"
+
+
+async def test_sigterm_lets_in_flight_fetches_finish_and_records_them(nursery, short_dir, daemons):
+    from refresher._site import HostSpec, PageSpec, Site, serve_site
+
+    s = Site(
+        [
+            HostSpec(name=f"slow{i}.sim.test", pages=(PageSpec(path="/"),), response_delay=1.0)
+            for i in range(4)
+        ]
+    )
+    port = await nursery.start(serve_site, s)
+    config = daemon_config(short_dir, port=port, seeds=[u for u in s.urls()])
+    d = daemons(config)
+    await d.ready()
+    # wait until page fetches (not robots.txt) are in flight, then stop
+    await wait_for(
+        lambda: (
+            s.statistics().requests_in_flight >= 2
+            and len(s.requests.entries(path="/robots.txt")) == 4
+        ),
+        what="page fetches in flight",
+    )
+    d.signal(signal.SIGTERM)
+    assert await d.wait_exit() == 0
+    served = [r for r in s.requests if r.path == "/" and r.complete]
+    assert served, "nothing was in flight"
+    recorded = _query(
+        short_dir / "refresher.duckdb", "SELECT count(*) FROM fetch_log WHERE status = 200"
+    )[0][0]
+    assert recorded == len(served)
+
+
+async def test_sighup_reloads_the_config_and_a_bad_one_is_refused(site, short_dir, daemons):
+    s, port = site
+    config = daemon_config(short_dir, port=port, seeds=s.urls())
+    d = daemons(config)
+    await d.ready()
+
+    def status() -> dict:
+        return request(short_dir / "control.sock", {"op": "status"})
+
+    assert status()["allocator"]["budget"] == 40.0
+
+    text = config.read_text()
+    config.write_text(text.replace("fetches_per_second = 40.0", "fetches_per_second = 7.5"))
+    d.signal(signal.SIGHUP)
+    await wait_for(lambda: d.event("configuration reloaded"), what="reload")
+    assert status()["allocator"]["budget"] == 7.5
+
+    config.write_text(text.replace("fetches_per_second = 40.0", "fetches_per_second = -1"))
+    d.signal(signal.SIGHUP)
+    failed = await wait_for(
+        lambda: d.event("reload failed; keeping the running configuration"), what="refused reload"
+    )
+    assert "budget.fetches_per_second" in failed["error"]
+    assert status()["allocator"]["budget"] == 7.5
+    d.signal(signal.SIGTERM)
+    assert await d.wait_exit() == 0
+
+
+def test_a_malformed_config_stops_the_daemon_with_the_key_named(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[politeness]\nmin_dely = 2\n")
+    result = _cli("run", "--config", str(bad))
+    assert result.returncode == 2
+    assert "politeness.min_dely" in result.stderr and "min_delay" in result.stderr
+    bad.write_text('[crawl]\nworkers = "many"\n')
+    result = _cli("run", "--config", str(bad))
+    assert result.returncode == 2 and "crawl.workers" in result.stderr
+    result = _cli("run", "--config", str(bad), "--set", "crawl.workers=4", "--set", "nonsense")
+    assert result.returncode == 2 and "section.key=value" in result.stderr
