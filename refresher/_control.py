@@ -101,7 +101,7 @@ class ControlServer:
         except Exception as e:
             log.exception("control request failed", op=req.get("op"))
             return {"ok": False, "error": f"internal error: {e}"}
-        return {"ok": True, **answer}
+        return {**answer, "ok": True}
 
     @staticmethod
     async def _send(stream: trio.abc.Stream, answer: dict[str, Any]) -> None:

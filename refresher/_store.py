@@ -305,17 +305,14 @@ class Store:
             "scheme": np.array([s for _, s in names], dtype=object),
         }
         self.con.register("_new_hosts", batch)
-        try:
-            self.con.execute(
-                """
-                INSERT INTO hosts (id, name, scheme)
-                SELECT ? + row_number() OVER (ORDER BY n.name) - 1, n.name, n.scheme
-                FROM _new_hosts n ANTI JOIN hosts h ON h.name = n.name
-                """,
-                [self._next_host],
-            )
-        finally:
-            self.con.unregister("_new_hosts")
+        self.con.execute(
+            """
+            INSERT INTO hosts (id, name, scheme)
+            SELECT ? + row_number() OVER (ORDER BY n.name) - 1, n.name, n.scheme
+            FROM _new_hosts n ANTI JOIN hosts h ON h.name = n.name
+            """,
+            [self._next_host],
+        )
         self._next_host = self._scalar("SELECT coalesce(max(id), 0) + 1 FROM hosts")
 
     def add_pages(self, pages: Sequence[NewPage], *, now: float) -> list[PageRow]:
@@ -342,11 +339,15 @@ class Store:
                 """,
                 [self._next_page, now, now],
             ).fetchall()
-            self.con.unregister("_new_pages")
             self.con.execute("COMMIT")
         except duckdb.Error as e:
             self.con.execute("ROLLBACK")
             raise StoreError(f"adding pages: {e}") from e
+        finally:
+            # Unregistered after the transaction ended, so a failure shows its own cause.
+            for view in ("_new_hosts", "_new_pages"):
+                with contextlib.suppress(duckdb.Error):
+                    self.con.unregister(view)
         self._next_page += len(rows)
         by_url = {p.url: p for p in unique}
         return [
