@@ -11,6 +11,8 @@ exist) and turns every numeric field into a metric named ``refresher_<component>
   ``metadata["metric"]`` (``"counter"``, ``"gauge"`` or a :class:`MetricSpec`), else a gauge;
 * a mapping field becomes one labelled sample per key (the fetcher's outcomes are
   ``refresher_fetches_total{outcome="timeout"}``), a tuple one sample per index;
+* a nested dataclass is flattened: ``seen.cache.hits`` becomes ``refresher_seen_cache_hits``
+  (its key in :data:`METRICS` is ``"cache.hits"``);
 * booleans become 0 or 1; strings, ``None``, NaN and infinities are left out (no value yet).
 
 A component that is missing, returns ``None`` or raises produces no metrics and the scrape goes
@@ -136,6 +138,21 @@ METRICS: Mapping[str, Mapping[str, MetricSpec]] = {
         "solves": _c("Allocation solves."),
         "last_solve_seconds": _g("Seconds the last allocation solve took."),
     },
+    "seen": {
+        "cache.capacity": _g("Entries the URL-seen CLOCK cache holds at most."),
+        "cache.size": _g("Entries in the URL-seen CLOCK cache."),
+        "cache.hits": _c("URL-seen cache lookups that found their fingerprint."),
+        "cache.misses": _c("URL-seen cache lookups that did not."),
+        "cache.evictions": _c("URL-seen cache entries pushed out by inserts."),
+        "cache.hit_rate": _g("URL-seen cache hits / lookups since start (0 to 1)."),
+        "cache.nbytes": _g("Bytes of the URL-seen cache's arrays."),
+        "urls": _c("URLs given to the URL-seen test."),
+        "batch_duplicates": _c("URLs repeated within one URL-seen call."),
+        "store_lookups": _c("Batched URL-seen lookups in the store."),
+        "store_checked": _c("Fingerprints looked up in the store (cache misses)."),
+        "store_hits": _c("Fingerprints the store knew."),
+        "new": _c("URLs found never seen before."),
+    },
     "notifier": {
         "enabled": _g("1 when NOTIFY_SOCKET names a usable address."),
         "datagrams_sent": _c("sd_notify datagrams the manager accepted."),
@@ -171,12 +188,7 @@ class SnapshotCollector:
             snapshot = self._snapshot(component, source)
             if snapshot is None:
                 continue
-            specs = self._specs.get(component, {})
-            for f in dataclasses.fields(snapshot):
-                spec = specs.get(f.name) or _spec_from(f.metadata.get("metric"))
-                family = _family(component, f.name, getattr(snapshot, f.name), spec)
-                if family is not None:
-                    yield family
+            yield from _families(component, snapshot, self._specs.get(component, {}), "")
 
     def _snapshot(self, component: str, source: Source) -> Any:
         try:
@@ -203,6 +215,21 @@ class SnapshotCollector:
                 error=error,
                 hint="a bug in that component's statistics(); the other metrics are served",
             )
+
+
+def _families(
+    component: str, snapshot: Any, specs: Mapping[str, MetricSpec], prefix: str
+) -> Iterator[Metric]:
+    for f in dataclasses.fields(snapshot):
+        value = getattr(snapshot, f.name)
+        key = prefix + f.name
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            yield from _families(component, value, specs, key + ".")
+            continue
+        spec = specs.get(key) or _spec_from(f.metadata.get("metric"))
+        family = _family(component, key.replace(".", "_"), value, spec)
+        if family is not None:
+            yield family
 
 
 def _spec_from(meta: object) -> MetricSpec:

@@ -23,7 +23,13 @@ from refresher._store import StoreStatistics
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class Seen:
+class Cache:
+    hits: int = 0
+    hit_rate: float = 0.0
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Odd:
     """A component the metrics module has no table entry for."""
 
     lookups: int = dataclasses.field(default=0, metadata={"metric": "counter"})
@@ -31,6 +37,7 @@ class Seen:
     name: str = "clock"
     ready: bool = True
     estimate: float = float("nan")
+    cache: Cache = dataclasses.field(default_factory=Cache)
 
 
 def crawler(**kw: Any) -> CrawlerStatistics:
@@ -109,7 +116,7 @@ class Sources:
 
     def __init__(self) -> None:
         self.crawler = crawler()
-        self.seen: Seen | None = None
+        self.odd: Odd | None = None
 
     def mapping(self) -> dict[str, Callable[[], object]]:
         return {
@@ -119,7 +126,7 @@ class Sources:
             "fetcher": fetcher,
             "allocator": allocator,
             "notifier": notifier,
-            "seen": lambda: self.seen,
+            "odd": lambda: self.odd,
         }
 
 
@@ -207,16 +214,26 @@ async def test_a_component_appears_once_it_exists_with_counters_from_field_metad
     nursery, sources
 ):
     port = await start(nursery, sources.mapping())
-    assert not [n for n in families((await scrape(port)).text) if n.startswith("refresher_seen")]
+    assert not [n for n in families((await scrape(port)).text) if n.startswith("refresher_odd")]
 
-    sources.seen = Seen(lookups=1000, hit_rate=0.8)
+    sources.odd = Odd(lookups=1000, hit_rate=0.8, cache=Cache(hits=7, hit_rate=0.5))
     fam = families((await scrape(port)).text)
-    assert fam["refresher_seen_lookups"].type == "counter"
-    assert fam["refresher_seen_hit_rate"].type == "gauge"
-    assert fam["refresher_seen_hit_rate"].samples[0].value == 0.8
-    assert fam["refresher_seen_ready"].samples[0].value == 1
-    assert "refresher_seen_name" not in fam
-    assert "refresher_seen_estimate" not in fam
+    assert fam["refresher_odd_lookups"].type == "counter"
+    assert fam["refresher_odd_hit_rate"].type == "gauge"
+    assert fam["refresher_odd_hit_rate"].samples[0].value == 0.8
+    assert fam["refresher_odd_ready"].samples[0].value == 1
+    assert fam["refresher_odd_cache_hits"].samples[0].value == 7
+    assert fam["refresher_odd_cache_hit_rate"].samples[0].value == 0.5
+    assert "refresher_odd_name" not in fam
+    assert "refresher_odd_estimate" not in fam
+
+
+async def test_a_nested_snapshot_takes_its_specs_by_dotted_key(nursery):
+    port = await start(nursery, {"seen": lambda: Odd(cache=Cache(hits=3, hit_rate=0.75))})
+    fam = families((await scrape(port)).text)
+    assert fam["refresher_seen_cache_hits"].type == "counter"
+    assert fam["refresher_seen_cache_hits"].samples[0].value == 3
+    assert fam["refresher_seen_cache_hit_rate"].type == "gauge"
 
 
 async def test_a_failing_source_is_left_out_and_the_rest_is_served(nursery, sources):
