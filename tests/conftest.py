@@ -100,12 +100,15 @@ def daemon_config(
 class DaemonProcess:
     """``refresher run`` as a real child process, its JSON log lines in a file."""
 
-    def __init__(self, config: Path, *args: str) -> None:
+    def __init__(self, config: Path, *args: str, env: dict[str, str] | None = None) -> None:
+        """``env`` is added to the environment (after NOTIFY_SOCKET and WATCHDOG_* are removed)."""
         self.config = config
         self.log_path = config.with_suffix(f".{os.getpid()}.{id(self)}.log")
         self._log = self.log_path.open("wb")
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        env.pop("NOTIFY_SOCKET", None)
+        base = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        for name in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"):
+            base.pop(name, None)
+        env = {**base, **(env or {})}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "refresher", "run", "--config", str(config), *args],
             stdout=self._log,
@@ -166,8 +169,8 @@ def daemons() -> Iterator[Callable[..., DaemonProcess]]:
     """Start daemon processes; any left running are killed at the end."""
     started: list[DaemonProcess] = []
 
-    def start(config: Path, *args: str) -> DaemonProcess:
-        d = DaemonProcess(config, *args)
+    def start(config: Path, *args: str, env: dict[str, str] | None = None) -> DaemonProcess:
+        d = DaemonProcess(config, *args, env=env)
         started.append(d)
         return d
 
