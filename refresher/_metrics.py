@@ -79,12 +79,12 @@ class MetricSpec:
     label: str | None = None
 
 
-def _c(help: str, **kw: Any) -> MetricSpec:
-    return MetricSpec(kind="counter", help=help, **kw)
+def _c(doc: str, **kw: Any) -> MetricSpec:
+    return MetricSpec(kind="counter", help=doc, **kw)
 
 
-def _g(help: str, **kw: Any) -> MetricSpec:
-    return MetricSpec(kind="gauge", help=help, **kw)
+def _g(doc: str, **kw: Any) -> MetricSpec:
+    return MetricSpec(kind="gauge", help=doc, **kw)
 
 
 #: Known fields by component. Fields not listed fall back to their dataclass metadata, then to
