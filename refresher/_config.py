@@ -32,6 +32,7 @@ __all__ = [
     "FetchConfig",
     "FrontierConfig",
     "LogConfig",
+    "MetricsConfig",
     "PolicyConfig",
     "PolitenessConfig",
     "RobotsConfig",
@@ -140,6 +141,16 @@ class ControlConfig:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class MetricsConfig:
+    #: TCP port of GET /metrics (Prometheus text format); 0 picks a free one; off when absent
+    port: int | None = None
+    #: address to listen on: an IP literal, loopback unless allow_remote
+    host: str = "127.0.0.1"
+    #: allow a non-loopback host (the endpoint has no authentication: firewall it)
+    allow_remote: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class LogConfig:
     #: "auto" = JSON when stdout is not a terminal, readable when it is
     format: str = "auto"
@@ -166,6 +177,7 @@ class Config:
     robots: RobotsConfig = field(default_factory=RobotsConfig)
     frontier: FrontierConfig = field(default_factory=FrontierConfig)
     control: ControlConfig = field(default_factory=ControlConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
     log: LogConfig = field(default_factory=LogConfig)
     daemon: DaemonConfig = field(default_factory=DaemonConfig)
 
@@ -244,13 +256,20 @@ _CHECKS: dict[str, Callable[[Any], str | None]] = {
     "frontier.max_pages_in_memory": _positive,
     "frontier.back_queues_per_worker": _positive,
     "control.tcp_port": _port,
+    "metrics.port": lambda v: None if 0 <= v < 65536 else "must be 0 (any free port) to 65535",
     "log.format": _one_of("auto", "json", "console"),
     "log.level": _one_of("debug", "info", "warning", "error"),
     "log.progress_interval": _positive,
     "daemon.drain_timeout": _non_negative,
 }
 
-_TYPE_WORDS = {int: "an integer", float: "a number", str: "a string", Path: "a path string"}
+_TYPE_WORDS = {
+    int: "an integer",
+    float: "a number",
+    str: "a string",
+    Path: "a path string",
+    bool: "true or false",
+}
 
 
 def _describe(tp: Any) -> str:
@@ -275,8 +294,10 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
         ok = float(value)
         if not math.isfinite(ok):
             ok = None
-    elif (tp is int and isinstance(value, int) and not isinstance(value, bool)) or (
-        tp is str and isinstance(value, str)
+    elif (
+        (tp is bool and isinstance(value, bool))
+        or (tp is int and isinstance(value, int) and not isinstance(value, bool))
+        or (tp is str and isinstance(value, str))
     ):
         ok = value
     elif tp is Path and isinstance(value, str) and value:

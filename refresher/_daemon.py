@@ -30,6 +30,7 @@ from ._errors import ConfigError, InvalidURL, RefresherError
 from ._fetch import Fetcher
 from ._frontier import Frontier
 from ._logging import configure_logging, get_logger
+from ._metrics import MetricsServer
 from ._notify import Notifier, format_status
 from ._store import HostRow, NewPage, PageRow, Store, StoreService
 from ._url import canonicalize
@@ -168,7 +169,7 @@ class Daemon:
             self.notifier.ready()
             return
         old = self.config
-        for section in ("store", "frontier", "control", "dns"):
+        for section in ("store", "frontier", "control", "dns", "metrics"):
             if getattr(old, section) != getattr(new, section):
                 log.warning("config section changed; takes effect after a restart", section=section)
         if old.crawl.workers != new.crawl.workers:
@@ -184,6 +185,28 @@ class Daemon:
         self.notifier.ready()
 
     # -- services ----------------------------------------------------------------------------
+
+    def _metrics_server(self, c: Config) -> MetricsServer:
+        assert c.metrics.port is not None
+        parts: dict[str, Any] = {
+            "crawler": lambda: self._crawler,
+            "frontier": lambda: self._frontier,
+            "store": lambda: self._store,
+            "fetcher": lambda: self._fetcher,
+            "allocator": lambda: self._allocator,
+        }
+
+        def snapshot(get: Callable[[], Any]) -> Callable[[], object]:
+            return lambda: part.statistics() if (part := get()) is not None else None
+
+        sources = {name: snapshot(get) for name, get in parts.items()}
+        sources["notifier"] = self.notifier.statistics
+        return MetricsServer(
+            port=c.metrics.port,
+            host=c.metrics.host,
+            allow_remote=c.metrics.allow_remote,
+            sources=sources,
+        )
 
     async def _heartbeat(
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
@@ -309,6 +332,9 @@ class Daemon:
                 await work.start(crawler.run)
                 control = ControlServer(c.control_socket, self._handle, tcp_port=c.control.tcp_port)
                 await services.start(control.run)
+                if c.metrics.port is not None:
+                    port = await services.start(self._metrics_server(c).run)
+                    log.info("metrics serving", url=f"http://{c.metrics.host}:{port}/metrics")
                 await services.start(self._heartbeat)
                 await services.start(self._progress)
                 # The watchdog pings while both the event loop and the frontier's loader turn.

@@ -288,3 +288,29 @@ def test_a_malformed_config_stops_the_daemon_with_the_key_named(tmp_path):
     assert result.returncode == 2 and "crawl.workers" in result.stderr
     result = _cli("run", "--config", str(bad), "--set", "crawl.workers=4", "--set", "nonsense")
     assert result.returncode == 2 and "section.key=value" in result.stderr
+
+
+async def test_metrics_are_scraped_from_a_running_daemon(site, short_dir, daemons):
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    s, port = site
+    config = daemon_config(short_dir, port=port, seeds=s.urls(), metrics={"port": 0})
+    d = daemons(config)
+    await d.ready()
+    url = (await wait_for(lambda: d.event("metrics serving"), what="metrics"))["url"]
+    assert url.startswith("http://127.0.0.1:")
+    await wait_for(lambda: d.acknowledged() >= 10, what="some fetches")
+    async with httpx.AsyncClient() as client:
+        response = await client.get(url)
+    assert response.status_code == 200
+    samples = {
+        sample.name: sample.value
+        for family in text_string_to_metric_families(response.text)
+        for sample in family.samples
+    }
+    assert samples["refresher_crawler_fetches_total"] >= 10
+    assert samples["refresher_store_pages"] == len(s.urls())
+    assert "refresher_frontier_in_memory" in samples
+    d.signal(signal.SIGTERM)
+    assert await d.wait_exit() == 0
