@@ -98,6 +98,17 @@ def _parser() -> argparse.ArgumentParser:
     _common(status)
     status.add_argument("--json", action="store_true", help="machine-readable output")
 
+    for name, text in (
+        ("pause", "stop fetching from a host"),
+        ("resume", "fetch from a host again"),
+    ):
+        host_cmd = sub.add_parser(name, help=f"{text} (running daemon, or the file)")
+        _common(host_cmd)
+        host_cmd.add_argument("host", help='the host key, e.g. "example.org" or "example.org:8080"')
+
+    reload = sub.add_parser("reload", help="make the running daemon re-read its config (SIGHUP)")
+    _common(reload)
+
     site = sub.add_parser("site", help="serve the small local demo web on loopback")
     site.add_argument("--hosts", type=int, default=5)
     site.add_argument("--pages", type=int, default=20, help="pages per host")
@@ -213,6 +224,37 @@ def _cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_pause(args: argparse.Namespace) -> int:
+    from ._store import Store
+
+    config = _loader(args)()
+    paused = args.command == "pause"
+    try:
+        request(config.control_socket, {"op": args.command, "host": args.host})
+        where = "running daemon"
+    except ControlError as e:
+        if "unknown host" in str(e):
+            raise
+        store = Store(config.store.path, memory_limit=config.store.memory_limit)
+        try:
+            found = store.set_paused(args.host, paused)
+        finally:
+            store.close()
+        if not found:
+            print(f"refresher {args.command}: unknown host {args.host!r}", file=sys.stderr)
+            return 1
+        where = str(config.store.path)
+    print(f"{args.host}: {'paused' if paused else 'resumed'} ({where})")
+    return 0
+
+
+def _cmd_reload(args: argparse.Namespace) -> int:
+    config = _loader(args)()
+    request(config.control_socket, {"op": "reload"})
+    print("configuration reloaded")
+    return 0
+
+
 def _cmd_site(args: argparse.Namespace) -> int:
     from ._site import main as site_main
 
@@ -244,6 +286,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _cmd_seed(args)
         if args.command == "status":
             return _cmd_status(args)
+        if args.command in ("pause", "resume"):
+            return _cmd_pause(args)
+        if args.command == "reload":
+            return _cmd_reload(args)
         if args.command == "site":
             return _cmd_site(args)
         if args.command == "demo":

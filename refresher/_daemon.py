@@ -155,6 +155,8 @@ class Daemon:
             if not found:
                 raise ValueError(f"unknown host {host!r}; see `refresher status` for hosts")
             self._frontier.set_paused(host, paused)
+            # The loader skips paused hosts: reload so their held pages go, or come back.
+            self._frontier.reset()
             return {"host": host, "paused": paused}
         raise ValueError(f"unknown op {op!r}; known: status, seed, reload, pause, resume")
 

@@ -372,7 +372,8 @@ class Store:
             SELECT p.id, p.url, p.host_id, h.name, p.due_at, p.etag, p.last_modified,
                    p.digest, p.target_rate
             FROM pages p JOIN hosts h ON h.id = p.host_id
-            WHERE p.status <> 'gone' AND (p.due_at, p.id) > (?, ?) AND p.due_at <= ?
+            WHERE p.status <> 'gone' AND NOT h.paused
+              AND (p.due_at, p.id) > (?, ?) AND p.due_at <= ?
             ORDER BY p.due_at, p.id
             LIMIT ?
             """,

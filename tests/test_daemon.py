@@ -314,3 +314,31 @@ async def test_metrics_are_scraped_from_a_running_daemon(site, short_dir, daemon
     assert "refresher_frontier_in_memory" in samples
     d.signal(signal.SIGTERM)
     assert await d.wait_exit() == 0
+
+
+async def test_a_paused_host_is_left_alone_until_resumed(site, short_dir, daemons):
+    s, port = site
+    config = daemon_config(short_dir, port=port, seeds=s.urls())
+    d = daemons(config)
+    await d.ready()
+    await wait_for(lambda: len(s.requests.entries(host="b.sim.test")) >= 3, what="b fetched")
+    result = _cli("pause", "--config", str(config), "b.sim.test")
+    assert result.returncode == 0 and "paused (running daemon)" in result.stdout
+    # at most the one request in flight at the pause may still arrive
+    paused_at = len(s.requests.entries(host="b.sim.test")) + 1
+    await wait_for(
+        lambda: (
+            len(s.requests.entries(host="a.sim.test")) >= 15
+            and len(s.requests.entries(host="c.sim.test")) >= 15
+        ),
+        what="others go on",
+    )
+    assert len(s.requests.entries(host="b.sim.test")) <= paused_at
+    assert _cli("pause", "--config", str(config), "nowhere.test").returncode == 1
+    result = _cli("resume", "--config", str(config), "b.sim.test")
+    assert result.returncode == 0
+    await wait_for(
+        lambda: len(s.requests.entries(host="b.sim.test")) > paused_at + 2, what="b fetched again"
+    )
+    d.signal(signal.SIGTERM)
+    assert await d.wait_exit() == 0
