@@ -104,6 +104,9 @@ class Crawler:
 
     async def _refresh(self, lease: Lease) -> None:
         host, page = lease.host, lease.page
+        if host.paused:  # paused while this worker waited for a budget token
+            self._frontier.requeue(lease)
+            return
         now = self._wall()
         if host.robots is None or (host.robots_expires_at or 0.0) <= now:
             if host.robots_body is not None and (host.robots_expires_at or 0.0) > now:

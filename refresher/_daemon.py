@@ -151,10 +151,11 @@ class Daemon:
                 raise ValueError(f'{op} needs "host": a host name such as "example.org"')
             assert self._store is not None and self._frontier is not None
             paused = op == "pause"
+            # In memory first: no new request to the host starts while the store catches up.
+            self._frontier.set_paused(host, paused)
             found = await self._store.call(lambda s: s.set_paused(host, paused))
             if not found:
                 raise ValueError(f"unknown host {host!r}; see `refresher status` for hosts")
-            self._frontier.set_paused(host, paused)
             # The loader skips paused hosts: reload so their held pages go, or come back.
             self._frontier.reset()
             return {"host": host, "paused": paused}
