@@ -271,3 +271,12 @@ def test_every_reason_says_what_to_do() -> None:
     for url in bad:
         text = reason(url)
         assert any(verb in text for verb in ("use", "give", "check", "remove", "shorten")), text
+
+
+def test_a_link_that_cannot_be_resolved_against_its_base_is_refused_saying_so() -> None:
+    with pytest.raises(InvalidURL) as info:
+        canonicalize("//[::1/x", base="http://h.example/")
+    assert "cannot be resolved against the base URL" in info.value.reason
+    with pytest.raises(InvalidURL) as info:
+        canonicalize("mailto:x@h.example", base="http://h.example/")
+    assert "scheme 'mailto' is not crawled" in info.value.reason
