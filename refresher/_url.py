@@ -115,13 +115,15 @@ def canonicalize(
     ``base`` resolves a relative ``url`` (a link on the page at ``base``). ``strip_params``
     names query and path parameters to remove (see :data:`TRACKING_PARAMS`); None keeps all.
     """
-    if not isinstance(url, str) or (base is None and not url.strip(_EDGE_JUNK)):
-        raise InvalidURL(str(url), "empty URL; give an absolute http:// or https:// URL")
+    if not isinstance(url, str):
+        raise InvalidURL(str(url), "not text; give an absolute http:// or https:// URL")
     if len(url) > MAX_URL_LENGTH:
         raise InvalidURL(
             _shorten(url), f"longer than {MAX_URL_LENGTH} characters; shorten it or skip it"
         )
     text = url.strip(_EDGE_JUNK)
+    if not text and base is None:
+        raise InvalidURL(url, "empty URL; give an absolute http:// or https:// URL")
     _refuse_bad_characters(url, text)
     if base is not None:
         _refuse_bad_characters(base, base)
