@@ -22,7 +22,6 @@ its first byte to its last response byte, so tests can check politeness at the s
 from __future__ import annotations
 
 import argparse
-import bisect
 import gzip
 import hashlib
 import html
@@ -90,7 +89,7 @@ _SLOW_BODY_INTERVAL = 0.2  # seconds between bytes of /hostile/slow-body
 _DAY = 86400.0
 # Chunk sizes for drawing change times: fixed, so the draws never depend on query order.
 _FIRST_CHUNK = 16
-_MAX_CHUNK = 65536
+_MAX_CHUNK = 4096
 
 _WORD_TEXT = (
     "crawler fresh page change rate poisson budget refresh host queue politeness delay "
@@ -263,6 +262,10 @@ class RequestLog:
             if (host is None or r.host == host) and (path is None or r.path == path)
         ]
 
+    def hosts(self) -> list[str]:
+        """The hosts that appear in the log, sorted."""
+        return sorted({r.host for r in self._entries})
+
     def by_start(self, host: str) -> list[RequestRecord]:
         """One host's records in order of arrival."""
         return sorted(self.entries(host=host), key=lambda r: r.started)
@@ -304,13 +307,17 @@ def _stable_hash(*parts: str) -> int:
 
 
 class _ChangeProcess:
-    """The change times of one page, drawn lazily; ``version(t)`` counts changes ≤ t."""
+    """The change times of one page, drawn lazily; ``version(t)`` counts changes ≤ t.
+
+    Times are kept in a float64 array (8 bytes a change, a quarter of a list of floats): the
+    ground truth of a long simulation is all the changes of all pages.
+    """
 
     __slots__ = (
         "_chunk",
         "_hi",
-        "_last",
         "_lo",
+        "_n",
         "_rng",
         "_seed",
         "_times",
@@ -325,22 +332,30 @@ class _ChangeProcess:
         self._seed = (seed & (2**63 - 1), key)
         # Made on the first draw: a generator costs ~0.1 ms, and many pages are never asked.
         self._rng: np.random.Generator | None = None
-        self._times: list[float] = []
-        self._last = start  # the last drawn change time (start before any draw)
+        self._times = np.empty(0)  # capacity; the first _n entries are drawn change times
+        self._n = 0
         self._chunk = _FIRST_CHUNK
         # The cached answer: version _v holds on [_lo, _hi).
         self._v = 0
         self._lo = start
         self._hi = start if rate > 0 else math.inf
 
+    def _last(self) -> float:
+        return float(self._times[self._n - 1]) if self._n else self.start
+
     def _draw_past(self, t: float) -> None:
         if self._rng is None:
             self._rng = np.random.default_rng(np.random.SeedSequence(list(self._seed)))
-        while self._last <= t:
-            gaps = self._rng.exponential(1.0 / self.rate, size=self._chunk)
-            drawn = np.cumsum(gaps) + self._last
-            self._times.extend(drawn.tolist())
-            self._last = float(drawn[-1])
+        last = self._last()
+        while last <= t:
+            drawn = np.cumsum(self._rng.exponential(1.0 / self.rate, size=self._chunk)) + last
+            if self._n + len(drawn) > len(self._times):
+                grown = np.empty(max(2 * len(self._times), self._n + len(drawn)))
+                grown[: self._n] = self._times[: self._n]
+                self._times = grown
+            self._times[self._n : self._n + len(drawn)] = drawn
+            self._n += len(drawn)
+            last = float(drawn[-1])
             self._chunk = min(self._chunk * 2, _MAX_CHUNK)
 
     def version(self, t: float) -> int:
@@ -349,21 +364,22 @@ class _ChangeProcess:
         if t < self.start:
             return 0
         self._draw_past(t)
-        v = bisect.bisect_right(self._times, t)
+        v = int(np.searchsorted(self._times[: self._n], t, side="right"))
         self._v = v
-        self._lo = self._times[v - 1] if v else self.start
-        self._hi = self._times[v]
+        self._lo = self.modified(v)
+        self._hi = float(self._times[v])
         return v
 
     def modified(self, v: int) -> float:
         """When version ``v`` came to be (the start for version 0)."""
-        return self._times[v - 1] if v else self.start
+        return float(self._times[v - 1]) if v else self.start
 
     def times_until(self, until: float) -> np.ndarray:
         if self.rate <= 0 or until < self.start:
             return np.empty(0)
         self._draw_past(until)
-        return np.asarray(self._times[: bisect.bisect_right(self._times, until)])
+        n = int(np.searchsorted(self._times[: self._n], until, side="right"))
+        return self._times[:n].copy()
 
 
 # ----------------------------------------------------------------------------- pages and hosts

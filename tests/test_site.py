@@ -668,6 +668,7 @@ async def test_the_log_shows_overlapping_requests_to_one_host(serve: Serve) -> N
     async with client(port) as c:
         await c.get("/", headers=A)
         await c.get("/", headers=A)
+    assert site.requests.hosts() == ["a.sim.test"]
     assert site.requests.overlapping("a.sim.test") == []
     assert all(gap >= 0 for gap in site.requests.gaps("a.sim.test"))
     assert len(site.requests.gaps("a.sim.test")) == 1
