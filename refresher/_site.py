@@ -5,7 +5,11 @@ the crawler reaches them through static DNS overrides that pin every name to 127
 The server is written on trio + h11 because the stdlib ``http.server`` speaks HTTP/1.0 at a
 few hundred requests per second, and the benchmark needs the crawler, not the server, to be
 the bottleneck at 1,000 fetches per second. Connections are kept alive (the crawler keeps one
-per host) and pipelined requests are answered in order.
+per host) and pipelined requests are answered in order. For speed, a plain GET/HEAD head is
+parsed by a strict fast path (a subset of what h11 accepts, checked against h11 by the
+tests); h11 parses everything else, request bodies included, and rejects what is malformed.
+Responses come in a few fixed shapes and are written directly. About 150 µs of CPU per
+request in all, some 6,000 requests per second on one core (bench/bench_site.py).
 
 Every page changes as a Poisson process with its own true rate (changes per second). Change
 times are drawn lazily from a generator seeded by (site seed, host, path), in a fixed chunk

@@ -748,7 +748,7 @@ _damage = st.one_of(
 )
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(
     line=_request_lines,
     fields=_fields,
