@@ -140,8 +140,13 @@ class Processor(Protocol):
     """A processing module: turns a document of one of ``mime_types`` into an
     :class:`Extracted`. ``process`` must not raise on bad input; count it in ``skipped``."""
 
-    name: str
-    mime_types: tuple[str, ...]
+    # Read-only members, so a plain class attribute such as ``mime_types = ("text/csv",)``
+    # satisfies the protocol.
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def mime_types(self) -> tuple[str, ...]: ...
 
     def process(self, doc: Document) -> Extracted: ...
 
@@ -180,7 +185,12 @@ def _resolve(raw: str, base: str, max_length: int) -> str:
     # Browsers percent-encode spaces in paths; in a host the encoded space fails the host test.
     text = text.replace(" ", "%20")
     try:
-        url = urljoin(base, text).partition("#")[0]
+        if "/." in text or not text.startswith(("/", "http://", "https://")) or text[:2] == "//":
+            url = urljoin(base, text).partition("#")[0]
+        elif text[0] == "/":  # the usual href, and urljoin is slow: the base's origin + path
+            url = _origin(base) + text.partition("#")[0]
+        else:  # absolute, without dot segments: nothing to resolve
+            url = text.partition("#")[0]
         parts = urlsplit(url)
     except ValueError as e:
         raise _Skip("bad_url") from e
@@ -192,6 +202,12 @@ def _resolve(raw: str, base: str, max_length: int) -> str:
     if reason is not None:
         raise _Skip(reason)
     return url
+
+
+@lru_cache(maxsize=256)
+def _origin(base: str) -> str:
+    parts = urlsplit(base)
+    return f"{parts.scheme}://{parts.netloc}"
 
 
 @lru_cache(maxsize=4096)
@@ -244,13 +260,13 @@ _SUPERSETS = {
     "big5": "big5hkscs",
     "tis-620": "cp874",
     "iso8859-11": "cp874",
+    "utf-16": "utf-16-le",  # WHATWG's "utf-16"; Python's would demand a byte order mark
 }
 # The web's encodings (WHATWG Encoding Standard) as Python names; anything else is refused,
 # so a page cannot pick unicode_escape, utf-7 or a bytes-to-bytes codec.
 _WEB_CODECS = frozenset(
     {
         "utf-8",
-        "utf-16",
         "utf-16-le",
         "utf-16-be",
         "cp866",
@@ -302,7 +318,7 @@ def _decodes(body: bytes, codec: str, start: int) -> bool:
         for i in range(start, len(body), 16 * _CHUNK):
             decoder.decode(view[i : i + 16 * _CHUNK])
         decoder.decode(b"", True)
-    except UnicodeDecodeError:
+    except UnicodeError:
         return False
     return True
 
@@ -326,17 +342,17 @@ def _choose_charset(
                 skipped["charset"] += 1
             return codec, len(bom), errors
     declared = None
-    labels: list[str] = []
+    labels: list[tuple[str, bool]] = []  # (label, found in the document)
     if content_type and (m := _CHARSET_PARAM.search(content_type)):
-        labels.append(m.group(1))
+        labels.append((m.group(1), False))
     head = body[:_PRESCAN]
     for pattern in (_META_CHARSET, _XML_ENCODING):
         if m2 := pattern.search(head):
-            labels.append(m2.group(1).decode("ascii"))
-    for index, label in enumerate(labels):
+            labels.append((m2.group(1).decode("ascii"), True))
+    for label, in_document in labels:
         declared = _codec(label)
         if declared is not None:
-            if index > 0 and declared.startswith("utf-16"):
+            if in_document and declared.startswith("utf-16"):
                 declared = "utf-8"  # a UTF-16 page cannot declare itself in ASCII (WHATWG)
             break
         skipped["charset"] += 1
@@ -379,10 +395,14 @@ _FLUSH = 64 * 1024  # characters of one text run held before tokenising part of 
 _U64 = np.uint64
 
 
-@lru_cache(maxsize=1 << 16)
-def _token_hash(token: str) -> int:
+def _hash_token(token: str) -> int:
     digest = blake2b(token.encode("utf-8", "surrogatepass"), digest_size=8).digest()
     return int.from_bytes(digest, "little")
+
+
+# Words repeat, so their hashes are cached; only short ones, so the cache stays small.
+_cached_token_hash = lru_cache(maxsize=1 << 14)(_hash_token)
+_CACHED_TOKEN = 48  # characters
 
 
 def _mix(x: NDArray[np.uint64]) -> NDArray[np.uint64]:
@@ -415,20 +435,17 @@ class _Simhash:
         self._shingles = 0
         self._tokens = 0
 
-    def feed(self, text: str, *, gap: bool = False) -> None:
-        """Add text. With ``gap`` it starts a new word; without, a word may go on from the
-        previous call (lxml splits text nodes anywhere)."""
-        parts = self._parts
-        if gap and parts:
-            parts.append(" ")
-        if len(text) <= _FLUSH:  # the usual case, kept cheap: one call per text node
-            parts.append(text)
-            self._size += len(text)
-            if self._size >= _FLUSH:
-                self._flush(final=False)
+    def feed(self, text: str) -> None:
+        """Add text; a word may go on from the previous call (lxml splits text nodes
+        anywhere). Text is tokenised in batches of about ``_FLUSH`` characters."""
+        if len(text) > _FLUSH:
+            for i in range(0, len(text), _FLUSH):
+                self.feed(text[i : i + _FLUSH])
             return
-        for i in range(0, len(text), _FLUSH):  # bounded batches, whatever the caller passes
-            self.feed(text[i : i + _FLUSH])
+        self._parts.append(text)
+        self._size += len(text)
+        if self._size >= _FLUSH:
+            self._flush(final=False)
 
     def _flush(self, *, final: bool) -> None:
         joined = "".join(self._parts)
@@ -460,7 +477,12 @@ class _Simhash:
             return
         self._tokens += len(words)
         hashes = self._hashes
-        hashes.extend(map(_token_hash, words))
+        if len(max(words, key=len)) <= _CACHED_TOKEN:
+            hashes.extend(map(_cached_token_hash, words))
+        else:
+            hashes.extend(
+                _cached_token_hash(w) if len(w) <= _CACHED_TOKEN else _hash_token(w) for w in words
+            )
         if len(hashes) >= _BLOCK:
             self._combine()
 
@@ -604,8 +626,10 @@ class _HtmlTarget:
 
     def data(self, data: str) -> None:
         if not self._hidden:
-            self.text.feed(data, gap=self._gap)
-            self._gap = False
+            if self._gap:
+                self._gap = False
+                data = " " + data
+            self.text.feed(data)
 
     def close(self) -> None:
         return None
@@ -746,6 +770,8 @@ class HtmlLinks:
             # lxml refuses an empty document; anything else it refuses is counted
             if target.started:
                 skipped["parse_error"] += 1
+        except UnicodeError:  # a codec that fails even with errors="replace"
+            skipped["charset"] += 1
         noindex, nofollow = target.noindex, target.nofollow
         if doc.robots_tag:
             header_noindex, header_nofollow = _robots_directives(doc.robots_tag)
@@ -768,7 +794,7 @@ class HtmlLinks:
 _GZIP_MAGIC = b"\x1f\x8b"
 _W3C_DATETIME = re.compile(
     r"""(\d{4})(?:-(\d{2})(?:-(\d{2})
-        (?:[T ](\d{2}):(\d{2})(?::(\d{2})(?:\.\d+)?)?
+        (?:[T ](\d{2}):(\d{2})(?::(\d{2})(\.\d+)?)?
            \s*(Z|[+-]\d{2}:?\d{2})?)?)?)?""",
     re.VERBOSE | re.IGNORECASE,
 )
@@ -781,7 +807,7 @@ def _lastmod_seconds(text: str) -> float | None:
     m = _W3C_DATETIME.fullmatch(text.strip())
     if m is None:
         return None
-    year, month, day, hour, minute, second, zone = m.groups()
+    year, month, day, hour, minute, second, fraction, zone = m.groups()
     tz = UTC
     if zone and zone.upper() != "Z":
         sign = -1 if zone[0] == "-" else 1
@@ -802,7 +828,7 @@ def _lastmod_seconds(text: str) -> float | None:
         )
     except ValueError:
         return None
-    return moment.timestamp()
+    return moment.timestamp() + (float(fraction) if fraction else 0.0)
 
 
 def _sitemap_bytes(body: bytes, limit: int, skipped: Counter[str]) -> Iterator[bytes]:
@@ -855,7 +881,9 @@ def _local(tag: object) -> str:
 
 
 class _SitemapReader:
-    """Consumes lxml pull events; each entry is read and then dropped from the tree."""
+    """Consumes lxml pull events. Every element is dropped from the tree as soon as it ends,
+    unless an entry still needs it (its ``loc`` and ``lastmod``), so the tree never holds more
+    than one entry whatever the document nests or repeats."""
 
     def __init__(self, owner: Sitemaps, url: str, skipped: Counter[str]) -> None:
         self._owner = owner
@@ -863,41 +891,55 @@ class _SitemapReader:
         self.skipped = skipped
         self.root: Any = None
         self.kind = ""
+        self._entry_tag = ""  # "{namespace}url" or "{namespace}sitemap", as the root's
+        self._loc = self._lastmod = ""
+        self._depth = 0  # of the element an event is about; the root is 1
+        self._markup = False  # an element inside this entry's loc or lastmod
         self.links: dict[str, str] = {}
         self.lastmod: dict[str, float] = {}
 
     def take(self, events: Iterable[tuple[str, Any]]) -> bool:
         """Handle events; False once the document turned out not to be a sitemap."""
         for event, element in events:
-            if self.root is None:
-                self.root = element
-                name = _local(element.tag)
-                if name not in ("urlset", "sitemapindex"):
-                    self.skipped["not_sitemap"] += 1
-                    return False
-                self.kind = "url" if name == "urlset" else "sitemap"
+            if event == "start":
+                self._depth += 1
+                if self.root is None:
+                    self.root = element
+                    name = _local(element.tag)
+                    if name not in ("urlset", "sitemapindex"):
+                        self.skipped["not_sitemap"] += 1
+                        return False
+                    self.kind = "url" if name == "urlset" else "sitemap"
+                    namespace = element.tag[: -len(name)]
+                    self._entry_tag = namespace + self.kind
+                    self._loc, self._lastmod = namespace + "loc", namespace + "lastmod"
                 continue
-            if event != "end" or element.getparent() is not self.root:
+            depth = self._depth
+            self._depth -= 1
+            if depth == 1:
                 continue
-            if _local(element.tag) == self.kind:
-                self._entry(element)
-            element.clear()
-            while element.getprevious() is not None:
-                del self.root[0]
+            if depth == 2:  # an entry (or something else) at the top level
+                if element.tag == self._entry_tag:
+                    self._entry(element)
+                self._markup = False
+            elif depth == 3 and element.tag in (self._loc, self._lastmod):
+                continue  # kept until its entry ends
+            elif depth == 4 and element.getparent().tag in (self._loc, self._lastmod):
+                self._markup = True
+            element.getparent().remove(element)
         return True
 
     def _entry(self, element: Any) -> None:
         loc = lastmod = None
         for child in element:
-            name = _local(child.tag)
-            if name == "loc" and loc is None:
-                if len(child):  # an entity reference left unexpanded, or markup
+            if child.tag == self._loc and loc is None:
+                if len(child):  # an entity reference left unexpanded
                     self.skipped["entity"] += 1
                     return
                 loc = (child.text or "").strip()
-            elif name == "lastmod" and lastmod is None:
+            elif child.tag == self._lastmod and lastmod is None:
                 lastmod = child.text or ""
-        if not loc:
+        if self._markup or not loc:  # no URL, or one that markup cut into pieces
             self.skipped["bad_url"] += 1
             return
         try:
@@ -1015,7 +1057,8 @@ def _load_plugins() -> dict[str, Processor]:
             where = f"entry point {ep.name!r} ({ep.value}) in group {ENTRY_POINT_GROUP!r}"
             try:
                 obj = ep.load()
-                if not isinstance(obj, Processor) and callable(obj):
+                # A class has the protocol's attributes too; it is the factory, not the processor.
+                if isinstance(obj, type) or (not isinstance(obj, Processor) and callable(obj)):
                     obj = obj()
                 loaded[_check(obj, where).name] = obj
             except Exception as e:
