@@ -167,6 +167,7 @@ _TAB_NEWLINE = str.maketrans("", "", "\t\n\r")  # removed anywhere in a URL (WHA
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*:")
 _HOST_CHARS = re.compile(r"[a-z0-9_.\-]+")
+_HTTP_AUTHORITY = re.compile(r"(https?)://([^/?#]*)", re.IGNORECASE)
 
 
 def _resolve(raw: str, base: str, max_length: int) -> str:
@@ -191,14 +192,14 @@ def _resolve(raw: str, base: str, max_length: int) -> str:
             url = _origin(base) + text.partition("#")[0]
         else:  # absolute, without dot segments: nothing to resolve
             url = text.partition("#")[0]
-        parts = urlsplit(url)
     except ValueError as e:
         raise _Skip("bad_url") from e
-    if parts.scheme not in ("http", "https"):
-        raise _Skip("scheme")
+    authority = _HTTP_AUTHORITY.match(url)
+    if authority is None:
+        raise _Skip("bad_url" if url[:5].lower() in ("http:", "https") else "scheme")
     if len(url) > max_length:
         raise _Skip("too_long")
-    reason = _netloc_refusal(parts.scheme, parts.netloc)
+    reason = _netloc_refusal(authority.group(1).lower(), authority.group(2))
     if reason is not None:
         raise _Skip(reason)
     return url
