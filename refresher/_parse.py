@@ -13,9 +13,10 @@ The crawler hands each fetched :class:`Document` to :func:`process`, which runs 
 
 Third-party processors plug in through the entry-point group ``refresher.processors`` (read
 lazily, once) or :func:`register`. Bad input never raises: what cannot be used is skipped and
-counted in :attr:`Extracted.skipped` under a short reason. Both built-ins stream: lxml calls
-back per element, no tree is built, and at most ``max_links`` links are kept, so memory stays
-bounded however large or deep the page is.
+counted in :attr:`Extracted.skipped` under a short reason. Both built-ins stream, so memory
+stays bounded however large or deep the document is: HTML goes through lxml callbacks without
+a tree and keeps at most ``max_links`` links; a sitemap goes through pull events, each element
+dropped from the tree as soon as it is read.
 """
 
 from __future__ import annotations
@@ -126,6 +127,13 @@ class Extracted:
     lastmod: tuple[tuple[str, float], ...] = ()
     fingerprint: int | None = None
     skipped: Mapping[str, int] = field(default_factory=_frozen_counts, hash=False)
+
+    def __post_init__(self) -> None:
+        # Whatever a third-party processor passes, the result is immutable.
+        object.__setattr__(self, "links", tuple(self.links))
+        object.__setattr__(self, "lastmod", tuple(self.lastmod))
+        if not isinstance(self.skipped, MappingProxyType):
+            object.__setattr__(self, "skipped", _frozen_counts(self.skipped))
 
     def follow(self) -> tuple[Link, ...]:
         """The links a polite crawler may follow: none under meta robots nofollow, else those
@@ -388,12 +396,16 @@ def _decoded_chunks(body: bytes, codec: str, start: int, errors: str) -> Iterato
 _TOKEN_TABLE = str.maketrans(
     {**{c: " " for c in string.punctuation}, **{d: "0" for d in string.digits}}
 )
-_SEPARATORS = frozenset(string.whitespace + string.punctuation)
+_PUNCTUATION = frozenset(string.punctuation)
 _LONGEST_WORD = 256  # characters looked back for the start of a word cut by a batch end
 _SHINGLE = 3  # words per shingle
 _BLOCK = 8192  # token hashes combined per numpy step (the bit matrix is _BLOCK x 64 bytes)
 _FLUSH = 64 * 1024  # characters of one text run held before tokenising part of it
 _U64 = np.uint64
+
+
+def _separates(char: str) -> bool:
+    return char in _PUNCTUATION or char.isspace()  # as the tokeniser splits
 
 
 def _hash_token(token: str) -> int:
@@ -453,7 +465,7 @@ class _Simhash:
         cut = len(joined)
         if not final:  # keep back a word that may go on in the next call
             stop = max(cut - _LONGEST_WORD, 0)
-            while cut > stop and joined[cut - 1] not in _SEPARATORS:
+            while cut > stop and not _separates(joined[cut - 1]):
                 cut -= 1
             if cut == stop:  # no separator near the end: cut the overlong word anywhere
                 cut = len(joined)
@@ -521,7 +533,7 @@ class _Simhash:
 
 def simhash(text: str) -> int | None:
     """The 64-bit simhash (0 ≤ value < 2**64) of ``text``'s 3-word shingles; None when the
-    text has no words. Digit runs are masked (see :func:`meaningful_change`)."""
+    text has no words. Every digit reads as "0" (see :func:`meaningful_change`)."""
     h = _Simhash()
     h.feed(text)
     return h.value()
@@ -588,7 +600,6 @@ class _HtmlTarget:
 
     def __init__(self, owner: HtmlLinks, url: str, skipped: Counter[str]) -> None:
         self._owner = owner
-        self._doc_url = url
         self._base = url
         self._base_seen = False
         self.skipped = skipped
@@ -786,7 +797,7 @@ class HtmlLinks:
             noindex=noindex,
             nofollow=nofollow,
             fingerprint=target.text.value(),
-            skipped=_frozen_counts(skipped),
+            skipped=skipped,
         )
 
 
@@ -1024,7 +1035,7 @@ class Sitemaps:
         return Extracted(
             links=tuple(Link(url=url, kind=kind) for url, kind in reader.links.items()),
             lastmod=tuple(reader.lastmod.items()),
-            skipped=_frozen_counts(skipped),
+            skipped=skipped,
         )
 
 
@@ -1102,10 +1113,11 @@ def _mime(content_type: str | None) -> str:
 
 def _accepts(processor: Processor, mime: str) -> bool:
     major = mime.partition("/")[0]
-    return any(
-        m == mime or m == "*/*" or (m.endswith("/*") and m[:-2] == major)
-        for m in processor.mime_types
-    )
+    for declared in processor.mime_types:
+        m = declared.lower()
+        if m == mime or m == "*/*" or (m.endswith("/*") and m[:-2] == major):
+            return True
+    return False
 
 
 _SITEMAP_SUFFIXES = (".xml", ".xml.gz")
@@ -1125,7 +1137,7 @@ def processors_for(content_type: str | None, *, url: str | None = None) -> tuple
         and sitemaps is not None
         and sitemaps not in chosen
         and mime not in _HTML_MIMES
-        and urlsplit(url).path.lower().endswith(_SITEMAP_SUFFIXES)
+        and url.partition("#")[0].partition("?")[0].lower().endswith(_SITEMAP_SUFFIXES)
     ):
         chosen.append(sitemaps)
     return tuple(chosen)
@@ -1153,10 +1165,13 @@ def process(doc: Document) -> Extracted:
     results: list[Extracted] = []
     for processor in chosen:
         try:
-            results.append(processor.process(doc))
+            result = processor.process(doc)
+            if not isinstance(result, Extracted):
+                raise TypeError(f"process() returned {type(result).__name__}, not Extracted")
         except Exception:
             log.exception("processor_failed", processor=processor.name, url=doc.url)
-            results.append(Extracted(skipped=_frozen_counts({"processor_error": 1})))
+            result = Extracted(skipped={"processor_error": 1})
+        results.append(result)
     return _merge(results)
 
 
@@ -1179,7 +1194,7 @@ def _merge(results: list[Extracted]) -> Extracted:
         nofollow=any(r.nofollow for r in results),
         lastmod=tuple(lastmod.items()),
         fingerprint=next((r.fingerprint for r in results if r.fingerprint is not None), None),
-        skipped=_frozen_counts(skipped),
+        skipped=skipped,
     )
 
 

@@ -605,6 +605,19 @@ def test_simhash_does_not_depend_on_how_text_is_split(text: str, cuts: list[int]
     assert streamed.value() == simhash(text)
 
 
+def test_simhash_of_long_text_does_not_depend_on_how_it_is_split() -> None:
+    rng = random.Random(3)
+    vocabulary = ["alpha", "beta", "gamma", "delta", "épsilon", "zeta!", "eta,", "θήτα", "42"]
+    text = " ".join(rng.choice(vocabulary) for _ in range(60_000))  # ~350 kB, several batches
+    streamed = _parse._Simhash()
+    position = 0
+    while position < len(text):
+        step = rng.randrange(1, 90_000)
+        streamed.feed(text[position : position + step])
+        position += step
+    assert streamed.value() == simhash(text)
+
+
 def test_simhash_of_a_long_text_is_computed_in_bounded_batches() -> None:
     assert simhash("word " * 300_000) == simhash("word word word")
 
@@ -762,6 +775,31 @@ def test_a_processor_that_raises_is_logged_and_counted(clean_registry: None) -> 
     assert result.skipped == {"processor_error": 1}
     assert [entry["event"] for entry in logs] == ["processor_failed"]
     assert logs[0]["processor"] == "broken"
+
+
+def test_a_processor_returning_something_else_is_counted_too(clean_registry: None) -> None:
+    class Sloppy:
+        name = "sloppy"
+        mime_types = ("Text/CSV",)  # compared without case
+
+        def process(self, doc: Document) -> Extracted:
+            return None  # type: ignore[return-value]
+
+    register(Sloppy())
+    doc = Document(url="http://e.example/a.csv", content_type="text/csv", body=b"a,b")
+    with structlog.testing.capture_logs() as logs:
+        assert process(doc).skipped == {"processor_error": 1}
+    assert [(entry["event"], entry["processor"]) for entry in logs] == [
+        ("processor_failed", "sloppy")
+    ]
+
+
+def test_a_third_party_result_is_made_immutable() -> None:
+    links = [Link(url="http://a.example/", kind="a")]
+    result = Extracted(links=links, skipped={"x": 1})  # type: ignore[arg-type]
+    assert isinstance(result.links, tuple)
+    with pytest.raises(TypeError):
+        result.skipped["x"] = 2  # type: ignore[index]
 
 
 def test_a_body_without_content_type_is_sniffed(clean_registry: None) -> None:
