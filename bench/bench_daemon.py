@@ -137,6 +137,17 @@ def site_server(
         stop(process)
 
 
+@contextlib.contextmanager
+def scratch(args: argparse.Namespace, prefix: str) -> Iterator[Path]:
+    """A temp directory, removed afterwards unless ``--keep``."""
+    directory = Path(tempfile.mkdtemp(prefix=prefix, dir=args.tmp))
+    try:
+        yield directory
+    finally:
+        if not args.keep:
+            shutil.rmtree(directory, ignore_errors=True)
+
+
 def toml_value(v: Any) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
@@ -303,8 +314,7 @@ def run_throughput(
     args: argparse.Namespace, workers: int, port: int, server_pid: int, site: Site
 ) -> Throughput:
     """Steady state: robots.txt cached in the store, every page due; measure a window."""
-    directory = Path(tempfile.mkdtemp(prefix=f"bd{workers}-", dir=args.tmp))
-    try:
+    with scratch(args, f"bd{workers}-") as directory:
         warm_store(directory / "refresher.duckdb", site)
         config = _throughput_config(args, directory, workers, port, None)
         daemon = Daemon(config)
@@ -363,9 +373,6 @@ def run_throughput(
             rss=rss,
             exit_status=status,
         )
-    finally:
-        if not args.keep:
-            shutil.rmtree(directory, ignore_errors=True)
 
 
 def warm_store(path: Path, site: Site) -> None:
@@ -403,8 +410,7 @@ def run_cold(
     args: argparse.Namespace, workers: int, port: int, server_pid: int, seeds: Path
 ) -> Cold:
     """A fresh store and every page as a seed: from READY through the robots.txt phase."""
-    directory = Path(tempfile.mkdtemp(prefix=f"bc{workers}-", dir=args.tmp))
-    try:
+    with scratch(args, f"bc{workers}-") as directory:
         config = _throughput_config(args, directory, workers, port, seeds)
         daemon = Daemon(config)
         try:
@@ -442,9 +448,6 @@ def run_cold(
             server_cpu=s1 - s0,
             exit_status=status,
         )
-    finally:
-        if not args.keep:
-            shutil.rmtree(directory, ignore_errors=True)
 
 
 def _progress(daemon: Daemon, t0: float, t1: float) -> tuple[tuple[float, ...], int]:
@@ -567,8 +570,7 @@ class Memory:
 
 
 def run_memory(args: argparse.Namespace, pages: int, *, due_now: bool) -> Memory:
-    directory = Path(tempfile.mkdtemp(prefix=f"bm{pages}-", dir=args.tmp))
-    try:
+    with scratch(args, f"bm{pages}-") as directory:
         db = directory / "refresher.duckdb"
         build = build_store(db, pages=pages, hosts=min(args.memory_hosts, pages), due_now=due_now)
         file_bytes = db.stat().st_size
@@ -609,9 +611,6 @@ def run_memory(args: argparse.Namespace, pages: int, *, due_now: bool) -> Memory
             in_memory=in_memory,
             file_bytes=file_bytes,
         )
-    finally:
-        if not args.keep:
-            shutil.rmtree(directory, ignore_errors=True)
 
 
 def per_page(small: Memory, large: Memory) -> float:
@@ -692,8 +691,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     runs: list[Throughput] = []
     colds: list[Cold] = []
     if not args.skip_throughput:
-        work = Path(tempfile.mkdtemp(prefix="bdsite-", dir=args.tmp))
-        try:
+        with scratch(args, "bdsite-") as work:
             # The server builds the same site from the same seed: its URLs ("/private/…" ones
             # included, which robots.txt denies on every third host) and robots.txt bodies.
             site = make_demo_site(hosts=args.hosts, pages_per_host=args.pages, crawl_delay=None)
@@ -765,9 +763,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                     for r in runs:
                         print(f"\nprofile, {r.workers} workers")
                         print_profile(Path(args.py_spy) / f"daemon-{r.workers}.txt")
-        finally:
-            if not args.keep:
-                shutil.rmtree(work, ignore_errors=True)
 
     idle: list[Memory] = []
     resident: list[Memory] = []
