@@ -5,14 +5,19 @@ Everything runs on 127.0.0.1 in child processes this script starts and stops; it
 figures and asserts nothing.
 
 1. Throughput. ``python -m refresher._site`` serves ``--hosts`` × ``--pages`` pages (no
-   Crawl-delay) in its own process. For each worker count in ``--workers``, a fresh
-   ``refresher run`` (persistence on: DuckDB in a temp dir) gets every page as a seed, a budget
-   high enough not to be the limit, a small ``min_delay`` and no response-time factor. After its
-   "ready" log line and ``--warmup`` seconds (robots.txt of every host, first fetches), the
-   script measures for ``--seconds``, sends SIGTERM, and reads from the DuckDB history how many
-   fetches finished in the window. It prints fetches per second, the daemon's CPU seconds per
-   1,000 fetches (user + system from /proc, DuckDB's threads included) and the server's, so a
-   reader can tell which side was the bottleneck.
+   Crawl-delay) in its own process. Each daemon run is ``refresher run`` in a child process
+   (persistence on: DuckDB in a temp dir) with a budget high enough not to be the limit, a
+   small ``min_delay`` and no response-time factor.
+   Steady state, per count in ``--workers``: the store already holds every page and every
+   host's robots.txt (as the site serves it, good for a day), as after a while of running.
+   ``--warmup`` seconds after the "ready" log line the script measures for ``--seconds``,
+   sends SIGTERM, and counts in the DuckDB history the fetches that finished in the window. It
+   prints fetches per second, the daemon's CPU seconds per 1,000 fetches (user + system from
+   /proc, DuckDB's threads included), how long its threads waited for a CPU (schedstat: other
+   work on the machine), the server's CPU (was the server the bottleneck?) and the most
+   fetches finished but not yet committed.
+   Cold start, per count in ``--cold-workers``: a fresh store, every page a seed, measured for
+   ``--cold-seconds`` from "ready", through the robots.txt of every host.
 2. Memory. For each size in ``--memory-pages`` a store is built with SQL straight into the
    daemon's schema (pages spread over ``--memory-hosts`` hosts, all fetched once "just now"),
    and the daemon runs on it with a tiny budget, so every page is due far in the future and
@@ -255,8 +260,6 @@ class Throughput:
     server_cpu: float
     progress: tuple[float, ...]  # fetches per second from the progress lines in the window
     unacknowledged: int  # most fetches finished but not yet committed, at a progress line
-    run_records: int  # fetch records from "ready" until SIGTERM
-    run_seconds: float
     rss: int  # bytes, at the end of the window
     exit_status: int | None
 
@@ -344,13 +347,12 @@ def run_throughput(
                    count(*) FILTER (WHERE finished_at >= $t0 AND finished_at < $t1
                                     AND not_modified),
                    count(*) FILTER (WHERE finished_at >= $t0 AND finished_at < $t1
-                                    AND error_kind IS NOT NULL AND error_kind <> 'denied'),
-                   count(*) FILTER (WHERE finished_at < $t1)
+                                    AND error_kind IS NOT NULL AND error_kind <> 'denied')
             FROM fetches
             """,
             {"t0": t0, "t1": t1},
         )
-        records, requests, not_modified, errors, run_records = rows[0]
+        records, requests, not_modified, errors = rows[0]
         progress, lag = _progress(daemon, t0, t1)
         return Throughput(
             workers=workers,
@@ -368,8 +370,6 @@ def run_throughput(
             server_cpu=s1 - s0,
             progress=progress,
             unacknowledged=lag,
-            run_records=run_records,
-            run_seconds=t1 - t_ready,
             rss=rss,
             exit_status=status,
         )
