@@ -46,6 +46,10 @@ SeenLookup = Callable[[npt.NDArray[np.int64]], Awaitable[npt.NDArray[np.bool_]]]
 _INT64_MIN = -(1 << 63)
 _INT64_MAX = (1 << 63) - 1
 _MAX_CAPACITY = 1 << 29  # slot numbers and index positions stay within int32
+#: A numpy call costs about as much as a dozen scalar probes, so batches smaller than
+#: _BATCH_FROM, and probe rounds with fewer than _ROUND_FROM keys left, go one key at a time.
+_BATCH_FROM = 48
+_ROUND_FROM = 24
 
 # numpy views share the memory of these arrays; check once that the type codes have the width
 # the views assume.
@@ -143,8 +147,11 @@ class ClockCache:
         return _INT64_MIN <= fp <= _INT64_MAX and self._slot_of(fp) >= 0
 
     def _slot_of(self, fp: int) -> int:
+        return self._find(fp, fp & self._mask)
+
+    def _find(self, fp: int, i: int) -> int:
+        """The slot of ``fp``, probing from index position ``i`` on; -1 if not cached."""
         index, fps, mask = self._index, self._fps, self._mask
-        i = fp & mask
         while True:
             slot = index[i]
             if slot < 0 or fps[slot] == fp:
@@ -174,21 +181,35 @@ class ClockCache:
         every element counts as a hit or a miss (a repeated element counts each time).
         """
         keys = np.ascontiguousarray(fps, dtype=np.int64).reshape(-1)
-        found = np.zeros(keys.size, dtype=np.bool_)
-        if keys.size == 0:
-            return found
-        mask = self._mask
-        pos = (keys & mask).astype(np.intp)
-        pending = np.arange(keys.size)
-        while pending.size:
-            slots = self._index_np[pos]
+        if keys.size < _BATCH_FROM:
+            lookup = self.lookup
+            return np.array([lookup(k) for k in keys.tolist()], dtype=np.bool_)
+        index, fingerprints, mask = self._index_np, self._fps_np, self._mask
+        # All keys probe their home position at once. Slot -1 (empty) reads the last slot's
+        # fingerprint; ``occupied`` masks that out, which is cheaper than avoiding the read.
+        position = keys & mask
+        slots = index[position]
+        occupied = slots >= 0
+        found: npt.NDArray[np.bool_] = occupied & (fingerprints[slots] == keys)
+        self._ref_np[slots[found]] = 1
+        # The keys that met another key probe on: vectorised while many, then one by one.
+        pending = np.flatnonzero(occupied ^ found)
+        position = (position[pending] + 1) & mask
+        while pending.size >= _ROUND_FROM:
+            slots = index[position]
             occupied = slots >= 0
-            match = occupied & (self._fps_np[np.where(occupied, slots, 0)] == keys[pending])
-            found[pending[match]] = True
-            self._ref_np[slots[match]] = 1
-            go_on = occupied & ~match
-            pending = pending[go_on]
-            pos = (pos[go_on] + 1) & mask
+            hit = occupied & (fingerprints[slots] == keys[pending])
+            found[pending[hit]] = True
+            self._ref_np[slots[hit]] = 1
+            go_on = occupied ^ hit
+            pending, position = pending[go_on], (position[go_on] + 1) & mask
+        for i, key, start in zip(
+            pending.tolist(), keys[pending].tolist(), position.tolist(), strict=True
+        ):
+            slot = self._find(key, start)
+            if slot >= 0:
+                found[i] = True
+                self._ref[slot] = 1
         hits = int(np.count_nonzero(found))
         self._hits += hits
         self._misses += keys.size - hits
@@ -201,8 +222,12 @@ class ClockCache:
         """
         if not _INT64_MIN <= fp <= _INT64_MAX:
             raise ValueError(f"fingerprint {fp} is outside int64; use fingerprint() to make one")
-        if self._slot_of(fp) >= 0:
-            return
+        index, fps, mask = self._index, self._fps, self._mask
+        i = fp & mask
+        while (slot := index[i]) >= 0:
+            if fps[slot] == fp:
+                return
+            i = (i + 1) & mask
         if self._size < self._capacity:
             slot = self._size
             self._size += 1
@@ -210,12 +235,12 @@ class ClockCache:
             slot = self._advance_hand()
             self._unindex(slot)
             self._evictions += 1
-        index, mask = self._index, self._mask
-        i = fp & mask
-        while index[i] >= 0:
-            i = (i + 1) & mask
+            # The backward shift may have emptied a position earlier in fp's probe run.
+            i = fp & mask
+            while index[i] >= 0:
+                i = (i + 1) & mask
         index[i] = slot
-        self._fps[slot] = fp
+        fps[slot] = fp
         self._ref[slot] = 0
 
     def insert_many(self, fps: npt.ArrayLike) -> None:
@@ -318,10 +343,11 @@ class UrlSeen:
         self._urls += len(urls)
         if not urls:
             return []
-        fps = fingerprints(urls)
-        distinct, first = np.unique(fps, return_index=True)
-        order = np.argsort(first)
-        distinct, first = distinct[order], first[order]
+        # A dict keeps first occurrences in order, faster than numpy for the links of one page.
+        first: dict[int, int] = {}
+        for i, fp in enumerate(fingerprints(urls).tolist()):
+            first.setdefault(fp, i)
+        distinct = np.fromiter(first, dtype=np.int64, count=len(first))
         self._batch_duplicates += len(urls) - distinct.size
         async with self._lock:
             missed = np.flatnonzero(~self._cache.lookup_many(distinct))
@@ -338,9 +364,10 @@ class UrlSeen:
             self._cache.insert_many(checked)
         self._store_checked += checked.size
         self._store_hits += int(np.count_nonzero(known))
-        new = first[missed[~known]]
-        self._new += new.size
-        return [urls[i] for i in new.tolist()]
+        where = list(first.values())
+        new = [urls[where[m]] for m in missed[~known].tolist()]
+        self._new += len(new)
+        return new
 
     def statistics(self) -> UrlSeenStatistics:
         return UrlSeenStatistics(
