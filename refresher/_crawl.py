@@ -22,7 +22,7 @@ from ._fetch import Fetcher, FetchResult
 from ._frontier import Frontier, HostState, Lease, next_allowed_after
 from ._logging import get_logger
 from ._robots import RobotsRules, rules_for_response
-from ._store import FetchRecord, HostUpdate, Store, StoreService
+from ._store import FetchRecord, HostUpdate, RobotsUpdate, StoreService
 from ._url import canonicalize
 
 __all__ = ["Crawler", "CrawlerStatistics"]
@@ -151,12 +151,11 @@ class Crawler:
             bytes=len(body),
             crawl_delay=rules.crawl_delay,
         )
-        host_id = host.id
-
-        def save(store: Store) -> None:
-            store.save_robots(host_id, status=status, body=body, fetched_at=now, expires_at=expires)
-
-        await self._store.call(save)
+        await self._store.update_host(
+            RobotsUpdate(
+                host_id=host.id, status=status, body=body, fetched_at=now, expires_at=expires
+            )
+        )
         await self._store.update_host(self._host_update(host))
 
     def _politeness(

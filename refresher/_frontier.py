@@ -151,12 +151,15 @@ class Pacer:
     def set_rate(self, rate: float) -> None:
         self.rate = rate
 
-    async def take(self) -> None:
+    def reserve(self) -> float:
+        """Take the next token: the trio time at which it may be used."""
         now = trio.current_time()
         t = max(self._next, now - self.burst)
         self._next = t + 1.0 / self.rate
-        if t > now:
-            await trio.sleep_until(t)
+        return t
+
+    async def take(self) -> None:
+        await trio.sleep_until(self.reserve())
 
 
 class Frontier:
@@ -199,6 +202,7 @@ class Frontier:
         self._changed = trio.Event()
         self._load_now = trio.Event()
         self._closed = False
+        self._closed_event = trio.Event()
         #: trio time of the loader's last pass
         self.last_pass = math.inf
 
@@ -337,11 +341,18 @@ class Frontier:
                     self._leased += 1
                     page = host.queue.popleft()
                     try:
-                        await self.pacer.take()
+                        # Closing the frontier ends the wait for a token: at a low budget a
+                        # worker could otherwise sit out the whole drain deadline.
+                        with trio.move_on_at(self.pacer.reserve()):
+                            await self._closed_event.wait()
                     except BaseException:
                         host.queue.appendleft(page)
                         self._unlease(host)
                         raise
+                    if self._closed:
+                        host.queue.appendleft(page)
+                        self._unlease(host)
+                        return None
                     self._dispatched += 1
                     return Lease(page, host)
                 wake = t
@@ -391,6 +402,7 @@ class Frontier:
     def close(self) -> None:
         """Stop handing out work; :meth:`acquire` returns None from now on."""
         self._closed = True
+        self._closed_event.set()
         self._poke()
 
     @property

@@ -36,6 +36,7 @@ __all__ = [
     "HostUpdate",
     "NewPage",
     "PageRow",
+    "RobotsUpdate",
     "Store",
     "StoreService",
     "StoreStatistics",
@@ -194,6 +195,15 @@ class HostUpdate:
     delay: float
     backoff: float
     errors: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RobotsUpdate:
+    host_id: int
+    status: int | None  # None: unreachable
+    body: bytes
+    fetched_at: float  # unix seconds
+    expires_at: float
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -471,8 +481,13 @@ class Store:
 
     # -- the history -------------------------------------------------------------------------
 
-    def write(self, records: Sequence[FetchRecord], hosts: Sequence[HostUpdate]) -> None:
-        """Append ``records`` and update pages and hosts, in one transaction."""
+    def write(
+        self,
+        records: Sequence[FetchRecord],
+        hosts: Sequence[HostUpdate],
+        robots: Sequence[RobotsUpdate] = (),
+    ) -> None:
+        """Append ``records`` and update pages, hosts and robots.txt, in one transaction."""
         n = len(records)
         fetches = {
             "id": np.arange(self._next_fetch, self._next_fetch + n, dtype=np.int64),
@@ -554,6 +569,14 @@ class Store:
                     """
                 )
                 con.unregister("_h")
+            for rb in robots:
+                self.save_robots(
+                    rb.host_id,
+                    status=rb.status,
+                    body=rb.body,
+                    fetched_at=rb.fetched_at,
+                    expires_at=rb.expires_at,
+                )
             con.execute("COMMIT")
         except duckdb.Error as e:
             con.execute("ROLLBACK")
@@ -594,6 +617,7 @@ class StoreService:
         self._send, self._recv = trio.open_memory_channel[Any](batch_size * 2)
         self._records: list[FetchRecord] = []
         self._hosts: list[HostUpdate] = []
+        self._robots: list[RobotsUpdate] = []
         self._acknowledged = 0
         self._batches = 0
         self._last_batch_seconds = 0.0
@@ -606,7 +630,8 @@ class StoreService:
         """Queue one fetch; it is acknowledged when its batch commits."""
         await self._send.send(record)
 
-    async def update_host(self, update: HostUpdate) -> None:
+    async def update_host(self, update: HostUpdate | RobotsUpdate) -> None:
+        """Queue new host state (politeness, or a fetched robots.txt); commits with a batch."""
         await self._send.send(update)
 
     async def call(self, fn: Callable[[Store], T]) -> T:
@@ -637,14 +662,14 @@ class StoreService:
         )
 
     async def _flush(self) -> None:
-        if not self._records and not self._hosts:
+        if not self._records and not self._hosts and not self._robots:
             return
-        records, hosts = self._records, self._hosts
-        self._records, self._hosts = [], []
+        records, hosts, robots = self._records, self._hosts, self._robots
+        self._records, self._hosts, self._robots = [], [], []
         t0 = time.perf_counter()
 
         def write(store: Store) -> tuple[int, int, int]:
-            store.write(records, hosts)
+            store.write(records, hosts, robots)
             return store.counts()  # count(*) of whole tables is metadata to DuckDB: cheap
 
         # Shielded: a batch being written is finished even while the daemon shuts down.
@@ -662,43 +687,40 @@ class StoreService:
         """Serve the queue until :meth:`close`; commits what remains before returning."""
         task_status.started()
         deadline = math.inf
+        ended = False
         try:
-            while True:
-                item: Any = None
+            while not ended:
+                items: list[Any] = []
                 with trio.move_on_at(deadline):
                     try:
-                        item = await self._recv.receive()
+                        items.append(await self._recv.receive())
                     except trio.EndOfChannel:
+                        ended = True
+                # Take everything already queued in one go: one item per scheduler turn falls
+                # behind a hundred busy workers.
+                while not ended:
+                    try:
+                        items.append(self._recv.receive_nowait())
+                    except trio.WouldBlock:
                         break
-                if item is None:  # the oldest queued record waited flush_interval
+                    except trio.EndOfChannel:
+                        ended = True
+                if not items:  # the oldest queued write waited flush_interval
                     await self._flush()
                     deadline = math.inf
                     continue
-                if isinstance(item, FetchRecord | HostUpdate):
-                    if isinstance(item, FetchRecord):
-                        self._records.append(item)
-                    else:
-                        self._hosts.append(item)
-                    if deadline == math.inf:
-                        deadline = trio.current_time() + self.flush_interval
+                for item in items:
+                    if isinstance(item, _Call):
+                        await self._flush()
+                        deadline = math.inf
+                        await self._run_call(item)
+                        continue
+                    self._queue_write(item)
                     if len(self._records) >= self.batch_size:
                         await self._flush()
                         deadline = math.inf
-                    continue
-                await self._flush()
-                deadline = math.inf
-
-                def run_call(store: Store, fn: Callable[[Store], Any] = item.fn) -> Any:
-                    result = fn(store)
-                    self._counts = store.counts()
-                    return result
-
-                try:
-                    with trio.CancelScope(shield=True):
-                        item.result = await trio.to_thread.run_sync(run_call, self.store)
-                except Exception as e:
-                    item.error = e
-                item.done.set()
+                    elif deadline == math.inf:
+                        deadline = trio.current_time() + self.flush_interval
         finally:
             with trio.CancelScope(shield=True):
                 # Drain what was queued but not yet received, then commit it all.
@@ -707,11 +729,30 @@ class StoreService:
                         item = self._recv.receive_nowait()
                     except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
                         break
-                    if isinstance(item, FetchRecord):
-                        self._records.append(item)
-                    elif isinstance(item, HostUpdate):
-                        self._hosts.append(item)
-                    else:
+                    if isinstance(item, _Call):
                         item.error = StoreError("the store is shutting down; try again later")
                         item.done.set()
+                    else:
+                        self._queue_write(item)
                 await self._flush()
+
+    def _queue_write(self, item: FetchRecord | HostUpdate | RobotsUpdate) -> None:
+        if isinstance(item, FetchRecord):
+            self._records.append(item)
+        elif isinstance(item, HostUpdate):
+            self._hosts.append(item)
+        else:
+            self._robots.append(item)
+
+    async def _run_call(self, call: _Call) -> None:
+        def run_call(store: Store) -> Any:
+            result = call.fn(store)
+            self._counts = store.counts()
+            return result
+
+        try:
+            with trio.CancelScope(shield=True):
+                call.result = await trio.to_thread.run_sync(run_call, self.store)
+        except Exception as e:
+            call.error = e
+        call.done.set()
