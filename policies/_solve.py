@@ -1,0 +1,525 @@
+"""Splitting a fetch budget over pages, under per-host politeness caps.
+
+Two solvers, both vectorised over pages and hosts (no Python loop over either):
+
+* ``water_fill``: f_i = a_i·t for a share a_i (1 for uniform, λ_i for proportional), with
+  every host h whose pages would exceed its cap c_h held at c_h (f_i = a_i·c_h/a_h) and the
+  level t set so that the budget is spent. Exact, from one sort of the hosts' breakpoints.
+* ``optimal``: maximise Σ w_i·V(λ_i, f_i) (V = F̄ or −Ā) under Σ f_i = B and Σ_{i∈h} f_i ≤ c_h.
+  The Lagrange conditions are w_i·∂V/∂f = μ for pages of hosts whose cap does not bind and
+  = μ_h > μ for pages of a host at its cap (its own multiplier), which is how the caps are
+  met: as the constrained optimum, not by clipping. Capped hosts are found by an active set:
+  solve for μ with the capped hosts removed, add every host that now exceeds its cap, solve
+  those hosts for their own μ_h, repeat (μ only falls, the set only grows; a few rounds).
+
+Each multiplier is found by a safeguarded Newton iteration on log Σf in log μ (falling back to
+bisection when a step leaves the bracket or stalls), run for all groups at once; the page
+rates come from the tables of ``_table``. A final exact rescale makes every group's sum equal
+its budget.
+
+Budget that cannot be placed by the policy itself (every host holding a page worth fetching is
+at its cap, or no page is worth fetching) is spread uniformly over the remaining pages whose
+hosts still have room, and what is left after that is returned as ``unplaced``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TypeVar
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ._table import Response
+
+__all__ = ["Allocation", "Problem", "group_sum", "optimal", "water_fill"]
+
+Float = NDArray[np.float64]
+Index = NDArray[np.intp]
+Mask = NDArray[np.bool_]
+_T = TypeVar("_T", bound=np.generic)
+
+_CHUNK = 1 << 16  # pages per vectorised block: keeps temporaries in cache
+# |log Σf − log budget| at which a multiplier is accepted; the first-order correction that
+# follows leaves an error of order _FTOL² (see _solve_groups)
+_FTOL = 1e-7
+_BINS = 4096
+_MAX_ITERATIONS = 200
+_CAP_SLACK = 1e-9  # a host is over its cap when its sum exceeds c_h·(1 + slack)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Allocation:
+    """The result of splitting ``budget`` over pages; every rate in fetches per second.
+
+    ``multiplier`` is the level shared by the pages of every host whose cap does not bind:
+    for the optimal policies the Lagrange multiplier μ (the weighted marginal value
+    w·∂V/∂f of one more fetch per second; ∞ when the budget is 0), for uniform the rate
+    per page and for proportional the fetches per change. ``host_multipliers`` gives each
+    host its own level (μ_h ≥ μ for the optimal policies, a level ≤ the common one for the
+    others), ``capped_hosts`` which hosts sit at their cap; both are None without hosts.
+    Arrays are read-only.
+    """
+
+    policy: str
+    rates: Float
+    budget: float
+    unplaced: float
+    multiplier: float
+    host_multipliers: Float | None = None
+    capped_hosts: Mask | None = None
+
+    @property
+    def placed(self) -> float:
+        """Fetches per second given to pages: Σf, which is ``budget − unplaced``."""
+        return float(self.rates.sum())
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Problem:
+    """Validated input of one allocation (see ``Problem.build``)."""
+
+    rates: Float  # λ_i, changes per second
+    budget: float  # B, fetches per second
+    weights: Float | None  # w_i ≥ 0; None: all 1
+    hosts: Index | None  # host id per page, or None (no caps)
+    caps: Float | None  # c_h, fetches per second (∞ = no cap), indexed by host id
+
+    @classmethod
+    def build(
+        cls,
+        rates: object,
+        budget: float,
+        *,
+        weights: object = None,
+        hosts: object = None,
+        host_caps: object = None,
+    ) -> Problem:
+        """Check and convert the arguments of ``allocate``; ValueError says what is wrong."""
+        lam = np.ascontiguousarray(rates, dtype=np.float64)
+        if lam.ndim != 1:
+            raise ValueError(f"rates must be a 1-D array of changes per second, got {lam.ndim}-D")
+        if not (np.isfinite(lam).all() and (lam >= 0.0).all()):
+            raise ValueError("rates must be finite and ≥ 0 (changes per second)")
+        b = float(budget)
+        if not (math.isfinite(b) and b >= 0.0):
+            raise ValueError(f"budget must be finite and ≥ 0 fetches per second, got {budget!r}")
+        w = None
+        if weights is not None:
+            w = np.ascontiguousarray(np.broadcast_to(np.asarray(weights, np.float64), lam.shape))
+            if not (np.isfinite(w).all() and (w >= 0.0).all()):
+                raise ValueError("weights must be finite and ≥ 0")
+        if host_caps is not None and hosts is None:
+            raise ValueError("host_caps needs hosts: give the host id of every page")
+        if hosts is None or host_caps is None:
+            return cls(rates=lam, budget=b, weights=w, hosts=None, caps=None)
+        h = np.ascontiguousarray(hosts)
+        if h.shape != lam.shape or not np.issubdtype(h.dtype, np.integer):
+            raise ValueError("hosts must be an integer array with one host id per page")
+        h = h.astype(np.intp, copy=False)
+        c = np.ascontiguousarray(host_caps, dtype=np.float64)
+        if c.ndim != 1 or np.isnan(c).any() or (c < 0.0).any():
+            raise ValueError("host_caps must be a 1-D array of fetches per second ≥ 0 (∞: none)")
+        if h.size and (h.min() < 0 or h.max() >= c.size):
+            raise ValueError(
+                f"host ids must lie in [0, {c.size}): host_caps has one entry per host id"
+            )
+        return cls(rates=lam, budget=b, weights=w, hosts=h, caps=c)
+
+
+def group_sum(group: Index, values: Float, groups: int) -> Float:
+    """Σ values per group id in [0, groups)."""
+    return np.bincount(group, values, minlength=groups).astype(np.float64, copy=False)
+
+
+def _frozen(a: NDArray[np.generic] | None) -> None:
+    if a is not None:
+        a.flags.writeable = False
+
+
+def _finish(
+    name: str,
+    problem: Problem,
+    f: Float,
+    leftover: float,
+    multiplier: float,
+    host_levels: Float | None,
+    capped: Mask | None,
+    unvalued: Mask | None,
+) -> Allocation:
+    """Place ``leftover`` uniformly on ``unvalued`` pages with room, report the rest."""
+    if leftover > 0.0 and unvalued is not None and unvalued.any():
+        residual = None
+        if problem.hosts is not None and problem.caps is not None:
+            used = group_sum(problem.hosts, f, problem.caps.size)
+            residual = np.maximum(problem.caps - used, 0.0)
+        extra, _, _, leftover = _water_fill(
+            unvalued.astype(np.float64), problem.hosts, residual, leftover, f.size
+        )
+        f += extra
+    for a in (f, host_levels, capped):
+        _frozen(a)
+    return Allocation(
+        policy=name,
+        rates=f,
+        budget=problem.budget,
+        unplaced=max(leftover, 0.0),
+        multiplier=multiplier,
+        host_multipliers=host_levels,
+        capped_hosts=capped,
+    )
+
+
+def _water_fill(
+    shares: Float | None, hosts: Index | None, caps: Float | None, budget: float, pages: int
+) -> tuple[Float, float, Float | None, float]:
+    """f_i = shares_i·min(t, c_h/a_h) with Σf = budget where the caps allow; ``shares``
+    None means 1 for each of ``pages`` pages.
+
+    Returns (f, t, per-host level or None, unplaced)."""
+    if hosts is None or caps is None:
+        total = float(pages if shares is None else shares.sum())
+        if total <= 0.0:
+            return np.zeros(pages), math.inf, None, budget
+        t = budget / total
+        return (np.full(pages, t) if shares is None else shares * t), t, None, 0.0
+    a_h = group_sum(hosts, np.ones(pages) if shares is None else shares, caps.size)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        breaks = np.where(a_h > 0.0, caps / a_h, np.inf)
+    order = np.argsort(breaks[a_h > 0.0], kind="stable")
+    live = np.flatnonzero(a_h > 0.0)[order]
+    t_sorted = breaks[live]
+    c_sorted = caps[live]
+    a_sorted = a_h[live]
+    # T(t_k) = Σ_{j<k} c_j + t_k·Σ_{j≥k} a_j: what the hosts take when the level reaches t_k
+    capped_before = np.concatenate(([0.0], np.cumsum(c_sorted)[:-1]))
+    shares_from = np.cumsum(a_sorted[::-1])[::-1]
+    with np.errstate(invalid="ignore"):
+        taken = capped_before + t_sorted * shares_from
+    k = int(np.searchsorted(taken, budget, side="left"))
+    if k == live.size:  # every host with shares is at its cap
+        t = math.inf
+        leftover = budget - float(c_sorted.sum())
+    else:
+        t = (budget - capped_before[k]) / shares_from[k]
+        leftover = 0.0
+    level = np.minimum(breaks, t)
+    if shares is None:
+        return level[hosts], t, level, max(leftover, 0.0)
+    with np.errstate(invalid="ignore"):
+        f = np.where(shares > 0.0, shares * level[hosts], 0.0)
+    return f, t, level, max(leftover, 0.0)
+
+
+def water_fill(name: str, problem: Problem, shares: Float | None) -> Allocation:
+    """Allocate ``f_i ∝ shares_i`` (uniform: None, i.e. 1; proportional: λ_i) under the caps."""
+    pages = problem.rates.size
+    f, t, level, leftover = _water_fill(shares, problem.hosts, problem.caps, problem.budget, pages)
+    capped = None
+    if level is not None and problem.hosts is not None and problem.caps is not None:
+        counts = np.ones(pages) if shares is None else shares
+        capped = (group_sum(problem.hosts, counts, problem.caps.size) > 0.0) & (level < t)
+    unvalued = None if shares is None else shares <= 0.0
+    return _finish(name, problem, f, leftover, t, level, capped, unvalued)
+
+
+class _Work:
+    """Pages of one solve (of one group, or of several with ``group``), evaluated block by
+    block into reusable buffers. ``index`` maps them to the caller's order (None: same)."""
+
+    def __init__(
+        self,
+        response: Response,
+        log_s: Float,
+        amp: Float,
+        group: Index | None = None,
+        index: Index | None = None,
+    ) -> None:
+        self.response = response
+        self.log_s, self.amp, self.group, self.index = log_s, amp, group, index
+        self.f = np.empty_like(log_s)
+        self.df = np.empty_like(log_s)
+
+    def keep(self, mask: Mask) -> _Work:
+        assert self.group is not None
+        index = np.flatnonzero(mask) if self.index is None else self.index[mask]
+        return _Work(self.response, self.log_s[mask], self.amp[mask], self.group[mask], index)
+
+    def evaluate(self, u: Float) -> tuple[Float, Float]:
+        """Σf and dΣf/du per group at u = log μ (one entry per group); fills f and df."""
+        with np.errstate(over="ignore"):
+            scale = np.exp(-0.5 * u)
+        n = self.log_s.size
+        for start in range(0, n, _CHUNK):
+            block = slice(start, min(start + _CHUNK, n))
+            if self.group is None:
+                v = self.log_s[block] + u[0]
+                a = self.amp[block] * scale[0]
+            else:
+                g = self.group[block]
+                v = self.log_s[block] + u[g]
+                a = self.amp[block] * scale[g]
+            r, dr = self.response(v)
+            # f = A·e^(−u/2)·R(v), df/du = A·e^(−u/2)·(R'(v) − R/2)
+            np.multiply(a, r, out=self.f[block])
+            dr -= 0.5 * r
+            np.multiply(a, dr, out=self.df[block])
+        if self.group is None:
+            return np.array([self.f.sum()]), np.array([self.df.sum()])
+        return group_sum(self.group, self.f, u.size), group_sum(self.group, self.df, u.size)
+
+
+def _reduced_start(
+    response: Response, log_s: Float, amp: Float, budget: float
+) -> tuple[float, float]:
+    """(log μ, d log Σf/d log μ) for one group, from a histogram of its pages: binned by
+    log s (4,096 bins), each bin standing for its pages at their A-weighted mean log s,
+    which cancels the first-order error. Where pages drop out (freshness: v = log μ + log s
+    reaches 0) binning smears a cliff, so the bins around the drop-out of that first answer
+    are replaced by their pages and the histogram solved again. The slope returned is the
+    histogram's, smoothed over the pages dropping out, which a local derivative misses."""
+    lo, hi = float(log_s.min()), float(log_s.max())
+    width = (hi - lo) / _BINS or 1.0
+    idx = ((log_s - lo) * (1.0 / width)).astype(np.intp)
+    np.minimum(idx, _BINS - 1, out=idx)
+    mass = group_sum(idx, amp, _BINS)
+    moment = group_sum(idx, amp * log_s, _BINS)
+    centre = np.divide(moment, mass, out=np.zeros(_BINS), where=mass > 0.0)
+    b = np.array([budget])
+    keep = mass > 0.0
+    u, _, df = _solve_groups(response, centre[keep], mass[keep], None, b)
+    if response.drops_out and np.isfinite(u[0]):
+        cliff = (-u[0] - lo) / width
+        near_lo, near_hi = math.floor(cliff) - 2, math.floor(cliff) + 2
+        exact = np.flatnonzero((idx >= near_lo) & (idx <= near_hi))
+        keep[max(near_lo, 0) : max(near_hi + 1, 0)] = False
+        u, _, df = _solve_groups(
+            response,
+            np.concatenate((centre[keep], log_s[exact])),
+            np.concatenate((mass[keep], amp[exact])),
+            None,
+            b,
+            start=u,
+        )
+    return float(u[0]), float(df.sum()) / budget
+
+
+def _solve_groups(
+    response: Response,
+    log_s: Float,
+    amp: Float,
+    group: Index | None,
+    budgets: Float,
+    *,
+    lo: Float | None = None,
+    hi: Float | None = None,
+    start: Float | None = None,
+) -> tuple[Float, Float, Float]:
+    """Find u_g = log μ_g with Σ_{i∈g} f_i = budgets[g] for every group holding pages.
+
+    ``group`` None means one group. ``lo``/``hi`` optionally bracket u (Σf > budget at lo,
+    < budget at hi); ``start`` is a first guess. Returns u per group (+∞ for a zero budget,
+    NaN for a group without pages), f per page (each group's sum exactly its budget) and
+    df/du per page."""
+    single = group is None
+    groups = budgets.size
+    total_amp = np.array([amp.sum()]) if group is None else group_sum(group, amp, groups)
+    u = np.full(groups, np.nan)
+    present = total_amp > 0.0
+    u[present & (budgets <= 0.0)] = np.inf
+    active = present & (budgets > 0.0)
+    if not active.any():
+        return u, np.zeros_like(log_s), np.zeros_like(log_s)
+    # filled group by group as they converge (a single group returns the work buffers)
+    f_out = np.zeros(0) if single else np.zeros_like(log_s)
+    df_out = np.zeros(0) if single else np.zeros_like(log_s)
+    log_b = np.log(np.where(active, budgets, 1.0))
+    # R ≤ 1, so Σf ≤ e^(−u/2)·ΣA: at u = 2·log(ΣA/b) the group takes at most its budget.
+    with np.errstate(divide="ignore"):
+        bound = 2.0 * (np.log(np.where(active, total_amp, 1.0)) - log_b)
+    lo_u = np.full(groups, -np.inf) if lo is None else np.array(lo, np.float64, copy=True)
+    hi_u = bound if hi is None else np.minimum(bound, hi)
+    lo_u = np.minimum(lo_u, hi_u)
+    # the first step's slope of log Σf in u: the smoothed one when known, else the local one
+    first_slope = np.full(groups, np.nan)
+    if start is None and single and log_s.size > _BINS:
+        u0, first_slope[0] = _reduced_start(response, log_s, amp, float(budgets[0]))
+        start = np.array([u0])
+    u = np.where(active, hi_u, u)
+    if start is not None:
+        inside = (start > lo_u) & (start < hi_u)
+        u = np.where(active & inside, start, u)
+    expand = np.ones(groups)
+    previous = np.full(groups, np.inf)
+    previous_u = np.full(groups, np.nan)
+    work = _Work(response, log_s, amp)
+    if group is not None:
+        work = _Work(response, log_s, amp, group).keep(active[group])
+    for _ in range(_MAX_ITERATIONS):
+        total, slope = work.evaluate(np.where(active, u, 0.0))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            err = np.log(total) - log_b
+            # Then the secant through the last two points: pages crossing their drop-out
+            # make Σf a fine staircase, whose average slope the derivative at a point misses.
+            secant = (err - previous) / (u - previous_u)
+            secant = np.where(np.isfinite(first_slope), first_slope, secant)
+            use = np.isfinite(secant) & (secant < 0.0)
+            newton = u - err / np.where(use, secant, slope / total)
+        first_slope[:] = np.nan
+        err = np.where(active, err, 0.0)
+        lo_u = np.where(err > 0.0, np.maximum(lo_u, u), lo_u)
+        hi_u = np.where(err < 0.0, np.minimum(hi_u, u), hi_u)
+        narrow = (hi_u - lo_u) <= 1e-14 * (1.0 + np.abs(u))
+        done = active & ((np.abs(err) <= _FTOL) | narrow) & (total > 0.0)
+        if done.any():
+            # Close the last gap along the derivative: to first order these are the rates at
+            # the exact root (the error left is of the order of err²), and the pages steep in
+            # μ (about to drop out) absorb most of it. A rescale then makes the sum exact.
+            delta = np.divide(budgets - total, slope, out=np.zeros(groups), where=done)
+            u = np.where(done, u + delta, u)
+            # (When the budget is below what a double resolves on the steep pages, the
+            # correction can cancel to nothing; then the rescale alone places it.)
+            if work.group is None:
+                f_rows, df_rows = work.f, work.df
+                corrected = np.maximum(f_rows + delta[0] * df_rows, 0.0)
+                if corrected.sum() > 0.0:
+                    f_rows = corrected
+                f_rows *= budgets[0] / f_rows.sum()
+                return u, f_rows, df_rows
+            rows = done[work.group]
+            g = work.group[rows]
+            df_rows = work.df[rows]
+            f_rows = work.f[rows]
+            corrected = np.maximum(f_rows + delta[g] * df_rows, 0.0)
+            usable = group_sum(g, corrected, groups) > 0.0
+            f_rows = np.where(usable[g], corrected, f_rows)
+            placed = group_sum(g, f_rows, groups)
+            factor = np.divide(budgets, placed, out=np.zeros(groups), where=placed > 0.0)
+            out = work.index[rows] if work.index is not None else np.flatnonzero(rows)
+            f_out[out] = f_rows * factor[g]
+            df_out[out] = df_rows
+            active &= ~done
+            if not active.any():
+                break
+            work = work.keep(~rows)
+        # Newton in (log μ, log Σf) unless it leaves the bracket or fails to halve the error;
+        # then bisect, or step outward (doubling) while one side is still open.
+        bounded = np.isfinite(lo_u) & np.isfinite(hi_u)
+        stalled = np.abs(err) > 0.5 * np.abs(previous)
+        fallback = ~np.isfinite(newton) | (newton <= lo_u) | (newton >= hi_u) | (stalled & bounded)
+        outward = np.where(np.isfinite(hi_u), hi_u - expand, lo_u + expand)
+        # A bracket one ulp wide around a root no double can hit (a tiny budget on the
+        # drop-out ramp): finish from its lower end, where the group takes something.
+        step = np.where(bounded, np.where(narrow, lo_u, 0.5 * (lo_u + hi_u)), outward)
+        fallback |= narrow
+        expand = np.where(fallback & ~bounded, 2.0 * expand, expand)
+        previous_u = u
+        u = np.where(active, np.where(fallback, step, newton), u)
+        previous = err
+    else:  # pragma: no cover - the iteration converges in well under 100 rounds
+        raise RuntimeError("the allocation multiplier did not converge; please report the input")
+    return u, f_out, df_out
+
+
+def optimal(name: str, response: Response, problem: Problem) -> Allocation:
+    """Maximise Σ w_i·V(λ_i, f_i) for the objective tabulated by ``response``."""
+    lam, w, budget = problem.rates, problem.weights, problem.budget
+    f = np.zeros_like(lam)
+    valued = lam > 0.0
+    if w is not None:
+        valued &= w > 0.0
+    index: Index | None = None
+    lam_v, w_v = lam, w
+    if not valued.all():
+        index = np.flatnonzero(valued)
+        lam_v = lam[index]
+        w_v = None if w is None else w[index]
+    # y = μ·s with s = λᵖ/w; f = A·μ^(−1/2)·R(log μ + log s) with A = √(λ^(2−p)·w/2)
+    log_s = np.log(lam_v)
+    if response.power != 1:
+        log_s *= response.power
+    half = 0.5 * lam_v if response.power == 1 else np.full_like(lam_v, 0.5)
+    if w_v is not None:
+        log_s -= np.log(w_v)
+        half *= w_v
+    amp = np.sqrt(half, out=half)
+    hosts, caps = problem.hosts, problem.caps
+    if lam_v.size == 0:
+        return _finish(name, problem, f, budget, 0.0, None, None, ~valued)
+    if hosts is None or caps is None:
+        u, fv, _ = _solve_groups(response, log_s, amp, None, np.array([budget]))
+        _put(f, index, fv)
+        return _finish(name, problem, f, 0.0, _exp(u[0]), None, None, ~valued)
+    n_hosts = caps.size
+    host_v = _take(hosts, index)
+    f_v = np.zeros_like(lam_v)
+    host_u = np.full(n_hosts, np.nan)
+    capped = caps <= 0.0
+    host_u[capped] = np.inf
+    u_global = np.inf
+    leftover = budget
+    while True:
+        on_free = ~capped[host_v]
+        free = None if on_free.all() else np.flatnonzero(on_free)
+        leftover = budget - float(caps[capped].sum())
+        if (free is not None and free.size == 0) or leftover <= 0.0:
+            u_global = -np.inf if leftover > 0.0 else u_global
+            break
+        u, f_free, df_free = _solve_groups(
+            response,
+            _take(log_s, free),
+            _take(amp, free),
+            None,
+            np.array([leftover]),
+            hi=np.array([u_global]),
+        )
+        u_global = float(u[0])
+        _put(f_v, free, f_free)
+        host_free = _take(host_v, free)
+        demand = group_sum(host_free, f_free, n_hosts)
+        over = (demand > caps * (1.0 + _CAP_SLACK)) & ~capped
+        if not over.any():
+            leftover = 0.0
+            break
+        capped |= over
+        # Each newly capped host gets its own μ_h > μ: start from a Newton step off the
+        # global solution, whose sums and slopes per host are at hand.
+        slope = group_sum(host_free, df_free, n_hosts)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            first = u_global - (np.log(demand) - np.log(caps)) * demand / slope
+        rows = np.flatnonzero(over[host_v])
+        uh, f_rows, _ = _solve_groups(
+            response,
+            log_s[rows],
+            amp[rows],
+            host_v[rows],
+            np.where(over, caps, 0.0),
+            lo=np.full(n_hosts, u_global),
+            start=first,
+        )
+        host_u[over] = uh[over]
+        f_v[rows] = f_rows
+    _put(f, index, f_v)
+    mu = _exp(u_global)
+    with np.errstate(over="ignore"):  # a host capped near 0 has μ_h = ∞
+        levels = np.where(capped, np.exp(host_u), mu)
+    has_pages = np.bincount(host_v, minlength=n_hosts) > 0
+    capped_out = capped & (has_pages | (caps <= 0.0))
+    return _finish(name, problem, f, leftover, mu, levels, capped_out, ~valued)
+
+
+def _exp(u: float) -> float:
+    """e^u, ∞ past the float range."""
+    return math.exp(u) if u < 709.0 else math.inf
+
+
+def _take(a: NDArray[_T], index: Index | None) -> NDArray[_T]:
+    return a if index is None else a[index]
+
+
+def _put(out: Float, index: Index | None, values: Float) -> None:
+    if index is None:
+        out[...] = values
+    else:
+        out[index] = values
