@@ -45,6 +45,8 @@ _CHUNK = 1 << 16  # pages per vectorised block: keeps temporaries in cache
 # follows leaves an error of order _FTOL² (see _solve_groups)
 _FTOL = 1e-7
 _BINS = 4096
+_PREDICTED_ROUNDS = 1  # active-set rounds that also cap the hosts predicted to go over
+_UTOL = 1e-9  # a bracket on log μ this narrow is the answer (see _solve_groups)
 _MAX_ITERATIONS = 200
 _CAP_SLACK = 1e-9  # a host is over its cap when its sum exceeds c_h·(1 + slack)
 
@@ -305,6 +307,31 @@ def _reduced_start(
     return float(u[0]), float(df.sum()) / budget
 
 
+def _exactly(group: Index, f: Float, budgets: Float) -> Float:
+    """``f`` rescaled so that every group's sum is exactly its budget."""
+    placed = group_sum(group, f, budgets.size)
+    factor = np.divide(budgets, placed, out=np.zeros(budgets.size), where=placed > 0.0)
+    scaled: Float = f * factor[group]
+    return scaled
+
+
+def _between(work: _Work, lo: Float, hi: Float, budgets: Float) -> tuple[Float, Float, Float]:
+    """Rates of ``work``'s groups interpolated between the bracket ends, where the groups take
+    more (lo) and less (hi) than their budgets, so that they take them exactly.
+
+    Returns (u, f, df/du at lo)."""
+    at_lo, _ = work.evaluate(lo)
+    f_lo, df_lo = work.f.copy(), work.df.copy()
+    at_hi, _ = work.evaluate(hi)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        theta = np.clip(np.nan_to_num((budgets - at_hi) / (at_lo - at_hi)), 0.0, 1.0)
+    g = np.zeros(f_lo.size, np.intp) if work.group is None else work.group
+    f = work.f + theta[g] * (f_lo - work.f)
+    with np.errstate(invalid="ignore"):  # groups not in ``work`` may have open brackets
+        u = lo + (1.0 - theta) * (hi - lo)
+    return u, _exactly(g, f, budgets), df_lo
+
+
 def _solve_groups(
     response: Response,
     log_s: Float,
@@ -353,6 +380,9 @@ def _solve_groups(
     expand = np.ones(groups)
     previous = np.full(groups, np.inf)
     previous_u = np.full(groups, np.nan)
+    err_lo = np.full(groups, np.inf)  # log Σf − log budget at lo_u (> 0) and hi_u (< 0)
+    err_hi = np.full(groups, -np.inf)
+    last_side = np.zeros(groups, np.int8)
     work = _Work(response, log_s, amp)
     if group is not None:
         work = _Work(response, log_s, amp, group).keep(active[group])
@@ -368,51 +398,67 @@ def _solve_groups(
             newton = u - err / np.where(use, secant, slope / total)
         first_slope[:] = np.nan
         err = np.where(active, err, 0.0)
-        lo_u = np.where(err > 0.0, np.maximum(lo_u, u), lo_u)
-        hi_u = np.where(err < 0.0, np.minimum(hi_u, u), hi_u)
-        narrow = (hi_u - lo_u) <= 1e-14 * (1.0 + np.abs(u))
-        done = active & ((np.abs(err) <= _FTOL) | narrow) & (total > 0.0)
-        if done.any():
+        # the bracket and its errors; Illinois: an end kept twice running has its error halved
+        to_lo, to_hi = active & (err > 0.0), active & (err < 0.0)
+        err_hi = np.where(to_lo & (last_side > 0), 0.5 * err_hi, err_hi)
+        err_lo = np.where(to_hi & (last_side < 0), 0.5 * err_lo, err_lo)
+        lo_u, err_lo = np.where(to_lo, u, lo_u), np.where(to_lo, err, err_lo)
+        hi_u, err_hi = np.where(to_hi, u, hi_u), np.where(to_hi, err, err_hi)
+        last_side = np.where(to_lo, 1, np.where(to_hi, -1, last_side))
+        converged = active & (np.abs(err) <= _FTOL) & (total > 0.0)
+        # μ pinned to 1e-9 but Σf still off: the root sits on pages crossing their drop-out,
+        # where Σf is steep beyond what a double resolves. Every page's rate between the two
+        # ends has a marginal value within 1e-9 of μ, so interpolate the rates between them.
+        narrow = active & ~converged & ((hi_u - lo_u) <= _UTOL)
+        if converged.any():
             # Close the last gap along the derivative: to first order these are the rates at
             # the exact root (the error left is of the order of err²), and the pages steep in
-            # μ (about to drop out) absorb most of it. A rescale then makes the sum exact.
-            delta = np.divide(budgets - total, slope, out=np.zeros(groups), where=done)
-            u = np.where(done, u + delta, u)
-            # (When the budget is below what a double resolves on the steep pages, the
-            # correction can cancel to nothing; then the rescale alone places it.)
+            # μ absorb most of it. A rescale then makes the sum exact. (When the budget is
+            # below what a double resolves on the steep pages, the correction can cancel to
+            # nothing; then the rescale alone places it.)
+            delta = np.divide(budgets - total, slope, out=np.zeros(groups), where=converged)
+            u = np.where(converged, u + delta, u)
             if work.group is None:
-                f_rows, df_rows = work.f, work.df
-                corrected = np.maximum(f_rows + delta[0] * df_rows, 0.0)
-                if corrected.sum() > 0.0:
-                    f_rows = corrected
-                f_rows *= budgets[0] / f_rows.sum()
-                return u, f_rows, df_rows
-            rows = done[work.group]
+                corrected = np.maximum(work.f + delta[0] * work.df, 0.0)
+                f_rows = corrected if corrected.sum() > 0.0 else work.f
+                return u, f_rows * (budgets[0] / f_rows.sum()), work.df
+            rows = converged[work.group]
             g = work.group[rows]
             df_rows = work.df[rows]
             f_rows = work.f[rows]
             corrected = np.maximum(f_rows + delta[g] * df_rows, 0.0)
             usable = group_sum(g, corrected, groups) > 0.0
             f_rows = np.where(usable[g], corrected, f_rows)
-            placed = group_sum(g, f_rows, groups)
-            factor = np.divide(budgets, placed, out=np.zeros(groups), where=placed > 0.0)
             out = work.index[rows] if work.index is not None else np.flatnonzero(rows)
-            f_out[out] = f_rows * factor[g]
+            f_out[out] = _exactly(g, f_rows, budgets)
             df_out[out] = df_rows
-            active &= ~done
+        if narrow.any():
+            sub = work if work.group is None else work.keep(narrow[work.group])
+            u_n, f_rows, df_rows = _between(sub, lo_u, hi_u, budgets)
+            u = np.where(narrow, u_n, u)
+            if sub.group is None:
+                return u, f_rows, df_rows
+            out = sub.index if sub.index is not None else np.arange(sub.f.size)
+            f_out[out] = f_rows
+            df_out[out] = df_rows
+        finished = converged | narrow
+        if finished.any():
+            active &= ~finished
             if not active.any():
                 break
-            work = work.keep(~rows)
-        # Newton in (log μ, log Σf) unless it leaves the bracket or fails to halve the error;
-        # then bisect, or step outward (doubling) while one side is still open.
+            work = work.keep(~finished[work.group])
+        # Newton/secant in (log μ, log Σf) unless it leaves the bracket or fails to halve the
+        # error; then false position on the bracket (Illinois), or bisection where an end has
+        # nothing to interpolate (Σf = 0), or a step outward (doubling) while a side is open.
         bounded = np.isfinite(lo_u) & np.isfinite(hi_u)
         stalled = np.abs(err) > 0.5 * np.abs(previous)
         fallback = ~np.isfinite(newton) | (newton <= lo_u) | (newton >= hi_u) | (stalled & bounded)
         outward = np.where(np.isfinite(hi_u), hi_u - expand, lo_u + expand)
-        # A bracket one ulp wide around a root no double can hit (a tiny budget on the
-        # drop-out ramp): finish from its lower end, where the group takes something.
-        step = np.where(bounded, np.where(narrow, lo_u, 0.5 * (lo_u + hi_u)), outward)
-        fallback |= narrow
+        with np.errstate(invalid="ignore", divide="ignore"):
+            position = lo_u + (hi_u - lo_u) * err_lo / (err_lo - err_hi)
+        middle = 0.5 * (lo_u + hi_u)
+        inside = np.isfinite(position) & (position > lo_u) & (position < hi_u)
+        step = np.where(bounded, np.where(inside, position, middle), outward)
         expand = np.where(fallback & ~bounded, 2.0 * expand, expand)
         previous_u = u
         u = np.where(active, np.where(fallback, step, newton), u)
@@ -425,7 +471,6 @@ def _solve_groups(
 def optimal(name: str, response: Response, problem: Problem) -> Allocation:
     """Maximise Σ w_i·V(λ_i, f_i) for the objective tabulated by ``response``."""
     lam, w, budget = problem.rates, problem.weights, problem.budget
-    f = np.zeros_like(lam)
     valued = lam > 0.0
     if w is not None:
         valued &= w > 0.0
@@ -445,12 +490,13 @@ def optimal(name: str, response: Response, problem: Problem) -> Allocation:
         half *= w_v
     amp = np.sqrt(half, out=half)
     hosts, caps = problem.hosts, problem.caps
+    unvalued = None if index is None else ~valued
     if lam_v.size == 0:
-        return _finish(name, problem, f, budget, 0.0, None, None, ~valued)
+        return _finish(name, problem, np.zeros_like(lam), budget, 0.0, None, None, unvalued)
     if hosts is None or caps is None:
         u, fv, _ = _solve_groups(response, log_s, amp, None, np.array([budget]))
-        _put(f, index, fv)
-        return _finish(name, problem, f, 0.0, _exp(u[0]), None, None, ~valued)
+        f = _spread(fv, index, lam.size)
+        return _finish(name, problem, f, 0.0, _exp(u[0]), None, None, unvalued)
     n_hosts = caps.size
     host_v = _take(hosts, index)
     f_v = np.zeros_like(lam_v)
@@ -458,7 +504,9 @@ def optimal(name: str, response: Response, problem: Problem) -> Allocation:
     capped = caps <= 0.0
     host_u[capped] = np.inf
     u_global = np.inf
+    hi: Float | None = None  # a bound on the next round's log μ, once one is known
     leftover = budget
+    predict = _PREDICTED_ROUNDS
     while True:
         on_free = ~capped[host_v]
         free = None if on_free.all() else np.flatnonzero(on_free)
@@ -467,27 +515,35 @@ def optimal(name: str, response: Response, problem: Problem) -> Allocation:
             u_global = -np.inf if leftover > 0.0 else u_global
             break
         u, f_free, df_free = _solve_groups(
-            response,
-            _take(log_s, free),
-            _take(amp, free),
-            None,
-            np.array([leftover]),
-            hi=np.array([u_global]),
+            response, _take(log_s, free), _take(amp, free), None, np.array([leftover]), hi=hi
         )
         u_global = float(u[0])
         _put(f_v, free, f_free)
         host_free = _take(host_v, free)
         demand = group_sum(host_free, f_free, n_hosts)
+        slope = group_sum(host_free, df_free, n_hosts)  # d demand / d log μ
         over = (demand > caps * (1.0 + _CAP_SLACK)) & ~capped
-        if not over.any():
+        if predict > 0 and over.any():
+            # Capping these hosts lowers μ, which pushes more hosts over their caps: predict
+            # the final μ from each host's demand and slope here, and cap all of those now.
+            over |= _predicted_over(demand, slope, caps, ~capped, u_global, budget) & ~capped
+        # A host capped on a prediction that turns out to want less than its cap at μ.
+        release = capped & (host_u < u_global)
+        if not over.any() and not release.any():
             leftover = 0.0
             break
-        capped |= over
-        # Each newly capped host gets its own μ_h > μ: start from a Newton step off the
-        # global solution, whose sums and slopes per host are at hand.
-        slope = group_sum(host_free, df_free, n_hosts)
+        capped = (capped | over) & ~release
+        host_u[release] = np.nan
+        # μ falls from one round to the next, except after a prediction (it may overshoot)
+        hi = np.array([u_global]) if predict <= 0 else None
+        predict -= 1
+        if not over.any():
+            continue
+        # Each newly capped host gets its own μ_h: start from a Newton step off the global
+        # solution; it lies above μ where the host is over its cap, below where predicted.
         with np.errstate(divide="ignore", invalid="ignore"):
-            first = u_global - (np.log(demand) - np.log(caps)) * demand / slope
+            start = u_global - (np.log(demand) - np.log(caps)) * demand / slope
+        above = demand > caps
         rows = np.flatnonzero(over[host_v])
         uh, f_rows, _ = _solve_groups(
             response,
@@ -495,18 +551,45 @@ def optimal(name: str, response: Response, problem: Problem) -> Allocation:
             amp[rows],
             host_v[rows],
             np.where(over, caps, 0.0),
-            lo=np.full(n_hosts, u_global),
-            start=first,
+            lo=np.where(above, u_global, -np.inf),
+            hi=np.where(above, np.inf, u_global),
+            start=start,
         )
         host_u[over] = uh[over]
         f_v[rows] = f_rows
-    _put(f, index, f_v)
+    f = _spread(f_v, index, lam.size)
     mu = _exp(u_global)
     with np.errstate(over="ignore"):  # a host capped near 0 has μ_h = ∞
         levels = np.where(capped, np.exp(host_u), mu)
     has_pages = np.bincount(host_v, minlength=n_hosts) > 0
     capped_out = capped & (has_pages | (caps <= 0.0))
-    return _finish(name, problem, f, leftover, mu, levels, capped_out, ~valued)
+    return _finish(name, problem, f, leftover, mu, levels, capped_out, unvalued)
+
+
+def _predicted_over(
+    demand: Float, slope: Float, caps: Float, free: Mask, u: float, budget: float
+) -> Mask:
+    """Hosts over their caps at the μ where Σ_h min(D_h(μ), c_h) = B, each host's demand
+    D_h taken as log-linear in log μ through its value and slope at u."""
+    live = free & (demand > 0.0)
+    d, c = demand[live], caps[live]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        elasticity = np.where(slope[live] < 0.0, slope[live] / d, -0.5)
+
+    def taken(v: float) -> float:
+        with np.errstate(over="ignore"):
+            return float(np.minimum(d * np.exp(elasticity * (v - u)), c).sum())
+
+    lo, hi = u - 1.0, u
+    while taken(lo) < budget and lo > u - 64.0:
+        lo = u - 2.0 * (u - lo)
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if taken(mid) > budget else (lo, mid)
+    out = np.zeros_like(free)
+    with np.errstate(over="ignore"):
+        out[live] = d * np.exp(elasticity * (hi - u)) > c * (1.0 + _CAP_SLACK)
+    return out
 
 
 def _exp(u: float) -> float:
@@ -516,6 +599,15 @@ def _exp(u: float) -> float:
 
 def _take(a: NDArray[_T], index: Index | None) -> NDArray[_T]:
     return a if index is None else a[index]
+
+
+def _spread(values: Float, index: Index | None, pages: int) -> Float:
+    """``values`` of the pages at ``index`` placed among ``pages`` zeros (None: all pages)."""
+    if index is None:
+        return values
+    out = np.zeros(pages)
+    out[index] = values
+    return out
 
 
 def _put(out: Float, index: Index | None, values: Float) -> None:
