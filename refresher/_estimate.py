@@ -239,19 +239,24 @@ def _map_rates(
     # convex, decreasing h(λ) = Σ_changed φ(λt) + a − λ·quiet climbs to it monotonically.
     with np.errstate(divide="ignore", invalid="ignore"):
         rate = np.where(evidence > 0.0, evidence / (quiet + 0.5 * changed_time), 0.0)
-    gc, tc = group[c], t[c]
     live = evidence > 0.0
+    gc, tc = group[c], t[c]
+    g_it, t_it = gc, tc  # the changed observations of groups still iterating
     for _ in range(_NEWTON_STEPS):
-        s = rate[gc] * tc
+        s = rate[g_it] * t_it
         phi, dphi = _phi(s)
-        h = _sum(gc, phi, n_groups) + a - rate * quiet
-        dh = _sum(gc, tc * dphi, n_groups) - quiet
+        h = _sum(g_it, phi, n_groups) + a - rate * quiet
+        dh = _sum(g_it, t_it * dphi, n_groups) - quiet
         with np.errstate(divide="ignore", invalid="ignore"):
             step = np.where(live, -h / dh, 0.0)
         step = np.where(np.isfinite(step), np.maximum(step, 0.0), 0.0)
         rate = rate + step
-        if not (step > _RTOL * rate).any():
+        live &= step > _RTOL * rate
+        if not live.any():
             break
+        keep = live[g_it]
+        if keep.mean() < 0.5:  # most groups are done: iterate on the rest only
+            g_it, t_it = g_it[keep], t_it[keep]
     s = rate[gc] * tc
     n_eff = _sum(gc, _psi(s), n_groups) + a
     n_eff = np.where(rate > 0.0, n_eff, 0.0)
