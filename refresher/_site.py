@@ -41,6 +41,7 @@ import zlib
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from email.utils import formatdate, parsedate_to_datetime
 from functools import partial
 from http import HTTPStatus
@@ -119,12 +120,21 @@ class PageSpec:
     the true rate of its Poisson change process in changes per second (0: never changes).
     ``links`` are rendered verbatim as ``<a href>`` (paths or absolute URLs). ``size`` is the
     approximate body size in bytes.
+
+    ``created_at`` is the clock time (seconds since the epoch) the page appears: before it the
+    page answers 404 and is in no sitemap, and its change process starts there (None: it
+    exists from the site's start). ``later_links`` are ``(time, link)`` pairs: a link shows
+    in every version that came to be at or after its time, so a page gains a link with its
+    first change after the time, as a front page lists new articles, and the body stays a
+    function of the version.
     """
 
     path: str
     change_rate: float = 0.0
     links: tuple[str, ...] = ()
     size: int = 2000
+    created_at: float | None = None
+    later_links: tuple[tuple[float, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -138,7 +148,9 @@ class HostSpec:
     If-Modified-Since with 304; "none" sends neither and ignores conditionals; "wrong" sends an
     ETag that changes with every response and a Last-Modified a day in the future, and never
     answers 304. ``response_delay`` is seconds to wait before answering each request.
-    ``gzip`` compresses bodies for clients that accept gzip.
+    ``gzip`` compresses bodies for clients that accept gzip. ``sitemap`` serves
+    ``/sitemap.xml``: a urlset of the pages that exist at the request, each with its last true
+    change (or its creation) as ``lastmod``; a robots.txt body then ends with its Sitemap line.
     """
 
     name: str
@@ -149,6 +161,7 @@ class HostSpec:
     validators: Literal["honest", "none", "wrong"] = "honest"
     response_delay: float = 0.0
     gzip: bool = False
+    sitemap: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -393,6 +406,13 @@ def _http_date(t: float) -> bytes:
     return formatdate(t, usegmt=True).encode()
 
 
+def _w3c_datetime(t: float) -> str:
+    """``t`` as a W3C datetime in UTC with milliseconds, rounded down (never after ``t``)."""
+    ms = math.floor(t * 1000)
+    moment = datetime.fromtimestamp(ms // 1000, UTC)
+    return f"{moment:%Y-%m-%dT%H:%M:%S}.{ms % 1000:03d}Z"
+
+
 class _Page:
     __slots__ = (
         "_body_cache",
@@ -409,6 +429,8 @@ class _Page:
         self.host = host
         self.spec = spec
         key = _stable_hash(host, spec.path)
+        if spec.created_at is not None:
+            start = spec.created_at
         self.process = _ChangeProcess(rate=spec.change_rate, start=start, seed=seed, key=key)
         self.content_key = f"{seed}:{host}:{spec.path}"
         self.etag_key = f"{key & 0xFFFFFFFF:08x}"
@@ -416,6 +438,9 @@ class _Page:
         # Only the latest version's bodies are kept: (version, identity, gzip or None).
         self._body_cache: tuple[int, bytes, bytes | None] | None = None
         self._modified_cache: tuple[int, bytes] = (-1, b"")
+
+    def exists(self, t: float) -> bool:
+        return self.spec.created_at is None or t >= self.spec.created_at
 
     def last_modified(self, v: int) -> bytes:
         """The Last-Modified header of version ``v`` (whole seconds, so rounded down)."""
@@ -450,9 +475,14 @@ class _Page:
         )
         news = " ".join(random.Random(f"{self.content_key}:{v}").choices(_WORDS, k=40))
         parts = [head, f'<p class="news">{news}</p>\n']
-        if self.spec.links:
+        shown = self.spec.links
+        if self.spec.later_links:
+            modified = self.process.modified(v)
+            later = [link for at, link in self.spec.later_links if at <= modified]
+            shown = tuple(dict.fromkeys((*shown, *later)))
+        if shown:
             parts.append("<ul>\n")
-            for link in self.spec.links:
+            for link in shown:
                 href = html.escape(links(link))
                 parts.append(f'<li><a href="{href}">{html.escape(link)}</a></li>\n')
             parts.append("</ul>\n")
@@ -517,6 +547,12 @@ def _check_host(spec: HostSpec) -> str:
             key="site.hosts",
         )
     for page in spec.pages:
+        if page.created_at is not None and not math.isfinite(page.created_at):
+            raise ConfigError(
+                f"host {spec.name!r}: page {page.path!r} has created_at {page.created_at}; "
+                "give a finite clock time or None",
+                key="site.hosts",
+            )
         if not page.path.startswith("/") or page.change_rate < 0 or page.size < 0:
             raise ConfigError(
                 f"host {spec.name!r}: page {page.path!r} needs a path starting with '/', a "
@@ -863,14 +899,31 @@ class Site:
         """The page's true change rate (changes per second)."""
         return self._page(host, path).spec.change_rate
 
-    def urls(self, *, scheme: str = "http", port: int | None = None) -> list[str]:
-        """Every page's URL (``port`` None: none in the URL, as the DNS overrides supply it)."""
+    def created_at(self, host: str, path: str) -> float:
+        """When the page appeared (clock seconds): its ``created_at``, else the site's start."""
+        return self._page(host, path).process.start
+
+    def urls(
+        self, *, scheme: str = "http", port: int | None = None, at: float | None = None
+    ) -> list[str]:
+        """Every page's URL (``port`` None: none in the URL, as the DNS overrides supply it).
+
+        ``at``: only the pages that exist at that clock time (None: every page, future ones too).
+        """
         suffix = "" if port is None else f":{port}"
         return [
             f"{scheme}://{name}{suffix}{path}"
             for name, host in self._hosts.items()
-            for path in host.pages
+            for path, page in host.pages.items()
+            if at is None or page.exists(at)
         ]
+
+    def sitemap(self, host: str, at: float) -> bytes:
+        """The ``/sitemap.xml`` body of ``host`` at clock time ``at`` (whether or not served)."""
+        name = host.lower()
+        if name not in self._hosts:
+            raise ConfigError(f"the site has no host {host!r}; ask for one of Site.hosts")
+        return self._sitemap_body(name, self._hosts[name], at)
 
     def body(self, host: str, path: str, at: float) -> bytes:
         """The page body (identity encoding) the server sends at clock time ``at``."""
@@ -1061,9 +1114,12 @@ class Site:
             await exchange.send_text(404, f"no virtual host {request.host!r} on this server\n")
         elif request.path == "/robots.txt":
             await self._robots(exchange, host.spec)
+        elif request.path == "/sitemap.xml" and host.spec.sitemap:
+            body = self._sitemap_body(request.host, host, self.clock())
+            await exchange.send(200, [(b"content-type", b"application/xml; charset=utf-8")], body)
         else:
             page = host.pages.get(request.target) or host.pages.get(request.path)
-            if page is None:
+            if page is None or not page.exists(self.clock()):
                 await exchange.send_text(404, f"no page {request.target} on {request.host}\n")
             else:
                 await self._page_response(exchange, host, page)
@@ -1114,6 +1170,21 @@ class Site:
         # the client may hold it, and an honest server cannot say "not modified".
         return not (v > 0 and page.process.modified(v - 1) >= second)
 
+    def _sitemap_body(self, name: str, host: _Host, at: float) -> bytes:
+        lines = [
+            '<?xml version="1.0" encoding="UTF-8"?>\n'
+            '<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">\n'
+        ]
+        for path, page in host.pages.items():
+            if not page.exists(at):
+                continue
+            process = page.process
+            loc = html.escape(self._link(f"http://{name}{path}"))
+            lastmod = _w3c_datetime(process.modified(process.version(at)))
+            lines.append(f"<url><loc>{loc}</loc><lastmod>{lastmod}</lastmod></url>\n")
+        lines.append("</urlset>\n")
+        return "".join(lines).encode()
+
     async def _robots(self, exchange: _Exchange, spec: HostSpec) -> None:
         status = spec.robots_status
         if 300 <= status < 400:
@@ -1127,7 +1198,11 @@ class Site:
         if spec.robots is None and status < 400:
             status = 404
         if status < 300 and spec.robots is not None:
-            await exchange.send_text(status, spec.robots)
+            text = spec.robots
+            if spec.sitemap:
+                sitemap = self._link(f"http://{exchange.request.host}/sitemap.xml")
+                text = text.rstrip("\n") + f"\n\nSitemap: {sitemap}\n"
+            await exchange.send_text(status, text)
         else:
             await exchange.send_text(status, f"robots.txt answers {status} on this host\n")
 
