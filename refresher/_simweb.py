@@ -12,9 +12,11 @@ One loopback port serves many virtual hosts (``h17.sim.test``, reached by the da
   time is compressed ``time_scale`` times, so a few minutes' run covers weeks of a real web.
 * **Links.** Every page links to the next page of its host (so all are reachable from ``/``)
   and to ``links_per_page − 1`` others drawn by popularity, a share ``locality`` of them on
-  its own host. Popularity is Pareto with shape ``popularity_exponent`` (1.1 gives in-degrees
-  with the power-law density exponent 2.1 Broder et al. measured in 2000); a host's root is
-  its most popular page.
+  its own host. Popularity is Zipf, rank^(−1/α) with α = ``popularity_exponent``, so
+  in-degrees have a power-law tail P(K > k) ~ k^(−α) (1.1: the density exponent 2.1 Broder
+  et al. measured in 2000); a host's root is its most popular page. A page links to another
+  at most once, which caps in-degrees on small hosts: the tail needs hosts of a hundred
+  pages or more to show its exponent.
 * **Hosts.** Exact shares of hosts have robots.txt rules (``Disallow: /private/``), no
   robots.txt (404), or one that allows everything; some of those with a robots.txt ask for a
   Crawl-delay. Some send honest ETag/Last-Modified and answer conditional GETs, some none,
@@ -122,11 +124,12 @@ class SimwebConfig:
     Rates in ``rate_mix`` are changes per ``rate_unit`` seconds of simulated time;
     ``time_scale`` is simulated seconds per wall second, so a page's true rate is
     ``rate / rate_unit × time_scale`` changes per wall second. Shares of hosts are exact
-    (rounded to whole hosts); ``crawl_delay_share`` counts hosts among those that serve a
-    robots.txt. ``new_pages_per_minute`` is for the whole site, per wall minute, during the
-    first ``new_pages_horizon`` wall seconds. ``truth_path`` (None: no truth file) is a
-    ``.duckdb`` file or a directory for Parquet files (``truth_format`` overrides the guess);
-    :func:`serve_simweb` rewrites it every ``truth_interval`` seconds and on exit.
+    (rounded to whole hosts); the ``crawl_delay_share`` of all hosts that ask for a
+    Crawl-delay are chosen among those that serve a robots.txt. ``new_pages_per_minute`` is
+    for the whole site, per wall minute, during the first ``new_pages_horizon`` wall seconds.
+    ``truth_path`` (None: no truth file) is a ``.duckdb`` file or a directory for Parquet
+    files (``truth_format`` overrides the guess); :func:`serve_simweb` rewrites it every
+    ``truth_interval`` seconds and on exit.
     """
 
     seed: int = 0
