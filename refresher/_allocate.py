@@ -70,8 +70,16 @@ class Allocator:
         return max(self._pages, 1) / self.budget
 
     def poke(self) -> None:
-        """Re-solve soon (pages were added, budget or policy changed)."""
+        """Re-solve now (budget or policy changed)."""
         self._wake.set()
+
+    def pages_added(self, n: int) -> None:
+        """``n`` new pages (due now): counted at once, folded into the next periodic solve.
+
+        Not a re-solve: with discovery running, one per new page would reload the frontier
+        all the time.
+        """
+        self._pages += n
 
     def configure(self, *, budget: float, policy: str) -> None:
         changed = budget != self.budget or policy != self.policy

@@ -142,7 +142,7 @@ def _cmd_seed(args: argparse.Namespace) -> int:
         answer = request(config.control_socket, {"op": "seed", "urls": urls})
         where = "running daemon"
     except ControlError:
-        pages, rejected = check_seeds(urls)
+        pages, rejected = check_seeds(urls, strip_params=config.discovery.strip_tracking_params)
         store = Store(config.store.path, memory_limit=config.store.memory_limit)
         try:
             added = store.add_pages(pages, now=time.time())

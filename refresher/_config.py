@@ -29,6 +29,8 @@ __all__ = [
     "CrawlConfig",
     "DNSConfig",
     "DaemonConfig",
+    "DiscoveryConfig",
+    "EstimateConfig",
     "FetchConfig",
     "FrontierConfig",
     "LogConfig",
@@ -133,6 +135,59 @@ class FrontierConfig:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class DiscoveryConfig:
+    """Links found in fetched pages: scope, limits, trap defences, the URL-seen cache."""
+
+    #: follow links at all; off = refresh only the seeds
+    enabled: bool = True
+    #: host keys crawled besides the seeds' hosts ("example.org", "example.org:8080")
+    allowed_hosts: tuple[str, ...] = ()
+    #: domains crawled with all their subdomains
+    allowed_domains: tuple[str, ...] = ()
+    #: regexes searched in the canonical URL; when any are given a URL must match one
+    include: tuple[str, ...] = ()
+    #: regexes; a URL matching any is not crawled
+    exclude: tuple[str, ...] = ()
+    schemes: tuple[str, ...] = ("http", "https")
+    max_url_length: int = 2048
+    #: links from a seed at most (a seed is depth 0)
+    max_depth: int = 10
+    max_pages_per_host: int = 100_000
+    #: times one path segment may occur in a path (spider traps like /a/b/a/b/…)
+    max_repeated_segments: int = 2
+    max_query_params: int = 10
+    #: distinct query strings accepted per path (calendars, session ids, sort orders)
+    max_query_variants_per_path: int = 100
+    #: days from today beyond which a date in a URL marks a calendar trap; 0 = off
+    calendar_window_days: int = 730
+    #: remove known session and tracking parameters (utm_*, fbclid, sessionid, …)
+    strip_tracking_params: bool = True
+    #: entries of the URL-seen CLOCK cache (about 20 bytes each)
+    seen_cache_entries: int = 50_000
+    #: also follow img and script sources
+    include_media: bool = False
+    #: links taken from one page at most
+    max_links_per_page: int = 10_000
+    #: fetch robots.txt Sitemap lines (and /sitemap.xml when there are none)
+    sitemaps: bool = True
+    #: parsed documents waiting for link processing; more are dropped (and counted)
+    queue: int = 1000
+
+    def filter_config(self) -> Any:
+        """The :class:`refresher._filter.FilterConfig` of these settings (validates them)."""
+        from ._filter import FilterConfig
+
+        names = {f.name for f in dataclasses.fields(FilterConfig)}
+        return FilterConfig(**{k: getattr(self, k) for k in names})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EstimateConfig:
+    #: which change the estimator counts: "raw" (any byte) or "meaningful" (simhash moved)
+    change: str = "raw"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ControlConfig:
     #: unix socket path; default "control.sock" beside the store file
     socket: Path | None = None
@@ -176,6 +231,8 @@ class Config:
     dns: DNSConfig = field(default_factory=DNSConfig)
     robots: RobotsConfig = field(default_factory=RobotsConfig)
     frontier: FrontierConfig = field(default_factory=FrontierConfig)
+    discovery: DiscoveryConfig = field(default_factory=DiscoveryConfig)
+    estimate: EstimateConfig = field(default_factory=EstimateConfig)
     control: ControlConfig = field(default_factory=ControlConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     log: LogConfig = field(default_factory=LogConfig)
@@ -256,6 +313,13 @@ _CHECKS: dict[str, Callable[[Any], str | None]] = {
     "frontier.max_pages_in_memory": _positive,
     "frontier.back_queues_per_worker": _positive,
     "control.tcp_port": _port,
+    "discovery.max_url_length": _positive,
+    "discovery.max_depth": _non_negative,
+    "discovery.max_pages_per_host": _positive,
+    "discovery.seen_cache_entries": _positive,
+    "discovery.max_links_per_page": _positive,
+    "discovery.queue": _positive,
+    "estimate.change": _one_of("raw", "meaningful"),
     "metrics.port": lambda v: None if 0 <= v < 65536 else "must be 0 (any free port) to 65535",
     "log.format": _one_of("auto", "json", "console"),
     "log.level": _one_of("debug", "info", "warning", "error"),
@@ -400,6 +464,7 @@ def load_config(
         raw = _relative_to(raw, source.parent)
     raw = _merge(raw, overrides or {})
     config: Config = _build(Config, raw, "")
+    config.discovery.filter_config()  # regexes, host keys, schemes: ConfigError naming the key
     if config.politeness.max_delay < config.politeness.min_delay:
         raise ConfigError(
             f"must be at least politeness.min_delay ({config.politeness.min_delay}); "

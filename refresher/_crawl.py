@@ -11,6 +11,7 @@ frontier.
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -18,9 +19,11 @@ import trio
 
 from ._allocate import Allocator
 from ._config import Config
+from ._discover import Discovery, Found, sitemap_links
 from ._fetch import Fetcher, FetchResult
 from ._frontier import Frontier, HostState, Lease, next_allowed_after
 from ._logging import get_logger
+from ._parse import Document, Extracted, Link, meaningful_change, process
 from ._robots import RobotsRules, rules_for_response
 from ._store import FetchRecord, HostUpdate, RobotsUpdate, StoreService
 from ._url import canonicalize
@@ -28,6 +31,9 @@ from ._url import canonicalize
 __all__ = ["Crawler", "CrawlerStatistics"]
 
 log = get_logger("crawl")
+
+#: bodies remembered for the content-seen test (16-byte digest → page id)
+_DIGESTS_REMEMBERED = 100_000
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -41,6 +47,8 @@ class CrawlerStatistics:
     denied: int  # pages robots.txt kept us from
     robots_fetches: int
     bytes: int
+    meaningful: int  # changes beyond the near-duplicate threshold
+    duplicates: int  # fetches whose body another page served recently (processed once)
 
 
 class Crawler:
@@ -54,6 +62,7 @@ class Crawler:
         fetcher: Fetcher,
         store: StoreService,
         allocator: Allocator,
+        discovery: Discovery | None = None,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.config = config
@@ -70,6 +79,10 @@ class Crawler:
         self._denied = 0
         self._robots = 0
         self._bytes = 0
+        self._meaningful = 0
+        self._duplicates = 0
+        self._discovery = discovery
+        self._digests: OrderedDict[bytes, int] = OrderedDict()
         self.idle = trio.Event()  # set when every worker has stopped
 
     def configure(self, config: Config) -> None:
@@ -157,6 +170,17 @@ class Crawler:
             )
         )
         await self._store.update_host(self._host_update(host))
+        if self._discovery is not None and self.config.discovery.sitemaps:
+            sitemaps = list(rules.sitemaps) or [f"{target.scheme}://{host.name}/sitemap.xml"]
+            self._discovery.submit(
+                Found(
+                    page_id=page.id,
+                    depth=-1,  # sitemaps are as near as seeds
+                    url=page.url,
+                    extracted=sitemap_links(sitemaps),
+                    synthetic=True,
+                )
+            )
 
     def _politeness(
         self,
@@ -259,6 +283,23 @@ class Crawler:
             status = "not_modified"
         else:
             status = f"http_{r.status}"
+        extracted, fingerprint, meaningful, duplicate_of = None, None, None, None
+        if ok:
+            if r.body is not None:
+                doc = Document(url=r.final_url, content_type=r.content_type, body=r.body)
+                # lxml work is CPU-bound: off the event loop.
+                extracted = await trio.to_thread.run_sync(process, doc)
+                fingerprint = extracted.fingerprint
+            meaningful = changed and (
+                meaningful_change(page.fingerprint, fingerprint)
+                if fingerprint is not None or page.fingerprint is not None
+                else True  # no text to compare: every change counts
+            )
+            duplicate_of = self._content_seen(page.id, r.digest)
+        elif r.not_modified:
+            meaningful = False
+        if page.source == "sitemap" and r.status in (404, 410):
+            status = "gone"  # a guessed /sitemap.xml that is not there: not fetched again
         due = r.finished_at + self._allocator.interval(page)
         record = FetchRecord(
             page_id=page.id,
@@ -280,13 +321,54 @@ class Crawler:
             page_digest=digest,
             page_status=status,
             due_at=due,
+            fingerprint=fingerprint,
+            meaningful=meaningful,
+            duplicate_of=duplicate_of,
         )
+        self._meaningful += bool(meaningful)
         await self._store.record(record)
         await self._store.update_host(self._host_update(host))
         lease = self._frontier.update_page(
-            lease, etag=etag, last_modified=last_modified, digest=digest
+            lease,
+            etag=etag,
+            last_modified=last_modified,
+            digest=digest,
+            fingerprint=fingerprint if fingerprint is not None else page.fingerprint,
         )
         self._frontier.release(lease, next_due=due)
+        if self._discovery is None:
+            return
+        if extracted is not None and duplicate_of is None and r.digest != page.digest:
+            # Content-seen: a body already served by another page is processed once, and an
+            # unchanged body has no links we have not seen.
+            self._discovery.submit(
+                Found(page_id=page.id, depth=page.depth, url=r.final_url, extracted=extracted)
+            )
+        elif r.location is not None:
+            redirect = Extracted(links=(Link(url=r.location, kind="redirect", nofollow=False),))
+            self._discovery.submit(
+                Found(
+                    page_id=page.id,
+                    depth=page.depth,
+                    url=r.final_url,
+                    extracted=redirect,
+                    synthetic=True,
+                )
+            )
+
+    def _content_seen(self, page_id: int, digest: bytes | None) -> int | None:
+        """Another page that served this exact body recently, if any (a bounded memory)."""
+        if digest is None:
+            return None
+        other = self._digests.get(digest)
+        if other is None or other == page_id:
+            self._digests[digest] = page_id
+            self._digests.move_to_end(digest)
+            if len(self._digests) > _DIGESTS_REMEMBERED:
+                self._digests.popitem(last=False)
+            return None
+        self._duplicates += 1
+        return other
 
     def statistics(self) -> CrawlerStatistics:
         return CrawlerStatistics(
@@ -299,4 +381,6 @@ class Crawler:
             denied=self._denied,
             robots_fetches=self._robots,
             bytes=self._bytes,
+            meaningful=self._meaningful,
+            duplicates=self._duplicates,
         )

@@ -19,21 +19,26 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from typing import Any
 
+import numpy as np
 import trio
 
 from ._allocate import Allocator
 from ._config import Config
 from ._control import ControlServer
 from ._crawl import Crawler
+from ._discover import Discovery
 from ._dns import Resolver
 from ._errors import ConfigError, InvalidURL, RefresherError
 from ._fetch import Fetcher
+from ._filter import UrlFilter
 from ._frontier import Frontier
 from ._logging import configure_logging, get_logger
 from ._metrics import MetricsServer
 from ._notify import Notifier, format_status
+from ._parse import available as parse_available
+from ._seen import UrlSeen
 from ._store import HostRow, NewPage, PageRow, Store, StoreService
-from ._url import canonicalize
+from ._url import TRACKING_PARAMS, canonicalize
 
 __all__ = ["Daemon", "check_seeds", "run_daemon"]
 
@@ -41,14 +46,19 @@ log = get_logger("daemon")
 
 
 def check_seeds(
-    urls: Sequence[str], *, source: str = "seed"
+    urls: Sequence[str], *, source: str = "seed", strip_params: bool = True
 ) -> tuple[list[NewPage], list[dict[str, str]]]:
-    """Valid seeds as new pages, and the rejected ones with their reasons."""
+    """Valid seeds as new pages, and the rejected ones with their reasons.
+
+    ``strip_params`` must match ``discovery.strip_tracking_params``: a page's identity may
+    not depend on whether it was seeded or found.
+    """
     pages: list[NewPage] = []
     rejected: list[dict[str, str]] = []
+    strip = TRACKING_PARAMS if strip_params else None
     for url in urls:
         try:
-            c = canonicalize(url)
+            c = canonicalize(url, strip_params=strip)
         except InvalidURL as e:
             rejected.append({"url": url, "reason": e.reason})
             continue
@@ -79,6 +89,7 @@ class Daemon:
         self._allocator: Allocator | None = None
         self._crawler: Crawler | None = None
         self._fetcher: Fetcher | None = None
+        self._discovery: Discovery | None = None
 
     # -- wiring ----------------------------------------------------------------------------
 
@@ -96,7 +107,11 @@ class Daemon:
     async def add_seeds(self, urls: Sequence[str]) -> dict[str, Any]:
         """Add ``urls``; returns counts of added and known pages and the rejected ones."""
         assert self._store is not None and self._frontier is not None
-        pages, rejected = check_seeds(urls)
+        pages, rejected = check_seeds(
+            urls, strip_params=self.config.discovery.strip_tracking_params
+        )
+        if self._discovery is not None:
+            self._discovery.add_seed_hosts(p.host for p in pages)
         for r in rejected:
             log.warning("seed rejected", url=r["url"], reason=r["reason"])
         now = self._wall()
@@ -109,8 +124,44 @@ class Daemon:
         rows, hosts = await self._store.call(insert)
         frontier.add(rows, hosts)
         if rows and self._allocator is not None:
-            self._allocator.poke()
+            self._allocator.pages_added(len(rows))
         return {"added": len(rows), "known": len(pages) - len(rows), "rejected": rejected}
+
+    async def _make_discovery(
+        self, c: Config, frontier: Frontier, allocator: Allocator
+    ) -> Discovery:
+        assert self._store is not None
+        store = self._store
+        parse_available()  # a broken third-party processor stops the daemon here
+
+        def scope(s: Store) -> tuple[list[str], dict[str, int]]:
+            seeds = s.con.execute(
+                "SELECT DISTINCT h.name FROM pages p JOIN hosts h ON h.id = p.host_id"
+                " WHERE p.source = 'seed'"
+            ).fetchall()
+            counts = s.con.execute(
+                "SELECT h.name, count(*) FROM pages p JOIN hosts h ON h.id = p.host_id"
+                " GROUP BY h.name"
+            ).fetchall()
+            return [r[0] for r in seeds], {r[0]: int(r[1]) for r in counts}
+
+        seed_hosts, counts = await store.call(scope)
+        url_filter = UrlFilter.from_config(c.discovery.filter_config(), seeds_hosts=seed_hosts)
+        url_filter.set_pages(counts)
+
+        async def lookup(fps: np.ndarray) -> np.ndarray:
+            return await store.call(lambda s: s.known_fingerprints(fps))
+
+        return Discovery(
+            store=store,
+            frontier=frontier,
+            allocator=allocator,
+            url_filter=url_filter,
+            seen=UrlSeen(capacity=c.discovery.seen_cache_entries, lookup=lookup),
+            include_media=c.discovery.include_media,
+            queue=c.discovery.queue,
+            wall_clock=self._wall,
+        )
 
     # -- control ---------------------------------------------------------------------------
 
@@ -128,9 +179,13 @@ class Daemon:
             ("allocator", self._allocator),
             ("crawler", self._crawler),
             ("fetcher", self._fetcher),
+            ("discovery", self._discovery),
         ):
             if part is not None:
                 out[name] = _plain(part.statistics())
+        if self._discovery is not None:
+            out["filter"] = _plain(self._discovery.filter.statistics())
+            out["seen"] = _plain(self._discovery.seen.statistics())
         return out
 
     async def _handle(self, req: dict[str, Any]) -> dict[str, Any]:
@@ -204,6 +259,8 @@ class Daemon:
 
         sources = {name: snapshot(get) for name, get in parts.items()}
         sources["notifier"] = self.notifier.statistics
+        sources["discovery"] = snapshot(lambda: self._discovery)
+        sources["seen"] = snapshot(lambda: self._discovery.seen if self._discovery else None)
         return MetricsServer(
             port=c.metrics.port,
             host=c.metrics.host,
@@ -298,6 +355,8 @@ class Daemon:
             wall_clock=self._wall,
         )
         self._allocator = allocator
+        if c.discovery.enabled:
+            self._discovery = await self._make_discovery(c, frontier, allocator)
         seeds = c.all_seeds()
         if seeds:
             result = await self.add_seeds(seeds)
@@ -322,12 +381,15 @@ class Daemon:
             self._fetcher = fetcher
             await services.start(allocator.run)
             await services.start(frontier.run)
+            if self._discovery is not None:
+                await services.start(self._discovery.run)
             crawler = Crawler(
                 config=c,
                 frontier=frontier,
                 fetcher=fetcher,
                 store=self._store,
                 allocator=allocator,
+                discovery=self._discovery,
                 wall_clock=self._wall,
             )
             self._crawler = crawler

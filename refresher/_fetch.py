@@ -69,7 +69,17 @@ ROBOTS_MAX_REDIRECTS = 5
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 _REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
-_PARSEABLE_TYPES = frozenset({"text/html", "application/xhtml+xml"})
+_PARSEABLE_TYPES = frozenset(
+    {
+        "text/html",
+        "application/xhtml+xml",
+        # sitemaps, plain or gzip-compressed (servers label .xml.gz files variously)
+        "application/xml",
+        "text/xml",
+        "application/gzip",
+        "application/x-gzip",
+    }
+)
 # Bodies of non-2xx answers are only read so the connection can be reused; past this many
 # bytes it is cheaper to drop the connection than to drain the body.
 _DRAIN_BYTES = 64 * 1024

@@ -100,6 +100,16 @@ METRICS: Mapping[str, Mapping[str, MetricSpec]] = {
         "denied": _c("Pages robots.txt kept the crawler from (robots denials)."),
         "robots_fetches": _c("robots.txt fetches."),
         "bytes": _c("Decoded body bytes of page fetches."),
+        "meaningful": _c("Changes beyond the near-duplicate (simhash) threshold."),
+        "duplicates": _c("Fetches whose body another page served recently (content-seen)."),
+    },
+    "discovery": {
+        "documents": _c("Documents whose links were processed."),
+        "dropped": _c("Documents dropped because the discovery queue was full."),
+        "links": _c("Links looked at."),
+        "new_pages": _c("Pages discovered by links."),
+        "edges": _c("Link edges recorded."),
+        "queued": _g("Documents waiting for link processing."),
     },
     "frontier": {
         "in_memory": _g("Pages held in memory."),

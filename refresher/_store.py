@@ -28,6 +28,7 @@ import trio
 
 from ._errors import StoreError
 from ._logging import get_logger
+from ._seen import fingerprints
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -47,7 +48,7 @@ T = TypeVar("T")
 log = get_logger("store")
 
 # Each entry migrates the schema from version i to i + 1. Never edit a released entry: append.
-_MIGRATIONS: list[str] = [
+_MIGRATIONS: list[str | Callable[[Any], None]] = [
     """
     CREATE TABLE meta (key VARCHAR PRIMARY KEY, value VARCHAR);
     CREATE TABLE hosts (
@@ -121,6 +122,51 @@ _MIGRATIONS: list[str] = [
     FROM fetches f JOIN pages p ON p.id = f.page_id JOIN hosts h ON h.id = f.host_id;
     """,
 ]
+
+
+def _migrate_2(con: Any) -> None:
+    """Discovery: depth, URL fingerprints, near-duplicate fingerprints, link edges."""
+    con.execute(
+        """
+        ALTER TABLE pages ADD COLUMN depth INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE pages ADD COLUMN url_fp BIGINT;
+        ALTER TABLE pages ADD COLUMN fingerprint UBIGINT;   -- simhash of the last body
+        ALTER TABLE pages ADD COLUMN meaningful_changes INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE pages ADD COLUMN canonical VARCHAR;      -- rel=canonical, recorded
+        ALTER TABLE pages ADD COLUMN noindex BOOLEAN NOT NULL DEFAULT false;
+        ALTER TABLE pages ADD COLUMN duplicate_of BIGINT;    -- a page serving the same body
+        ALTER TABLE pages ADD COLUMN sitemap_lastmod DOUBLE; -- latest <lastmod>, unix seconds
+        ALTER TABLE fetches ADD COLUMN meaningful BOOLEAN;   -- changed beyond the simhash threshold
+        ALTER TABLE fetches ADD COLUMN fingerprint UBIGINT;
+        CREATE TABLE links (src BIGINT NOT NULL, dst BIGINT NOT NULL, found_at DOUBLE NOT NULL);
+        """
+    )
+    urls = [r[0] for r in con.execute("SELECT url FROM pages").fetchall()]
+    if urls:
+        con.register("_fps", {"url": np.array(urls, dtype=object), "fp": fingerprints(urls)})
+        con.execute("UPDATE pages SET url_fp = _fps.fp FROM _fps WHERE pages.url = _fps.url")
+        con.unregister("_fps")
+    con.execute(
+        """
+        CREATE OR REPLACE VIEW fetch_log AS
+        SELECT p.url AS url,
+               h.name AS host,
+               make_timestamp(CAST(f.started_at * 1e6 AS BIGINT)) AS started_at,
+               make_timestamp(CAST(f.finished_at * 1e6 AS BIGINT)) AS finished_at,
+               f.status AS status,
+               f.changed AS changed,
+               f.not_modified AS not_modified,
+               f.bytes AS bytes,
+               f.policy AS policy,
+               f.error_kind AS error_kind,
+               f.duration AS duration,
+               f.meaningful AS meaningful
+        FROM fetches f JOIN pages p ON p.id = f.page_id JOIN hosts h ON h.id = f.host_id;
+        """
+    )
+
+
+_MIGRATIONS.append(_migrate_2)
 SCHEMA_VERSION = len(_MIGRATIONS)
 
 
@@ -130,6 +176,7 @@ class NewPage:
     host: str  # host key
     scheme: str
     source: str = "seed"
+    depth: int = 0  # links from a seed
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -145,6 +192,11 @@ class PageRow:
     last_modified: str | None
     digest: bytes | None
     target_rate: float | None  # fetches per second
+    depth: int = 0
+    fingerprint: int | None = None  # simhash of the last body
+    rate: float | None = None  # λ̂, changes per second
+    weight: float = 1.0
+    source: str = "seed"  # seed | link | sitemap
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -186,6 +238,10 @@ class FetchRecord:
     page_digest: bytes | None
     page_status: str
     due_at: float
+    # content: near-duplicate fingerprint, meaningful change, exact duplicate of another page
+    fingerprint: int | None = None
+    meaningful: bool | None = None
+    duplicate_of: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -277,7 +333,11 @@ class Store:
         for target in range(version, SCHEMA_VERSION):
             try:
                 self.con.execute("BEGIN")
-                self.con.execute(_MIGRATIONS[target])
+                step = _MIGRATIONS[target]
+                if callable(step):
+                    step(self.con)
+                else:
+                    self.con.execute(step)
                 self.con.execute(
                     "INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", [str(target + 1)]
                 )
@@ -333,16 +393,20 @@ class Store:
         self.con.execute("BEGIN")
         try:
             self._ensure_hosts(unique)
+            urls = [p.url for p in unique]
             batch = {
-                "url": np.array([p.url for p in unique], dtype=object),
+                "url": np.array(urls, dtype=object),
                 "host": np.array([p.host for p in unique], dtype=object),
                 "source": np.array([p.source for p in unique], dtype=object),
+                "depth": np.array([p.depth for p in unique], dtype=np.int32),
+                "fp": fingerprints(urls),
             }
             self.con.register("_new_pages", batch)
             rows = self.con.execute(
                 """
-                INSERT INTO pages (id, url, host_id, first_seen, due_at, source)
-                SELECT ? + row_number() OVER (ORDER BY n.url) - 1, n.url, h.id, ?, ?, n.source
+                INSERT INTO pages (id, url, host_id, first_seen, due_at, source, depth, url_fp)
+                SELECT ? + row_number() OVER (ORDER BY n.url) - 1, n.url, h.id, ?, ?, n.source,
+                       n.depth, n.fp
                 FROM _new_pages n JOIN hosts h ON h.name = n.host
                 ANTI JOIN pages p ON p.url = n.url
                 RETURNING id, url, host_id
@@ -371,16 +435,81 @@ class Store:
                 last_modified=None,
                 digest=None,
                 target_rate=None,
+                depth=by_url[u].depth,
+                source=by_url[u].source,
             )
             for i, u, h in rows
         ]
+
+    def known_fingerprints(self, fps: np.ndarray) -> np.ndarray:
+        """Which of these URL fingerprints the store has (bool mask, same order)."""
+        if len(fps) == 0:
+            return np.zeros(0, dtype=bool)
+        self.con.register("_fps", {"fp": fps})
+        try:
+            found = self.con.execute(
+                "SELECT fp FROM _fps SEMI JOIN pages ON pages.url_fp = _fps.fp"
+            ).fetchnumpy()["fp"]
+        finally:
+            self.con.unregister("_fps")
+        return np.isin(fps, found)
+
+    def add_links(self, src: int, urls: Sequence[str], *, now: float) -> int:
+        """Record edges from page ``src`` to the known pages among ``urls``; returns how many."""
+        if not urls:
+            return 0
+        self.con.register("_dst", {"url": np.array(list(urls), dtype=object)})
+        try:
+            rows = self.con.execute(
+                """
+                INSERT INTO links SELECT ?, p.id, ? FROM _dst JOIN pages p ON p.url = _dst.url
+                WHERE p.id <> ? RETURNING dst
+                """,
+                [src, now, src],
+            ).fetchall()
+        finally:
+            self.con.unregister("_dst")
+        return len(rows)
+
+    def save_document(
+        self,
+        page_id: int,
+        *,
+        canonical: str | None,
+        noindex: bool,
+        lastmod: Sequence[tuple[str, float]],
+    ) -> None:
+        """What processing a page's body found that belongs to pages, not to the history."""
+        self.con.execute(
+            "UPDATE pages SET canonical = ?, noindex = ? WHERE id = ?",
+            [canonical, noindex, page_id],
+        )
+        if lastmod:
+            self.con.register(
+                "_lm",
+                {
+                    "url": np.array([u for u, _ in lastmod], dtype=object),
+                    "t": np.array([t for _, t in lastmod], dtype=np.float64),
+                },
+            )
+            try:
+                self.con.execute(
+                    """
+                    UPDATE pages SET sitemap_lastmod = greatest(coalesce(sitemap_lastmod, 0), m.t)
+                    FROM (SELECT url, max(t) AS t FROM _lm GROUP BY url) m
+                    WHERE pages.url = m.url
+                    """
+                )
+            finally:
+                self.con.unregister("_lm")
 
     def due_pages(self, *, after: tuple[float, int], until: float, limit: int) -> list[PageRow]:
         """Pages with (due_at, id) > ``after`` and due_at ≤ ``until``, earliest first."""
         rows = self.con.execute(
             """
             SELECT p.id, p.url, p.host_id, h.name, p.due_at, p.etag, p.last_modified,
-                   p.digest, p.target_rate
+                   p.digest, p.target_rate, p.depth, p.fingerprint, p.rate, p.weight,
+                   p.source
             FROM pages p JOIN hosts h ON h.id = p.host_id
             WHERE p.status <> 'gone' AND NOT h.paused
               AND (p.due_at, p.id) > (?, ?) AND p.due_at <= ?
@@ -400,6 +529,11 @@ class Store:
                 last_modified=r[6],
                 digest=r[7],
                 target_rate=r[8],
+                depth=r[9],
+                fingerprint=r[10],
+                rate=r[11],
+                weight=r[12],
+                source=r[13],
             )
             for r in rows
         ]
@@ -505,6 +639,8 @@ class Store:
             "policy": np.array([r.policy for r in records], dtype=object),
             "final_url": np.array([r.final_url for r in records], dtype=object),
             "redirects": np.array([r.redirects for r in records], dtype=np.int16),
+            "meaningful": np.array([r.meaningful for r in records], dtype=object),
+            "fingerprint": np.array([r.fingerprint for r in records], dtype=object),
         }
         # A page fetched twice within one batch: the later state wins, the counts add up.
         last: dict[int, FetchRecord] = {}
@@ -512,8 +648,9 @@ class Store:
         changed_at: dict[int, float] = {}
         for r in records:
             last[r.page_id] = r
-            c = counts.setdefault(r.page_id, [0, 0])
+            c = counts.setdefault(r.page_id, [0, 0, 0])
             c[0] += 1
+            c[2] += bool(r.meaningful)
             if r.changed:
                 c[1] += 1
                 changed_at[r.page_id] = r.finished_at
@@ -531,6 +668,9 @@ class Store:
             "x": np.array([counts[r.page_id][1] for r in pages_], dtype=np.int32),
             "status": np.array([r.page_status for r in pages_], dtype=object),
             "due_at": np.array([r.due_at for r in pages_], dtype=np.float64),
+            "m": np.array([counts[r.page_id][2] for r in pages_], dtype=np.int32),
+            "fingerprint": np.array([r.fingerprint for r in pages_], dtype=object),
+            "duplicate_of": np.array([r.duplicate_of for r in pages_], dtype=object),
         }
         latest_host = list({h.host_id: h for h in hosts}.values())
         host_batch = {
@@ -545,7 +685,7 @@ class Store:
             con.execute("BEGIN")
             if n:
                 con.register("_f", fetches)
-                con.execute("INSERT INTO fetches SELECT * FROM _f")
+                con.execute(f"INSERT INTO fetches ({', '.join(fetches)}) SELECT * FROM _f")
                 con.unregister("_f")
                 con.register("_p", page_batch)
                 con.execute(
@@ -554,7 +694,10 @@ class Store:
                         last_change = coalesce(_p.changed_at, pages.last_change),
                         etag = _p.etag, last_modified = _p.last_modified, digest = _p.digest,
                         fetches = pages.fetches + _p.n, changes = pages.changes + _p.x,
-                        status = _p.status, due_at = _p.due_at
+                        status = _p.status, due_at = _p.due_at,
+                        meaningful_changes = pages.meaningful_changes + _p.m,
+                        fingerprint = coalesce(_p.fingerprint, pages.fingerprint),
+                        duplicate_of = _p.duplicate_of
                     FROM _p WHERE pages.id = _p.id
                     """
                 )

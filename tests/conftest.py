@@ -89,6 +89,8 @@ def daemon_config(
         "fetch": {"timeout": 2.0},
         "dns": {"static": {"*.sim.test": f"127.0.0.1:{port}"}},
         "frontier": {"window": 5.0},
+        # no guessed /sitemap.xml pages: tests count pages exactly
+        "discovery": {"sitemaps": False},
         "log": {"format": "json", "level": "debug", "progress_interval": 1.0},
         "daemon": {"drain_timeout": 5.0},
     }

@@ -14,6 +14,7 @@ from prometheus_client.samples import Sample
 
 from refresher._allocate import AllocatorStatistics
 from refresher._crawl import CrawlerStatistics
+from refresher._discover import DiscoveryStatistics
 from refresher._errors import ConfigError
 from refresher._fetch import FetcherStatistics
 from refresher._frontier import FrontierStatistics
@@ -51,6 +52,8 @@ def crawler(**kw: Any) -> CrawlerStatistics:
         denied=5,
         robots_fetches=3,
         bytes=123_456,
+        meaningful=4,
+        duplicates=1,
     )
     return CrawlerStatistics(**{**base, **kw})
 
@@ -259,6 +262,7 @@ def test_every_field_of_the_known_snapshots_has_a_spec_and_every_spec_a_field():
         ("fetcher", FetcherStatistics),
         ("allocator", AllocatorStatistics),
         ("notifier", NotifierStatistics),
+        ("discovery", DiscoveryStatistics),
     ):
         names = {f.name for f in dataclasses.fields(cls)} - {"policy"}
         assert set(METRICS[component]) == names, component

@@ -781,7 +781,8 @@ def test_the_fast_parser_agrees_with_h11_whenever_it_accepts(
     assert isinstance(parser.next_event(), h11.EndOfMessage)
     request, used = fast
     assert request == _make_request(event.method, event.target, event.http_version, event.headers)
-    assert data[used:] == tail
+    # Damage can end the head early (an inserted blank line): compare with what h11 left.
+    assert data[used:] == parser.trailing_data[0]
 
 
 def test_the_fast_parser_takes_a_plain_get() -> None:

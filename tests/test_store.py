@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import numpy as np
 import pytest
 import trio
 import trio.testing
@@ -386,6 +387,7 @@ def test_fetch_log_shows_the_documented_columns_with_timestamps(store: Store) ->
         "policy",
         "error_kind",
         "duration",
+        "meaningful",
     ]
     types = dict(columns)
     assert types["started_at"] == "TIMESTAMP"
@@ -612,3 +614,32 @@ async def test_statistics_count_pages_hosts_and_fetches(paged_store: Store) -> N
         assert (stats.fetches, stats.acknowledged, stats.batches) == (1, 1, 1)
         assert stats.last_batch_seconds >= 0
         service.close()
+
+
+def test_a_version_1_file_migrates_and_its_url_fingerprints_are_backfilled(tmp_path: Path) -> None:
+    import duckdb as ddb
+
+    from refresher._seen import fingerprint
+    from refresher._store import _MIGRATIONS
+
+    path = tmp_path / "v1.duckdb"
+    con = ddb.connect(str(path))
+    first = _MIGRATIONS[0]
+    assert isinstance(first, str)
+    con.execute(first)
+    con.execute("INSERT INTO meta VALUES ('schema_version', '1')")
+    con.execute("INSERT INTO hosts (id, name, scheme) VALUES (1, 'a.example', 'http')")
+    con.execute(
+        "INSERT INTO pages (id, url, host_id, first_seen, due_at) "
+        "VALUES (1, 'http://a.example/', 1, 0, 0)"
+    )
+    con.close()
+    store = Store(path)
+    try:
+        assert store.schema_version() == SCHEMA_VERSION
+        row = first_row(store.con.execute("SELECT url_fp, depth FROM pages WHERE id = 1"))
+        assert row == (fingerprint("http://a.example/"), 0)
+        known = store.known_fingerprints(np.array([fingerprint("http://a.example/"), 7]))
+        assert known.tolist() == [True, False]
+    finally:
+        store.close()
