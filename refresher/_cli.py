@@ -115,6 +115,13 @@ def _parser() -> argparse.ArgumentParser:
     site.add_argument("--port", type=int, default=8080)
     site.add_argument("--seed", type=int, default=0, help="random seed")
 
+    from ._simweb import add_arguments as simweb_arguments
+
+    simweb = sub.add_parser(
+        "simweb", help="serve a simulated web with known change rates and write its ground truth"
+    )
+    simweb_arguments(simweb)
+
     demo = sub.add_parser("demo", help="run the daemon against the local demo web (make run)")
     _common(demo)
     demo.add_argument("--hosts", type=int, default=5)
@@ -290,6 +297,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _cmd_pause(args)
         if args.command == "reload":
             return _cmd_reload(args)
+        if args.command == "simweb":
+            from ._simweb import run as run_simweb
+
+            return run_simweb(args)
         if args.command == "site":
             return _cmd_site(args)
         if args.command == "demo":
