@@ -43,10 +43,9 @@ _T = TypeVar("_T", bound=np.generic)
 _CHUNK = 1 << 16  # pages per vectorised block: keeps temporaries in cache
 # |log Σf − log budget| at which a multiplier is accepted; the first-order correction that
 # follows leaves an error of order _FTOL² (see _solve_groups)
-_FTOL = 1e-7
+_FTOL = 1e-6
 _BINS = 4096
-_PREDICTED_ROUNDS = 1  # active-set rounds that also cap the hosts predicted to go over
-_UTOL = 1e-9  # a bracket on log μ this narrow is the answer (see _solve_groups)
+_UTOL = 1e-8  # a bracket on log μ this narrow is the answer (see _solve_groups)
 _MAX_ITERATIONS = 200
 _CAP_SLACK = 1e-9  # a host is over its cap when its sum exceeds c_h·(1 + slack)
 
@@ -272,39 +271,50 @@ class _Work:
         return group_sum(self.group, self.f, u.size), group_sum(self.group, self.df, u.size)
 
 
-def _reduced_start(
-    response: Response, log_s: Float, amp: Float, budget: float
-) -> tuple[float, float]:
-    """(log μ, d log Σf/d log μ) for one group, from a histogram of its pages: binned by
-    log s (4,096 bins), each bin standing for its pages at their A-weighted mean log s,
-    which cancels the first-order error. Where pages drop out (freshness: v = log μ + log s
-    reaches 0) binning smears a cliff, so the bins around the drop-out of that first answer
-    are replaced by their pages and the histogram solved again. The slope returned is the
-    histogram's, smoothed over the pages dropping out, which a local derivative misses."""
-    lo, hi = float(log_s.min()), float(log_s.max())
-    width = (hi - lo) / _BINS or 1.0
-    idx = ((log_s - lo) * (1.0 / width)).astype(np.intp)
-    np.minimum(idx, _BINS - 1, out=idx)
-    mass = group_sum(idx, amp, _BINS)
-    moment = group_sum(idx, amp * log_s, _BINS)
-    centre = np.divide(moment, mass, out=np.zeros(_BINS), where=mass > 0.0)
-    b = np.array([budget])
-    keep = mass > 0.0
-    u, _, df = _solve_groups(response, centre[keep], mass[keep], None, b)
-    if response.drops_out and np.isfinite(u[0]):
-        cliff = (-u[0] - lo) / width
-        near_lo, near_hi = math.floor(cliff) - 2, math.floor(cliff) + 2
-        exact = np.flatnonzero((idx >= near_lo) & (idx <= near_hi))
-        keep[max(near_lo, 0) : max(near_hi + 1, 0)] = False
-        u, _, df = _solve_groups(
-            response,
-            np.concatenate((centre[keep], log_s[exact])),
-            np.concatenate((mass[keep], amp[exact])),
-            None,
-            b,
-            start=u,
-        )
-    return float(u[0]), float(df.sum()) / budget
+class _Histogram:
+    """The pages of one solve binned by log s (4,096 bins), for a cheap first guess of μ.
+
+    Each bin stands for its pages at their A-weighted mean log s, which cancels the
+    first-order error."""
+
+    def __init__(self, log_s: Float, amp: Float) -> None:
+        self.log_s, self.amp = log_s, amp
+        self.lo = float(log_s.min())
+        self.width = (float(log_s.max()) - self.lo) / _BINS or 1.0
+        scratch = np.subtract(log_s, self.lo)
+        scratch *= 1.0 / self.width
+        self.idx = scratch.astype(np.intp)
+        np.minimum(self.idx, _BINS - 1, out=self.idx)
+        self.mass = group_sum(self.idx, amp, _BINS)
+        self.moment = group_sum(self.idx, np.multiply(amp, log_s, out=scratch), _BINS)
+        self.floor = 1e-12 * float(self.mass.max())  # below this a bin is empty (round-off)
+
+    def start(self, response: Response, budget: float, free: Mask | None) -> tuple[float, float]:
+        """(log μ, d log Σf/d log μ) for the pages in the histogram (``free`` marks them
+        among all pages, None: all). Where pages drop out (freshness: v = log μ + log s
+        reaches 0) binning smears a cliff, so the bins around the first answer's drop-out
+        are replaced by their pages and solved again. The slope is the histogram's, smoothed
+        over the pages dropping out, which a local derivative misses."""
+        keep = self.mass > self.floor
+        centre = np.divide(self.moment, self.mass, out=np.zeros(_BINS), where=keep)
+        b = np.array([budget])
+        u, _, df = _solve_groups(response, centre[keep], self.mass[keep], None, b)
+        if response.drops_out and np.isfinite(u[0]):
+            cliff = math.floor((-u[0] - self.lo) / self.width)
+            near = (self.idx >= cliff - 2) & (self.idx <= cliff + 2)
+            if free is not None:
+                near &= free
+            exact = np.flatnonzero(near)
+            keep[max(cliff - 2, 0) : max(cliff + 3, 0)] = False
+            u, _, df = _solve_groups(
+                response,
+                np.concatenate((centre[keep], self.log_s[exact])),
+                np.concatenate((self.mass[keep], self.amp[exact])),
+                None,
+                b,
+                start=u,
+            )
+        return float(u[0]), float(df.sum()) / budget
 
 
 def _exactly(group: Index, f: Float, budgets: Float) -> Float:
@@ -315,21 +325,84 @@ def _exactly(group: Index, f: Float, budgets: Float) -> Float:
     return scaled
 
 
-def _between(work: _Work, lo: Float, hi: Float, budgets: Float) -> tuple[Float, Float, Float]:
+def _between(
+    work: _Work,
+    lo: Float,
+    hi: Float,
+    budgets: Float,
+    caps_by: tuple[Index, Float, Mask] | None = None,
+) -> tuple[Float, Float, Float]:
     """Rates of ``work``'s groups interpolated between the bracket ends, where the groups take
-    more (lo) and less (hi) than their budgets, so that they take them exactly.
+    more (lo) and less (hi) than their budgets, so that they take them exactly. With
+    ``caps_by`` (one group), the hosts over their caps at lo are the capped ones and the
+    others share what the caps leave.
 
     Returns (u, f, df/du at lo)."""
     at_lo, _ = work.evaluate(lo)
     f_lo, df_lo = work.f.copy(), work.df.copy()
+    over = None
+    if caps_by is not None:
+        at_lo, _, over, _ = _capped_totals(work, caps_by)
     at_hi, _ = work.evaluate(hi)
+    if caps_by is not None and over is not None:
+        host, caps, capped = caps_by
+        capped[...] = over
+        free = ~over[host]
+        rest = budgets[0] - float(caps[over].sum())
+        f = f_lo.copy()
+        gap = float(f_lo[free].sum() - work.f[free].sum())
+        theta = (rest - float(work.f[free].sum())) / gap if gap > 0.0 else 1.0
+        theta = min(max(theta, 0.0), 1.0)
+        f[free] = work.f[free] + theta * (f_lo[free] - work.f[free])
+        placed = float(f[free].sum())
+        f[free] *= rest / placed if placed > 0.0 else 0.0
+        return lo + (1.0 - theta) * (hi - lo), f, df_lo
     with np.errstate(invalid="ignore", divide="ignore"):
-        theta = np.clip(np.nan_to_num((budgets - at_hi) / (at_lo - at_hi)), 0.0, 1.0)
+        theta_g = np.clip(np.nan_to_num((budgets - at_hi) / (at_lo - at_hi)), 0.0, 1.0)
     g = np.zeros(f_lo.size, np.intp) if work.group is None else work.group
-    f = work.f + theta[g] * (f_lo - work.f)
+    f = work.f + theta_g[g] * (f_lo - work.f)
     with np.errstate(invalid="ignore"):  # groups not in ``work`` may have open brackets
-        u = lo + (1.0 - theta) * (hi - lo)
+        u = lo + (1.0 - theta_g) * (hi - lo)
     return u, _exactly(g, f, budgets), df_lo
+
+
+def _capped_totals(
+    work: _Work, caps_by: tuple[Index, Float, Mask], u: float = math.nan, budget: float = 0.0
+) -> tuple[Float, Float, Mask, float]:
+    """(Σ_h min(D_h, c_h), its derivative in u, hosts over their caps, the u where the hosts'
+    local models take ``budget``) for ``work``'s last evaluation at u, D_h being the sum over
+    host h's pages. The model holds each D_h log-linear in u through its value and slope."""
+    host, caps, _ = caps_by
+    demand = group_sum(host, work.f, caps.size)
+    dslope = group_sum(host, work.df, caps.size)
+    over = demand > caps * (1.0 + _CAP_SLACK)
+    total = float(np.where(over, caps, demand).sum())
+    slope = float(np.where(over, 0.0, dslope).sum())
+    model = math.nan
+    if math.isfinite(u) and budget > 0.0:
+        live = demand > 0.0
+        d, c = demand[live], caps[live]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            e = np.where(dslope[live] < 0.0, dslope[live] / d, -0.5)
+
+        def taken(v: float) -> float:
+            with np.errstate(over="ignore"):
+                return float(np.minimum(d * np.exp(e * (v - u)), c).sum())
+
+        lo, hi = u - 1.0, u + 1.0
+        for _ in range(60):  # widen to a bracket (the model's sum falls in v)
+            if taken(lo) >= budget:
+                break
+            lo = u - 2.0 * (u - lo)
+        for _ in range(60):
+            if taken(hi) <= budget:
+                break
+            hi = u + 2.0 * (hi - u)
+        for _ in range(50):
+            mid = 0.5 * (lo + hi)
+            lo, hi = (mid, hi) if taken(mid) > budget else (lo, mid)
+        model = 0.5 * (lo + hi)
+    return np.array([total]), np.array([slope]), over, model
 
 
 def _solve_groups(
@@ -342,13 +415,21 @@ def _solve_groups(
     lo: Float | None = None,
     hi: Float | None = None,
     start: Float | None = None,
+    start_slope: float = math.nan,
+    caps_by: tuple[Index, Float, Mask] | None = None,
 ) -> tuple[Float, Float, Float]:
     """Find u_g = log μ_g with Σ_{i∈g} f_i = budgets[g] for every group holding pages.
 
     ``group`` None means one group. ``lo``/``hi`` optionally bracket u (Σf > budget at lo,
-    < budget at hi); ``start`` is a first guess. Returns u per group (+∞ for a zero budget,
-    NaN for a group without pages), f per page (each group's sum exactly its budget) and
-    df/du per page."""
+    < budget at hi); ``start`` is a first guess, ``start_slope`` the slope of log Σf in
+    log μ to take the first step with (one group; default: the local one). Returns u per
+    group (+∞ for a zero budget, NaN for a group without pages), f per page (each group's
+    sum exactly its budget) and df/du per page.
+
+    ``caps_by`` = (host per page, cap per host, capped: out) makes one group of pages on
+    capped hosts: a host counts with min(Σ_{i∈h} f_i, c_h), and u is the global multiplier
+    of the capped problem. The hosts over their caps at u are marked in ``capped``; their
+    pages' rates are left as they are at u (their own multipliers are the caller's job)."""
     single = group is None
     groups = budgets.size
     total_amp = np.array([amp.sum()]) if group is None else group_sum(group, amp, groups)
@@ -370,8 +451,10 @@ def _solve_groups(
     lo_u = np.minimum(lo_u, hi_u)
     # the first step's slope of log Σf in u: the smoothed one when known, else the local one
     first_slope = np.full(groups, np.nan)
+    if single:
+        first_slope[0] = start_slope
     if start is None and single and log_s.size > _BINS:
-        u0, first_slope[0] = _reduced_start(response, log_s, amp, float(budgets[0]))
+        u0, first_slope[0] = _Histogram(log_s, amp).start(response, float(budgets[0]), None)
         start = np.array([u0])
     u = np.where(active, hi_u, u)
     if start is not None:
@@ -388,6 +471,9 @@ def _solve_groups(
         work = _Work(response, log_s, amp, group).keep(active[group])
     for _ in range(_MAX_ITERATIONS):
         total, slope = work.evaluate(np.where(active, u, 0.0))
+        model = math.nan
+        if caps_by is not None:
+            total, slope, over, model = _capped_totals(work, caps_by, float(u[0]), budgets[0])
         with np.errstate(divide="ignore", invalid="ignore"):
             err = np.log(total) - log_b
             # Then the secant through the last two points: pages crossing their drop-out
@@ -396,6 +482,10 @@ def _solve_groups(
             secant = np.where(np.isfinite(first_slope), first_slope, secant)
             use = np.isfinite(secant) & (secant < 0.0)
             newton = u - err / np.where(use, secant, slope / total)
+            if math.isfinite(model) and not np.isfinite(previous[0]):
+                # first step of a capped solve: the root of the hosts' local models, each
+                # host's sum log-linear in u up to its cap, which sees hosts reach their caps
+                newton = np.array([model])
         first_slope[:] = np.nan
         err = np.where(active, err, 0.0)
         # the bracket and its errors; Illinois: an end kept twice running has its error halved
@@ -406,9 +496,9 @@ def _solve_groups(
         hi_u, err_hi = np.where(to_hi, u, hi_u), np.where(to_hi, err, err_hi)
         last_side = np.where(to_lo, 1, np.where(to_hi, -1, last_side))
         converged = active & (np.abs(err) <= _FTOL) & (total > 0.0)
-        # μ pinned to 1e-9 but Σf still off: the root sits on pages crossing their drop-out,
+        # μ pinned to 1e-8 but Σf still off: the root sits on pages crossing their drop-out,
         # where Σf is steep beyond what a double resolves. Every page's rate between the two
-        # ends has a marginal value within 1e-9 of μ, so interpolate the rates between them.
+        # ends has a marginal value within 1e-8 of μ, so interpolate the rates between them.
         narrow = active & ~converged & ((hi_u - lo_u) <= _UTOL)
         if converged.any():
             # Close the last gap along the derivative: to first order these are the rates at
@@ -418,10 +508,24 @@ def _solve_groups(
             # nothing; then the rescale alone places it.)
             delta = np.divide(budgets - total, slope, out=np.zeros(groups), where=converged)
             u = np.where(converged, u + delta, u)
+            if work.group is None and caps_by is not None:
+                host, caps, capped = caps_by
+                capped[...] = over
+                free = ~over[host]
+                corrected = np.where(free, work.f + delta[0] * work.df, work.f)
+                np.maximum(corrected, 0.0, out=corrected)
+                rest = budgets[0] - float(caps[over].sum())
+                placed = float(corrected[free].sum())
+                corrected[free] *= rest / placed if placed > 0.0 else 0.0
+                return u, corrected, work.df
             if work.group is None:
-                corrected = np.maximum(work.f + delta[0] * work.df, 0.0)
-                f_rows = corrected if corrected.sum() > 0.0 else work.f
-                return u, f_rows * (budgets[0] / f_rows.sum()), work.df
+                corrected = work.df * delta[0]
+                corrected += work.f
+                np.maximum(corrected, 0.0, out=corrected)
+                if not corrected.sum() > 0.0:
+                    corrected[...] = work.f
+                corrected *= budgets[0] / corrected.sum()
+                return u, corrected, work.df
             rows = converged[work.group]
             g = work.group[rows]
             df_rows = work.df[rows]
@@ -434,7 +538,7 @@ def _solve_groups(
             df_out[out] = df_rows
         if narrow.any():
             sub = work if work.group is None else work.keep(narrow[work.group])
-            u_n, f_rows, df_rows = _between(sub, lo_u, hi_u, budgets)
+            u_n, f_rows, df_rows = _between(sub, lo_u, hi_u, budgets, caps_by)
             u = np.where(narrow, u_n, u)
             if sub.group is None:
                 return u, f_rows, df_rows
@@ -500,96 +604,58 @@ def optimal(name: str, response: Response, problem: Problem) -> Allocation:
     n_hosts = caps.size
     host_v = _take(hosts, index)
     f_v = np.zeros_like(lam_v)
-    host_u = np.full(n_hosts, np.nan)
-    capped = caps <= 0.0
-    host_u[capped] = np.inf
-    u_global = np.inf
-    hi: Float | None = None  # a bound on the next round's log μ, once one is known
-    leftover = budget
-    predict = _PREDICTED_ROUNDS
-    while True:
-        on_free = ~capped[host_v]
-        free = None if on_free.all() else np.flatnonzero(on_free)
-        leftover = budget - float(caps[capped].sum())
-        if (free is not None and free.size == 0) or leftover <= 0.0:
-            u_global = -np.inf if leftover > 0.0 else u_global
-            break
-        u, f_free, df_free = _solve_groups(
-            response, _take(log_s, free), _take(amp, free), None, np.array([leftover]), hi=hi
+    has_pages = np.bincount(host_v, minlength=n_hosts) > 0
+    closed = caps <= 0.0
+    host_u = np.where(closed, np.inf, np.nan)
+    open_pages = ~closed[host_v]
+    rows_open = None if open_pages.all() else np.flatnonzero(open_pages)
+    host_open = _take(host_v, rows_open)
+    room = float(caps[has_pages & ~closed].sum())
+    if room <= budget:
+        # every host with pages can be filled: each takes its cap, the rest is unplaced
+        capped = has_pages & ~closed
+        u_global, leftover = -np.inf, budget - room
+        start = np.full(n_hosts, np.nan)
+        lo_h = None
+    else:
+        capped = np.zeros(n_hosts, dtype=bool)
+        u, f_open, df_open = _solve_groups(
+            response,
+            _take(log_s, rows_open),
+            _take(amp, rows_open),
+            None,
+            np.array([budget]),
+            caps_by=(host_open, caps, capped),
         )
-        u_global = float(u[0])
-        _put(f_v, free, f_free)
-        host_free = _take(host_v, free)
-        demand = group_sum(host_free, f_free, n_hosts)
-        slope = group_sum(host_free, df_free, n_hosts)  # d demand / d log μ
-        over = (demand > caps * (1.0 + _CAP_SLACK)) & ~capped
-        if predict > 0 and over.any():
-            # Capping these hosts lowers μ, which pushes more hosts over their caps: predict
-            # the final μ from each host's demand and slope here, and cap all of those now.
-            over |= _predicted_over(demand, slope, caps, ~capped, u_global, budget) & ~capped
-        # A host capped on a prediction that turns out to want less than its cap at μ.
-        release = capped & (host_u < u_global)
-        if not over.any() and not release.any():
-            leftover = 0.0
-            break
-        capped = (capped | over) & ~release
-        host_u[release] = np.nan
-        # μ falls from one round to the next, except after a prediction (it may overshoot)
-        hi = np.array([u_global]) if predict <= 0 else None
-        predict -= 1
-        if not over.any():
-            continue
-        # Each newly capped host gets its own μ_h: start from a Newton step off the global
-        # solution; it lies above μ where the host is over its cap, below where predicted.
+        u_global, leftover = float(u[0]), 0.0
+        _put(f_v, rows_open, f_open)
+        # the capped hosts' own μ_h > μ: start from a Newton step off the global solution
+        over_pages = capped[host_open]
+        demand = group_sum(host_open[over_pages], f_open[over_pages], n_hosts)
+        slope = group_sum(host_open[over_pages], df_open[over_pages], n_hosts)
         with np.errstate(divide="ignore", invalid="ignore"):
             start = u_global - (np.log(demand) - np.log(caps)) * demand / slope
-        above = demand > caps
-        rows = np.flatnonzero(over[host_v])
+        lo_h = np.full(n_hosts, u_global)
+    if capped.any():
+        rows = np.flatnonzero(capped[host_v])
         uh, f_rows, _ = _solve_groups(
             response,
             log_s[rows],
             amp[rows],
             host_v[rows],
-            np.where(over, caps, 0.0),
-            lo=np.where(above, u_global, -np.inf),
-            hi=np.where(above, np.inf, u_global),
+            np.where(capped, caps, 0.0),
+            lo=lo_h,
             start=start,
         )
-        host_u[over] = uh[over]
+        host_u[capped] = uh[capped]
         f_v[rows] = f_rows
+    capped |= closed
     f = _spread(f_v, index, lam.size)
     mu = _exp(u_global)
     with np.errstate(over="ignore"):  # a host capped near 0 has μ_h = ∞
         levels = np.where(capped, np.exp(host_u), mu)
-    has_pages = np.bincount(host_v, minlength=n_hosts) > 0
-    capped_out = capped & (has_pages | (caps <= 0.0))
+    capped_out = capped
     return _finish(name, problem, f, leftover, mu, levels, capped_out, unvalued)
-
-
-def _predicted_over(
-    demand: Float, slope: Float, caps: Float, free: Mask, u: float, budget: float
-) -> Mask:
-    """Hosts over their caps at the μ where Σ_h min(D_h(μ), c_h) = B, each host's demand
-    D_h taken as log-linear in log μ through its value and slope at u."""
-    live = free & (demand > 0.0)
-    d, c = demand[live], caps[live]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        elasticity = np.where(slope[live] < 0.0, slope[live] / d, -0.5)
-
-    def taken(v: float) -> float:
-        with np.errstate(over="ignore"):
-            return float(np.minimum(d * np.exp(elasticity * (v - u)), c).sum())
-
-    lo, hi = u - 1.0, u
-    while taken(lo) < budget and lo > u - 64.0:
-        lo = u - 2.0 * (u - lo)
-    for _ in range(60):
-        mid = 0.5 * (lo + hi)
-        lo, hi = (mid, hi) if taken(mid) > budget else (lo, mid)
-    out = np.zeros_like(free)
-    with np.errstate(over="ignore"):
-        out[live] = d * np.exp(elasticity * (hi - u)) > c * (1.0 + _CAP_SLACK)
-    return out
 
 
 def _exp(u: float) -> float:
@@ -597,7 +663,7 @@ def _exp(u: float) -> float:
     return math.exp(u) if u < 709.0 else math.inf
 
 
-def _take(a: NDArray[_T], index: Index | None) -> NDArray[_T]:
+def _take(a: NDArray[_T], index: Index | Mask | None) -> NDArray[_T]:
     return a if index is None else a[index]
 
 
@@ -610,7 +676,7 @@ def _spread(values: Float, index: Index | None, pages: int) -> Float:
     return out
 
 
-def _put(out: Float, index: Index | None, values: Float) -> None:
+def _put(out: Float, index: Index | Mask | None, values: Float) -> None:
     if index is None:
         out[...] = values
     else:
