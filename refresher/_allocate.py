@@ -1,9 +1,21 @@
-"""From target rates to due times: the allocator re-solves the budget split periodically.
+"""From fetch history to due times: estimate λ per page, split the budget by policy.
 
-Until the policies land, the split is uniform: every page gets f = B/N fetches per second, so
-each page is due every N/B seconds after its last fetch. When N or B moves by more than
-``tolerance``, the new rates go to the store, due times are recomputed there
-(``last_fetch + 1/f``) and the frontier reloads its window.
+Every ``policy.resolve_interval`` seconds (and at once when the budget or the policy changes)
+the allocator
+
+1. reads each page's recent successful observations from the store (the intervals between
+   fetches that returned 200 or 304, and whether the body changed: raw or meaningful, as
+   ``estimate.change`` says; at most ``estimate.history`` per page) and estimates λ̂ with a
+   prior pooled per host, then globally (:mod:`refresher._estimate`);
+2. weights pages by PageRank over the stored link edges (mean weight 1);
+3. caps each host at one fetch per politeness delay and solves the policy
+   (:mod:`policies`) for B·(1 − ``estimate.explore``); the exploration share goes in equal
+   parts to the pages the policy gave nothing, so their estimates never go stale;
+4. writes λ̂, its evidence, the weight and the target rate f to the store, makes each page
+   due at last fetch + 1/f, and has the frontier reload its window.
+
+Budget that the host caps leave unplaced is reported (``statistics().unplaced``), never
+silently dropped.
 """
 
 from __future__ import annotations
@@ -12,16 +24,36 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
+import numpy as np
 import trio
+from numpy.typing import NDArray
 
+import policies
+
+from ._estimate import estimate_pages
 from ._frontier import Frontier
 from ._logging import get_logger
 from ._store import PageRow, Store, StoreService
 
-__all__ = ["Allocator", "AllocatorStatistics"]
+__all__ = [
+    "Allocator",
+    "AllocatorStatistics",
+    "Plan",
+    "PolicyInputs",
+    "load_inputs",
+    "plan",
+    "policy_table",
+    "priority_level",
+]
 
 log = get_logger("allocate")
+
+#: λ for pages with no history at all and no prior to pool: one change a day
+DEFAULT_PRIOR_RATE = 1.0 / 86_400
+#: seconds; a page the plan gives no fetches is still due after this long
+NEVER = 30 * 86_400.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -32,6 +64,197 @@ class AllocatorStatistics:
     uniform_interval: float  # seconds between fetches of one page under uniform
     solves: int
     last_solve_seconds: float
+    unplaced: float  # fetches per second the host caps left unplaced
+    explored: int  # pages given only the exploration share
+    expected_freshness: float  # the plan's expected mean freshness (NaN before a solve)
+    expected_age: float  # seconds
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PolicyInputs:
+    """Arrays over pages (same order) that a plan needs; rates in changes per second."""
+
+    page_ids: NDArray[np.int64]
+    host_index: NDArray[np.intp]  # dense host number per page
+    host_caps: NDArray[np.float64]  # fetches per second per dense host
+    last_fetch: NDArray[np.float64]  # unix seconds, NaN when never fetched
+    rates: NDArray[np.float64]  # λ̂
+    rate_n: NDArray[np.float64]  # evidence (effective observed changes)
+    weights: NDArray[np.float64]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Plan:
+    target: NDArray[np.float64]  # f per page, fetches per second
+    allocation: policies.Allocation
+    explored: int
+
+
+def _observations(store: Store, *, meaningful: bool, history: int) -> dict[str, Any]:
+    change = "coalesce(meaningful, changed)" if meaningful else "changed"
+    return store.con.execute(
+        f"""
+        WITH obs AS (
+            SELECT page_id, finished_at, {change} AS changed,
+                   lag(finished_at) OVER (PARTITION BY page_id ORDER BY finished_at) AS prev,
+                   row_number() OVER (PARTITION BY page_id ORDER BY finished_at DESC) AS k
+            FROM fetches
+            WHERE status BETWEEN 200 AND 299 OR not_modified
+        )
+        SELECT page_id, finished_at - prev AS t, changed FROM obs
+        WHERE prev IS NOT NULL AND k <= ? AND finished_at > prev
+        """,
+        [history],
+    ).fetchnumpy()
+
+
+def _pagerank(
+    n: int, src: NDArray[np.intp], dst: NDArray[np.intp], *, d: float = 0.85, steps: int = 30
+) -> NDArray[np.float64]:
+    """PageRank over ``n`` pages, scaled to mean 1 (power iteration, sparse, vectorised)."""
+    if n == 0:
+        return np.zeros(0)
+    if src.size == 0:
+        return np.ones(n)
+    from scipy import sparse
+
+    out_degree = np.bincount(src, minlength=n).astype(np.float64)
+    m = sparse.csr_matrix((1.0 / out_degree[src], (dst, src)), shape=(n, n))
+    dangling = out_degree == 0
+    r: NDArray[np.float64] = np.full(n, 1.0 / n)
+    for _ in range(steps):
+        r = np.asarray((1.0 - d) / n + d * (m @ r + r[dangling].sum() / n), dtype=np.float64)
+    scaled: NDArray[np.float64] = r * (n / float(r.sum()))
+    return scaled
+
+
+def load_inputs(
+    store: Store, *, min_delay: float, meaningful: bool = False, history: int = 32
+) -> PolicyInputs:
+    """Everything a plan needs, read and estimated in the store thread."""
+    pages = store.con.execute(
+        """
+        SELECT p.id, p.host_id, coalesce(p.last_fetch, 'NaN'::DOUBLE) AS last_fetch,
+               coalesce(h.delay, 0) AS delay
+        FROM pages p JOIN hosts h ON h.id = p.host_id
+        WHERE p.status <> 'gone' ORDER BY p.id
+        """
+    ).fetchnumpy()
+    ids = np.asarray(pages["id"], dtype=np.int64)
+    n = ids.size
+    hosts, host_index = np.unique(np.asarray(pages["host_id"]), return_inverse=True)
+    delay = np.maximum(np.asarray(pages["delay"], dtype=np.float64), min_delay)
+    host_delay = np.zeros(hosts.size)
+    np.maximum.at(host_delay, host_index, delay)
+    with np.errstate(divide="ignore"):
+        caps = np.where(host_delay > 0, 1.0 / host_delay, np.inf)
+    last = np.asarray(pages["last_fetch"], dtype=np.float64)
+    obs = _observations(store, meaningful=meaningful, history=history)
+    page_index = np.searchsorted(ids, np.asarray(obs["page_id"], dtype=np.int64))
+    intervals = np.asarray(obs["t"], dtype=np.float64)
+    changed = np.asarray(obs["changed"], dtype=bool)
+    if n and intervals.size:
+        est = estimate_pages(
+            page_index, intervals, changed, n, page_host=host_index, n_hosts=hosts.size
+        )
+        rates, rate_n = np.asarray(est.rate), np.asarray(est.n_eff)
+    else:
+        rates, rate_n = np.full(n, DEFAULT_PRIOR_RATE), np.zeros(n)
+    edges = store.con.execute("SELECT DISTINCT src, dst FROM links").fetchnumpy()
+    src = np.searchsorted(ids, np.asarray(edges["src"], dtype=np.int64))
+    dst = np.searchsorted(ids, np.asarray(edges["dst"], dtype=np.int64))
+    ok = (src < n) & (dst < n)
+    if n:
+        ok &= (ids[np.minimum(src, n - 1)] == edges["src"]) & (
+            ids[np.minimum(dst, n - 1)] == edges["dst"]
+        )
+    weights = _pagerank(n, src[ok], dst[ok])
+    return PolicyInputs(
+        page_ids=ids,
+        host_index=host_index.astype(np.intp),
+        host_caps=caps,
+        last_fetch=last,
+        rates=rates,
+        rate_n=rate_n,
+        weights=weights,
+    )
+
+
+def plan(inputs: PolicyInputs, policy: str, budget: float, *, explore: float) -> Plan:
+    """Target rates: the policy's split of B·(1 − explore), plus exploration."""
+    n = inputs.page_ids.size
+    if n == 0:
+        alloc = policies.solve(policy, np.zeros(0), budget)
+        return Plan(target=np.zeros(0), allocation=alloc, explored=0)
+    share = budget * (1.0 - explore)
+    alloc = policies.solve(
+        policy,
+        inputs.rates,
+        share,
+        weights=inputs.weights,
+        hosts=inputs.host_index,
+        host_caps=inputs.host_caps,
+    )
+    target = np.array(alloc.rates, dtype=np.float64)
+    starved = target <= 0.0
+    explored = int(starved.sum())
+    spare = budget - share
+    if explored and spare > 0:
+        target[starved] = spare / explored
+    elif spare > 0:
+        target *= budget / max(float(target.sum()), 1e-300)
+    return Plan(target=target, allocation=alloc, explored=explored)
+
+
+def _save(store: Store, inputs: PolicyInputs, target: NDArray[np.float64], now: float) -> None:
+    batch = {
+        "id": inputs.page_ids,
+        "rate": inputs.rates,
+        "rate_n": inputs.rate_n,
+        "weight": inputs.weights,
+        "target": target,
+    }
+    store.con.register("_plan", batch)
+    try:
+        store.con.execute(
+            """
+            UPDATE pages SET rate = _plan.rate, rate_n = _plan.rate_n, weight = _plan.weight,
+                target_rate = _plan.target,
+                due_at = CASE
+                    WHEN pages.last_fetch IS NULL THEN least(pages.due_at, ?)
+                    WHEN _plan.target > 0 THEN pages.last_fetch + 1.0 / _plan.target
+                    ELSE pages.last_fetch + ? END
+            FROM _plan WHERE pages.id = _plan.id
+            """,
+            [now, NEVER],
+        )
+    finally:
+        store.con.unregister("_plan")
+
+
+def policy_table(inputs: PolicyInputs, budget: float) -> dict[str, Any]:
+    """Expected mean freshness and age (seconds) of the page set under every policy."""
+    table: dict[str, Any] = {}
+    for name in policies.available():
+        p = plan(inputs, name, budget, explore=0.0)
+        age = policies.mean_age(inputs.rates, p.target)
+        table[name] = {
+            "freshness": policies.mean_freshness(inputs.rates, p.target),
+            "age": age if math.isfinite(age) else None,  # None: a changing page never fetched
+            "unplaced": p.allocation.unplaced,
+        }
+    return {"budget": budget, "pages": int(inputs.page_ids.size), "policies": table}
+
+
+def priority_level(page: PageRow, now: float, levels: int) -> int:
+    """Front queue for a due page: the likelier it changed since its last fetch (times its
+    weight), the higher; new pages first. Level 0 is the highest."""
+    if page.rate is None or page.target_rate is None or page.target_rate <= 0:
+        return 0
+    value = page.weight * -math.expm1(-page.rate / page.target_rate)
+    if value <= 0:
+        return levels - 1
+    return min(levels - 1, max(0, int(-math.log2(value))))
 
 
 class Allocator:
@@ -43,7 +266,10 @@ class Allocator:
         budget: float,
         policy: str,
         resolve_interval: float = 60.0,
-        tolerance: float = 0.05,
+        explore: float = 0.05,
+        min_delay: float = 1.0,
+        meaningful: bool = False,
+        history: int = 32,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self._store = store
@@ -51,12 +277,18 @@ class Allocator:
         self.budget = budget
         self.policy = policy
         self.resolve_interval = resolve_interval
-        self.tolerance = tolerance
+        self.explore = explore
+        self.min_delay = min_delay
+        self.meaningful = meaningful
+        self.history = history
         self._wall = wall_clock
         self._pages = 0
-        self._rate = math.nan  # the uniform f in force, fetches per second
         self._solves = 0
         self._last_solve = 0.0
+        self._unplaced = 0.0
+        self._explored = 0
+        self._freshness = math.nan
+        self._age = math.nan
         self._wake = trio.Event()
 
     def interval(self, page: PageRow) -> float:
@@ -81,48 +313,67 @@ class Allocator:
         """
         self._pages += n
 
-    def configure(self, *, budget: float, policy: str) -> None:
+    def configure(self, *, budget: float, policy: str, explore: float | None = None) -> None:
         changed = budget != self.budget or policy != self.policy
         self.budget, self.policy = budget, policy
+        if explore is not None:
+            self.explore = explore
         self._frontier.set_budget(budget)
         if changed:
             self.poke()
 
-    async def solve(self, *, force: bool = False) -> bool:
-        """One allocation pass; True when due times moved."""
+    async def solve(self) -> None:
+        """One allocation pass (see the module docstring)."""
         t0 = time.perf_counter()
-        pages = await self._store.call(lambda s: s.count_pages())
-        self._pages = pages
-        rate = self.budget / max(pages, 1)
-        moved = force or not (
-            math.isfinite(self._rate) and abs(rate - self._rate) <= self.tolerance * self._rate
-        )
-        budget, policy, now = self.budget, self.policy, self._wall()
+        policy, budget, explore, now = self.policy, self.budget, self.explore, self._wall()
+        min_delay, meaningful, history = self.min_delay, self.meaningful, self.history
 
-        def apply(store: Store) -> None:
+        def gather(store: Store) -> PolicyInputs:
             store.record_policy(policy, budget, now=now)
-            if moved:
-                store.set_uniform_rates(rate)
-                store.reschedule(now=now)
+            return load_inputs(store, min_delay=min_delay, meaningful=meaningful, history=history)
 
-        await self._store.call(apply)
+        inputs = await self._store.call(gather)
+        result = await trio.to_thread.run_sync(
+            lambda: plan(inputs, policy, budget, explore=explore)
+        )
+        await self._store.call(lambda store: _save(store, inputs, result.target, now))
+        self._pages = int(inputs.page_ids.size)
+        self._unplaced = float(result.allocation.unplaced)
+        self._explored = result.explored
+        if self._pages:
+            self._freshness = policies.mean_freshness(inputs.rates, result.target)
+            self._age = policies.mean_age(inputs.rates, result.target)
         self._solves += 1
         self._last_solve = time.perf_counter() - t0
-        if moved:
-            self._rate = rate
-            self._frontier.reset()
-            log.info(
-                "allocation solved",
-                policy=policy,
-                pages=pages,
+        self._frontier.reset()
+        log.info(
+            "allocation solved",
+            policy=policy,
+            pages=self._pages,
+            budget=budget,
+            unplaced=round(self._unplaced, 6),
+            explored=self._explored,
+            expected_freshness=round(self._freshness, 4) if self._pages else None,
+            seconds=round(self._last_solve, 4),
+        )
+        if self._unplaced > 1e-9:
+            log.warning(
+                "budget unplaced: host politeness caps cannot absorb it",
+                unplaced=round(self._unplaced, 6),
                 budget=budget,
-                interval=round(1.0 / rate, 3),
-                seconds=round(self._last_solve, 4),
             )
-        return moved
+
+    async def table(self, budget: float | None = None) -> dict[str, Any]:
+        """:func:`policy_table` of the current page set, at ``budget`` (default: B)."""
+        min_delay, meaningful, history = self.min_delay, self.meaningful, self.history
+        inputs = await self._store.call(
+            lambda s: load_inputs(s, min_delay=min_delay, meaningful=meaningful, history=history)
+        )
+        b = self.budget if budget is None else budget
+        return await trio.to_thread.run_sync(lambda: policy_table(inputs, b))
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        await self.solve(force=True)
+        await self.solve()
         task_status.started()
         while True:
             with trio.move_on_after(self.resolve_interval):
@@ -138,4 +389,8 @@ class Allocator:
             uniform_interval=self.uniform_interval,
             solves=self._solves,
             last_solve_seconds=self._last_solve,
+            unplaced=self._unplaced,
+            explored=self._explored,
+            expected_freshness=self._freshness,
+            expected_age=self._age,
         )

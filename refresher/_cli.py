@@ -98,6 +98,27 @@ def _parser() -> argparse.ArgumentParser:
     _common(status)
     status.add_argument("--json", action="store_true", help="machine-readable output")
 
+    policy = sub.add_parser(
+        "policy",
+        help="expected freshness and age under each policy, or switch the policy",
+        description="Without a switch: a table of the expected mean freshness and age of the "
+        "current page set under each built-in policy at the current budget. With one: switch "
+        "the running daemon's policy (or the file's, when no daemon runs); the switch is "
+        "recorded with its time and holds until the config names another policy.",
+    )
+    _common(policy)
+    policy.add_argument("--budget", type=float, help="what-if budget, fetches per second")
+    policy.add_argument("--json", action="store_true", help="machine-readable output")
+    switch = policy.add_mutually_exclusive_group()
+    for name in ("uniform", "proportional", "optimal", "optimal-age"):
+        switch.add_argument(
+            f"--{name}",
+            dest="switch",
+            action="store_const",
+            const=name,
+            help=f"switch to the {name} policy",
+        )
+
     for name, text in (
         ("pause", "stop fetching from a host"),
         ("resume", "fetch from a host again"),
@@ -255,6 +276,63 @@ def _cmd_pause(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_policy(args: argparse.Namespace) -> int:
+    from ._allocate import load_inputs, policy_table
+    from ._store import Store
+
+    config = _loader(args)()
+    if args.budget is not None and not args.budget > 0:
+        print("refresher policy: --budget must be > 0 (fetches per second)", file=sys.stderr)
+        return 2
+    if args.switch is not None:
+        try:
+            request(config.control_socket, {"op": "policy", "name": args.switch})
+            where = "running daemon"
+        except ControlError as e:
+            if "unknown policy" in str(e):
+                raise
+            store = Store(config.store.path, memory_limit=config.store.memory_limit)
+            try:
+                store.switch_policy(
+                    args.switch,
+                    configured=config.policy.name,
+                    budget=config.budget.fetches_per_second,
+                    now=time.time(),
+                )
+            finally:
+                store.close()
+            where = str(config.store.path)
+        print(f"policy switched to {args.switch} ({where})")
+        return 0
+    payload: dict[str, Any] = {"op": "policy_table"}
+    if args.budget is not None:
+        payload["budget"] = args.budget
+    try:
+        table = request(config.control_socket, payload)
+        table.pop("ok", None)
+    except ControlError:
+        store = Store(config.store.path, memory_limit=config.store.memory_limit)
+        try:
+            inputs = load_inputs(
+                store,
+                min_delay=config.politeness.min_delay,
+                meaningful=config.estimate.change == "meaningful",
+                history=config.estimate.history,
+            )
+        finally:
+            store.close()
+        table = policy_table(inputs, args.budget or config.budget.fetches_per_second)
+    if args.json:
+        _print_json(table)
+        return 0
+    print(f"{table['pages']} pages at a budget of {table['budget']} fetches/s")
+    print(f"{'policy':<14}{'freshness':>12}{'age (s)':>14}{'unplaced/s':>12}")
+    for name, row in table["policies"].items():
+        age = "never" if row["age"] is None else f"{row['age']:.1f}"
+        print(f"{name:<14}{row['freshness']:>12.4f}{age:>14}{row['unplaced']:>12.3g}")
+    return 0
+
+
 def _cmd_reload(args: argparse.Namespace) -> int:
     config = _loader(args)()
     request(config.control_socket, {"op": "reload"})
@@ -295,6 +373,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _cmd_status(args)
         if args.command in ("pause", "resume"):
             return _cmd_pause(args)
+        if args.command == "policy":
+            return _cmd_policy(args)
         if args.command == "reload":
             return _cmd_reload(args)
         if args.command == "simweb":

@@ -80,6 +80,8 @@ class PolicyConfig:
     name: str = "optimal"
     #: seconds between re-solves of the allocation
     resolve_interval: float = 60.0
+    #: share of the budget that keeps re-checking pages the policy gives no fetches
+    explore: float = 0.05
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -185,6 +187,8 @@ class DiscoveryConfig:
 class EstimateConfig:
     #: which change the estimator counts: "raw" (any byte) or "meaningful" (simhash moved)
     change: str = "raw"
+    #: most recent observations per page the estimator reads
+    history: int = 32
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -296,6 +300,8 @@ _CHECKS: dict[str, Callable[[Any], str | None]] = {
     "budget.fetches_per_second": _positive,
     "policy.name": _one_of(*POLICY_NAMES),
     "policy.resolve_interval": _positive,
+    "policy.explore": lambda v: None if 0 <= v < 1 else "must be a share from 0 to below 1",
+    "estimate.history": _positive,
     "politeness.min_delay": _non_negative,
     "politeness.response_time_factor": _non_negative,
     "politeness.max_delay": _non_negative,

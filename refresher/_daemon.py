@@ -22,7 +22,9 @@ from typing import Any
 import numpy as np
 import trio
 
-from ._allocate import Allocator
+import policies
+
+from ._allocate import Allocator, priority_level
 from ._config import Config
 from ._control import ControlServer
 from ._crawl import Crawler
@@ -200,6 +202,26 @@ class Daemon:
         if op == "reload":
             await self.reload()
             return {}
+        if op == "policy_table":
+            assert self._allocator is not None
+            budget = req.get("budget")
+            if budget is not None and not (isinstance(budget, int | float) and budget > 0):
+                raise ValueError('"budget" must be a number of fetches per second > 0')
+            return await self._allocator.table(None if budget is None else float(budget))
+        if op == "policy":
+            name = req.get("name")
+            if name not in policies.available():
+                raise ValueError(
+                    f"unknown policy {name!r}; known: {', '.join(policies.available())}"
+                )
+            assert self._allocator is not None and self._store is not None
+            configured, budget, now = self.config.policy.name, self._allocator.budget, self._wall()
+            await self._store.call(
+                lambda s: s.switch_policy(name, configured=configured, budget=budget, now=now)
+            )
+            self._allocator.configure(budget=budget, policy=name)
+            log.info("policy switched", policy=name)
+            return {"policy": name}
         if op in ("pause", "resume"):
             host = req.get("host")
             if not isinstance(host, str):
@@ -214,7 +236,9 @@ class Daemon:
             # The loader skips paused hosts: reload so their held pages go, or come back.
             self._frontier.reset()
             return {"host": host, "paused": paused}
-        raise ValueError(f"unknown op {op!r}; known: status, seed, reload, pause, resume")
+        raise ValueError(
+            f"unknown op {op!r}; known: status, seed, reload, pause, resume, policy, policy_table"
+        )
 
     async def reload(self) -> None:
         """Re-read the configuration and apply what may change while running."""
@@ -236,7 +260,11 @@ class Daemon:
         configure_logging(format=new.log.format, level=new.log.level)
         assert self._allocator is not None and self._crawler is not None
         self._crawler.configure(new)
-        self._allocator.configure(budget=new.budget.fetches_per_second, policy=new.policy.name)
+        # A policy named anew in the config wins over an earlier switch; otherwise it stays.
+        policy = self._allocator.policy if old.policy.name == new.policy.name else new.policy.name
+        self._allocator.configure(
+            budget=new.budget.fetches_per_second, policy=policy, explore=new.policy.explore
+        )
         if seeds:
             await self.add_seeds(seeds)
         log.info("configuration reloaded")
@@ -342,16 +370,26 @@ class Daemon:
             front_queues=c.frontier.front_queues,
             back_queues=back_queues,
             window=c.frontier.window,
+            prioritize=lambda page, now: priority_level(page, now, c.frontier.front_queues),
             max_pages_in_memory=c.frontier.max_pages_in_memory,
             wall_clock=self._wall,
         )
         self._frontier = frontier
+        policy = await self._store.call(lambda s: s.policy_in_force(c.policy.name))
+        if policy != c.policy.name:
+            log.info(
+                "policy switched earlier stays in force", policy=policy, configured=c.policy.name
+            )
         allocator = Allocator(
             store=self._store,
             frontier=frontier,
             budget=c.budget.fetches_per_second,
-            policy=c.policy.name,
+            policy=policy,
             resolve_interval=c.policy.resolve_interval,
+            explore=c.policy.explore,
+            min_delay=c.politeness.min_delay,
+            meaningful=c.estimate.change == "meaningful",
+            history=c.estimate.history,
             wall_clock=self._wall,
         )
         self._allocator = allocator

@@ -147,6 +147,10 @@ METRICS: Mapping[str, Mapping[str, MetricSpec]] = {
         "uniform_interval": _g("Seconds between fetches of one page under the uniform rate."),
         "solves": _c("Allocation solves."),
         "last_solve_seconds": _g("Seconds the last allocation solve took."),
+        "unplaced": _g("Budget (fetches per second) the host politeness caps left unplaced."),
+        "explored": _g("Pages given only the exploration share of the budget."),
+        "expected_freshness": _g("Estimated mean freshness of the plan in force (0 to 1)."),
+        "expected_age": _g("Estimated mean age of the plan in force, seconds."),
     },
     "seen": {
         "cache.capacity": _g("Entries the URL-seen CLOCK cache holds at most."),

@@ -604,6 +604,30 @@ class Store:
             [now],
         )
 
+    def get_meta(self, key: str) -> str | None:
+        row = first_row(self.con.execute("SELECT value FROM meta WHERE key = ?", [key]))
+        return None if row is None else str(row[0])
+
+    def set_meta(self, key: str, value: str | None) -> None:
+        if value is None:
+            self.con.execute("DELETE FROM meta WHERE key = ?", [key])
+        else:
+            self.con.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", [key, value])
+
+    def switch_policy(self, policy: str, *, configured: str, budget: float, now: float) -> None:
+        """Record an operator's switch to ``policy`` (made while ``configured`` was the
+        config's name): it holds across restarts until the config names another policy."""
+        self.set_meta("policy", policy)
+        self.set_meta("policy_configured", configured)
+        self.record_policy(policy, budget, now=now)
+
+    def policy_in_force(self, configured: str) -> str:
+        """The operator's last switch, unless the config has named another policy since."""
+        switched = self.get_meta("policy")
+        if switched is not None and self.get_meta("policy_configured") == configured:
+            return switched
+        return configured
+
     def record_policy(self, policy: str, budget: float, *, now: float) -> None:
         last = first_row(
             self.con.execute(

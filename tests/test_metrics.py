@@ -93,6 +93,10 @@ def allocator() -> AllocatorStatistics:
         uniform_interval=float("inf"),
         solves=4,
         last_solve_seconds=0.0125,
+        unplaced=0.5,
+        explored=2,
+        expected_freshness=0.75,
+        expected_age=12.5,
     )
 
 
