@@ -119,6 +119,14 @@ def _parser() -> argparse.ArgumentParser:
             help=f"switch to the {name} policy",
         )
 
+    query = sub.add_parser(
+        "query",
+        help="run SQL on the history: the snapshot while a daemon runs, else the store",
+    )
+    _common(query)
+    query.add_argument("sql", help='e.g. "SELECT * FROM freshness_by_policy"')
+    query.add_argument("--truth", type=Path, help="a simweb truth file (DuckDB) or directory")
+
     for name, text in (
         ("pause", "stop fetching from a host"),
         ("resume", "fetch from a host again"),
@@ -373,6 +381,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _cmd_status(args)
         if args.command in ("pause", "resume"):
             return _cmd_pause(args)
+        if args.command == "query":
+            from ._snapshot import run_query
+
+            print(run_query(_loader(args)(), args.sql, truth=args.truth))
+            return 0
         if args.command == "policy":
             return _cmd_policy(args)
         if args.command == "reload":

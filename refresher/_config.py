@@ -38,6 +38,7 @@ __all__ = [
     "PolicyConfig",
     "PolitenessConfig",
     "RobotsConfig",
+    "SnapshotConfig",
     "StoreConfig",
     "load_config",
     "parse_override",
@@ -192,6 +193,17 @@ class EstimateConfig:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class SnapshotConfig:
+    """A consistent read-only copy of the store that other processes may open while it runs."""
+
+    #: seconds between snapshots (a reader lags by at most this + one snapshot + the flush
+    #: interval); 0 turns snapshots off
+    interval: float = 30.0
+    #: the snapshot file; default "snapshot.duckdb" beside the store file
+    path: Path | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ControlConfig:
     #: unix socket path; default "control.sock" beside the store file
     socket: Path | None = None
@@ -237,6 +249,7 @@ class Config:
     frontier: FrontierConfig = field(default_factory=FrontierConfig)
     discovery: DiscoveryConfig = field(default_factory=DiscoveryConfig)
     estimate: EstimateConfig = field(default_factory=EstimateConfig)
+    snapshot: SnapshotConfig = field(default_factory=SnapshotConfig)
     control: ControlConfig = field(default_factory=ControlConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     log: LogConfig = field(default_factory=LogConfig)
@@ -319,6 +332,7 @@ _CHECKS: dict[str, Callable[[Any], str | None]] = {
     "frontier.max_pages_in_memory": _positive,
     "frontier.back_queues_per_worker": _positive,
     "control.tcp_port": _port,
+    "snapshot.interval": _non_negative,
     "discovery.max_url_length": _positive,
     "discovery.max_depth": _non_negative,
     "discovery.max_pages_per_host": _positive,
@@ -480,7 +494,12 @@ def load_config(
     return config
 
 
-_PATH_KEYS = (("store", "path"), ("crawl", "seeds_file"), ("control", "socket"))
+_PATH_KEYS = (
+    ("store", "path"),
+    ("crawl", "seeds_file"),
+    ("control", "socket"),
+    ("snapshot", "path"),
+)
 
 
 def _relative_to(raw: dict[str, Any], base: Path) -> dict[str, Any]:

@@ -39,6 +39,7 @@ from ._metrics import MetricsServer
 from ._notify import Notifier, format_status
 from ._parse import available as parse_available
 from ._seen import UrlSeen
+from ._snapshot import Snapshotter, snapshot_path
 from ._store import HostRow, NewPage, PageRow, Store, StoreService
 from ._url import TRACKING_PARAMS, canonicalize
 
@@ -92,6 +93,7 @@ class Daemon:
         self._crawler: Crawler | None = None
         self._fetcher: Fetcher | None = None
         self._discovery: Discovery | None = None
+        self._snapshotter: Snapshotter | None = None
 
     # -- wiring ----------------------------------------------------------------------------
 
@@ -182,6 +184,7 @@ class Daemon:
             ("crawler", self._crawler),
             ("fetcher", self._fetcher),
             ("discovery", self._discovery),
+            ("snapshot", self._snapshotter),
         ):
             if part is not None:
                 out[name] = _plain(part.statistics())
@@ -251,7 +254,7 @@ class Daemon:
             self.notifier.ready()
             return
         old = self.config
-        for section in ("store", "frontier", "control", "dns", "metrics"):
+        for section in ("store", "frontier", "control", "dns", "metrics", "snapshot"):
             if getattr(old, section) != getattr(new, section):
                 log.warning("config section changed; takes effect after a restart", section=section)
         if old.crawl.workers != new.crawl.workers:
@@ -280,6 +283,7 @@ class Daemon:
             "store": lambda: self._store,
             "fetcher": lambda: self._fetcher,
             "allocator": lambda: self._allocator,
+            "snapshot": lambda: self._snapshotter,
         }
 
         def snapshot(get: Callable[[], Any]) -> Callable[[], object]:
@@ -438,6 +442,11 @@ class Daemon:
                 if c.metrics.port is not None:
                     port = await services.start(self._metrics_server(c).run)
                     log.info("metrics serving", url=f"http://{c.metrics.host}:{port}/metrics")
+                if c.snapshot.interval > 0:
+                    self._snapshotter = Snapshotter(
+                        store=self._store, path=snapshot_path(c), interval=c.snapshot.interval
+                    )
+                    await services.start(self._snapshotter.run)
                 await services.start(self._heartbeat)
                 await services.start(self._progress)
                 # The watchdog pings while both the event loop and the frontier's loader turn.
