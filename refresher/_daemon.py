@@ -95,6 +95,11 @@ class Daemon:
         self._discovery: Discovery | None = None
         self._snapshotter: Snapshotter | None = None
 
+    @property
+    def store(self) -> StoreService | None:
+        """The store service while running (for in-process tools such as the demo)."""
+        return self._store
+
     # -- wiring ----------------------------------------------------------------------------
 
     async def _page_source(
