@@ -56,6 +56,7 @@ Index = NDArray[np.intp]
 Mask = NDArray[np.bool_]
 
 _NEWTON_STEPS = 100  # the iteration stops as soon as every page has converged
+_BLOCK = 1 << 20  # observations per vectorised block
 _RTOL = 1e-12
 
 
@@ -146,7 +147,7 @@ def _observations(
         raise ValueError("page_index, intervals and changed must have one entry per observation")
     if p.size and (p.min() < 0 or p.max() >= n_pages):
         raise ValueError(f"page_index must lie in [0, {n_pages}) (n_pages)")
-    if not (np.isfinite(t).all() and (t > 0.0).all()):
+    if t.size and not (t.min() > 0.0 and t.max() < np.inf):  # NaN fails both
         raise ValueError("intervals must be finite and > 0 seconds")
     return p, t, c
 
@@ -220,6 +221,12 @@ def estimate_regular(
     )
 
 
+def _blocks(n: int) -> list[slice]:
+    """Observation blocks small enough that their temporaries recycle memory (page-sized
+    arrays of ten million entries cost more to fault in than to compute with)."""
+    return [slice(start, start + _BLOCK) for start in range(0, n, _BLOCK)]
+
+
 def _map_rates(
     group: Index, t: Float, c: Mask, n_groups: int, a: Float, b: Float
 ) -> tuple[Float, Float, Float, Float, NDArray[np.int64]]:
@@ -227,13 +234,17 @@ def _map_rates(
 
     Returns (λ̂, n_eff, X changes, quiet exposure U + b in seconds, observations)."""
     fetches = np.bincount(group, minlength=n_groups).astype(np.int64)
-    changes = _sum(group, c, n_groups)
-    changed_time = _sum(group, np.where(c, t, 0.0), n_groups)
+    changes, changed_time, total_time = (np.zeros(n_groups) for _ in range(3))
+    for block in _blocks(t.size):
+        g, tt, cc = group[block], t[block], c[block]
+        changes += _sum(g, cc, n_groups)
+        total_time += _sum(g, tt, n_groups)
+        changed_time += _sum(g[cc], tt[cc], n_groups)
     # Cho & Garcia-Molina's +0.5: half an unchanged interval of the group's mean length. It
     # removes most of the likelihood's upward bias (for regular intervals the result is
     # exactly their estimator) and keeps λ̂ finite when every interval saw a change.
-    mean_interval = _sum(group, t, n_groups) / np.maximum(fetches, 1)
-    quiet = _sum(group, np.where(c, 0.0, t), n_groups) + 0.5 * mean_interval + b
+    mean_interval = total_time / np.maximum(fetches, 1)
+    quiet = total_time - changed_time + 0.5 * mean_interval + b
     evidence = changes + a
     # φ(s) = s/(e^s − 1) ≥ 1 − s/2, so this starts at or below the root, and Newton on the
     # convex, decreasing h(λ) = Σ_changed φ(λt) + a − λ·quiet climbs to it monotonically.
@@ -243,10 +254,13 @@ def _map_rates(
     gc, tc = group[c], t[c]
     g_it, t_it = gc, tc  # the changed observations of groups still iterating
     for _ in range(_NEWTON_STEPS):
-        s = rate[g_it] * t_it
-        phi, dphi = _phi(s)
-        h = _sum(g_it, phi, n_groups) + a - rate * quiet
-        dh = _sum(g_it, t_it * dphi, n_groups) - quiet
+        h = a - rate * quiet
+        dh = -quiet
+        for block in _blocks(t_it.size):
+            g, tt = g_it[block], t_it[block]
+            phi, dphi = _phi(rate[g] * tt)
+            h += _sum(g, phi, n_groups)
+            dh += _sum(g, tt * dphi, n_groups)
         with np.errstate(divide="ignore", invalid="ignore"):
             step = np.where(live, -h / dh, 0.0)
         step = np.where(np.isfinite(step), np.maximum(step, 0.0), 0.0)
@@ -257,8 +271,10 @@ def _map_rates(
         keep = live[g_it]
         if keep.mean() < 0.5:  # most groups are done: iterate on the rest only
             g_it, t_it = g_it[keep], t_it[keep]
-    s = rate[gc] * tc
-    n_eff = _sum(gc, _psi(s), n_groups) + a
+    n_eff = a.copy()
+    for block in _blocks(tc.size):
+        g = gc[block]
+        n_eff += _sum(g, _psi(rate[g] * tc[block]), n_groups)
     n_eff = np.where(rate > 0.0, n_eff, 0.0)
     return rate, n_eff, changes, quiet, fetches
 
@@ -352,13 +368,19 @@ def estimate_from_last_modified(
         raise ValueError("since_change must have one entry per observation")
     if (c & ~np.isfinite(since)).any():
         raise ValueError("since_change must be given (seconds ≥ 0) for every changed interval")
-    quiet_j = np.where(c, np.clip(np.where(c, since, 0.0), 0.0, t), t)
     if prior is None:
         prior = _default_prior(p, t, c, n_pages)
     a, b = _prior_arrays(prior, n_pages)
     fetches = np.bincount(p, minlength=n_pages).astype(np.int64)
-    evidence = _sum(p, c, n_pages) + a
-    exposure = _sum(p, quiet_j, n_pages) + b
+    evidence = a.copy()
+    exposure = b.copy()
+    for block in _blocks(t.size):
+        pp, tt, cc = p[block], t[block], c[block]
+        evidence += _sum(pp, cc, n_pages)
+        # quiet time: all of an unchanged interval, the part after the last change otherwise
+        exposure += _sum(
+            pp, np.where(cc, np.clip(np.nan_to_num(since[block]), 0.0, tt), tt), n_pages
+        )
     alpha = 1.0 - confidence
     with np.errstate(divide="ignore", invalid="ignore"):
         rate = np.where(evidence > 0.0, evidence / exposure, 0.0)
