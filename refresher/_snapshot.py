@@ -353,9 +353,12 @@ async def _interruptible(con: duckdb.DuckDBPyConnection, fn: Callable[[], T]) ->
     try:
         return await trio.to_thread.run_sync(job, abandon_on_cancel=True)
     except trio.Cancelled:
-        con.interrupt()
+        # An interrupt that lands before the thread's query starts is lost: repeat it until
+        # the thread is done.
         with trio.CancelScope(shield=True):
-            await trio.to_thread.run_sync(finished.wait)
+            while not finished.is_set():
+                con.interrupt()
+                await trio.to_thread.run_sync(finished.wait, 0.05)
         raise
 
 
