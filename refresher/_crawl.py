@@ -335,7 +335,8 @@ class Crawler:
             digest=digest,
             fingerprint=fingerprint if fingerprint is not None else page.fingerprint,
         )
-        self._frontier.release(lease, next_due=due)
+        # A gone page is not due again: the loader skips it too.
+        self._frontier.release(lease, next_due=None if status == "gone" else due)
         if self._discovery is None:
             return
         if extracted is not None and duplicate_of is None and r.digest != page.digest:

@@ -132,3 +132,50 @@ async def test_a_server_of_endless_links_stays_bounded(short_dir, daemons):
     assert pages[1] <= 6
     assert pages[0] <= 1 + 6 + 6 + 20 + 6
     assert sum(status["filter"]["cuts"].values()) >= 25
+
+
+async def test_sitemaps_from_robots_txt_bring_pages_no_link_reaches_and_their_lastmod(
+    nursery, short_dir, daemons
+):
+    site = Site(
+        [
+            HostSpec(
+                name="s.sim.test",
+                pages=(PageSpec(path="/"), PageSpec(path="/hidden", change_rate=0.01)),
+                robots="User-agent: *\nDisallow: /private/\n",
+                sitemap=True,
+            ),
+            # no Sitemap line: /sitemap.xml is tried once, and a 404 is not fetched again
+            HostSpec(name="n.sim.test", pages=(PageSpec(path="/"),)),
+        ]
+    )
+    port = await nursery.start(serve_site, site)
+    config = daemon_config(
+        short_dir,
+        port=port,
+        seeds=["http://s.sim.test/", "http://n.sim.test/"],
+        discovery={"sitemaps": True},
+    )
+    d = daemons(config)
+    await d.ready()
+    await wait_for(
+        lambda: site.requests.entries(host="s.sim.test", path="/hidden"),
+        what="the page only the sitemap lists",
+    )
+    await wait_for(
+        lambda: len(site.requests.entries(host="n.sim.test", path="/")) >= 4,
+        what="n refreshed a few times",
+    )
+    d.signal(signal.SIGTERM)
+    assert await d.wait_exit() == 0
+    assert len(site.requests.entries(host="n.sim.test", path="/sitemap.xml")) == 1
+    db = short_dir / "refresher.duckdb"
+    pages = {
+        u: (src, lm, status)
+        for u, src, lm, status in _query(
+            db, "SELECT url, source, sitemap_lastmod, status FROM pages"
+        )
+    }
+    assert pages["http://s.sim.test/sitemap.xml"][0] == "sitemap"
+    assert pages["http://s.sim.test/hidden"][1] is not None  # <lastmod> kept as a change signal
+    assert pages["http://n.sim.test/sitemap.xml"][2] == "gone"
