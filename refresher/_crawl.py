@@ -285,11 +285,14 @@ class Crawler:
             status = f"http_{r.status}"
         extracted, fingerprint, meaningful, duplicate_of = None, None, None, None
         if ok:
-            if r.body is not None:
+            if r.body is not None and r.digest != page.digest:
                 doc = Document(url=r.final_url, content_type=r.content_type, body=r.body)
                 # lxml work is CPU-bound: off the event loop.
                 extracted = await trio.to_thread.run_sync(process, doc)
                 fingerprint = extracted.fingerprint
+            elif r.body is not None:
+                # The same body as last time: the same links and fingerprint; skip the parse.
+                fingerprint = page.fingerprint
             meaningful = changed and (
                 meaningful_change(page.fingerprint, fingerprint)
                 if fingerprint is not None or page.fingerprint is not None
@@ -339,7 +342,7 @@ class Crawler:
         self._frontier.release(lease, next_due=None if status == "gone" else due)
         if self._discovery is None:
             return
-        if extracted is not None and duplicate_of is None and r.digest != page.digest:
+        if extracted is not None and duplicate_of is None:
             # Content-seen: a body already served by another page is processed once, and an
             # unchanged body has no links we have not seen.
             self._discovery.submit(
