@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev,analysis]'
 	touch $(STAMP)
 
 run: $(STAMP)
@@ -25,6 +25,7 @@ lint: $(STAMP)
 
 typecheck: $(STAMP)
 	$(BIN)/mypy refresher policies
+	$(BIN)/mypy --strict analysis
 
 bench: $(STAMP)
 	$(BIN)/python bench/bench_daemon.py
