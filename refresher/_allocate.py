@@ -32,7 +32,7 @@ from numpy.typing import NDArray
 
 import policies
 
-from ._estimate import estimate_pages
+from ._estimate import estimate_pages, last_modified_consistent
 from ._frontier import Frontier
 from ._logging import get_logger
 from ._store import PageRow, Store, StoreService
@@ -96,12 +96,17 @@ def _observations(store: Store, *, meaningful: bool, history: int) -> dict[str, 
         f"""
         WITH obs AS (
             SELECT page_id, finished_at, {change} AS changed,
+                   coalesce(last_modified_at, 'NaN'::DOUBLE) AS lm,
                    lag(finished_at) OVER (PARTITION BY page_id ORDER BY finished_at) AS prev,
+                   coalesce(lag(last_modified_at) OVER (PARTITION BY page_id
+                                                        ORDER BY finished_at),
+                            'NaN'::DOUBLE) AS prev_lm,
                    row_number() OVER (PARTITION BY page_id ORDER BY finished_at DESC) AS k
             FROM fetches
             WHERE status BETWEEN 200 AND 299 OR not_modified
         )
-        SELECT page_id, finished_at - prev AS t, changed FROM obs
+        SELECT page_id, finished_at, prev, finished_at - prev AS t, changed, lm, prev_lm
+        FROM obs
         WHERE prev IS NOT NULL AND k <= ? AND finished_at > prev
         """,
         [history],
@@ -154,8 +159,30 @@ def load_inputs(
     intervals = np.asarray(obs["t"], dtype=np.float64)
     changed = np.asarray(obs["changed"], dtype=bool)
     if n and intervals.size:
+        # Hosts whose Last-Modified moves exactly with the content give change times: the
+        # time since the last change bounds λ where "changed at every fetch" cannot.
+        obs_host = np.asarray(host_index)[page_index]
+        fetched = np.asarray(obs["finished_at"], dtype=np.float64)
+        lm = np.asarray(obs["lm"], dtype=np.float64)
+        trusted = last_modified_consistent(
+            obs_host,
+            fetched,
+            np.asarray(obs["prev"], dtype=np.float64),
+            lm,
+            np.asarray(obs["prev_lm"], dtype=np.float64),
+            changed,
+            hosts.size,
+        )
+        since = np.where(np.isfinite(lm), np.maximum(fetched - lm, 0.0), np.nan)
         est = estimate_pages(
-            page_index, intervals, changed, n, page_host=host_index, n_hosts=hosts.size
+            page_index,
+            intervals,
+            changed,
+            n,
+            page_host=host_index,
+            n_hosts=hosts.size,
+            since_change=since,
+            trusted_hosts=trusted,
         )
         rates, rate_n = np.asarray(est.rate), np.asarray(est.n_eff)
     else:

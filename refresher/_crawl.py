@@ -10,6 +10,7 @@ frontier.
 
 from __future__ import annotations
 
+import email.utils
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -31,6 +32,17 @@ from ._url import canonicalize
 __all__ = ["Crawler", "CrawlerStatistics"]
 
 log = get_logger("crawl")
+
+
+def _http_date(value: str | None) -> float | None:
+    """An HTTP date as unix seconds; None when absent or unreadable."""
+    if not value:
+        return None
+    try:
+        return email.utils.parsedate_to_datetime(value).timestamp()
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+
 
 #: bodies remembered for the content-seen test (16-byte digest → page id)
 _DIGESTS_REMEMBERED = 100_000
@@ -327,6 +339,7 @@ class Crawler:
             fingerprint=fingerprint,
             meaningful=meaningful,
             duplicate_of=duplicate_of,
+            last_modified_at=_http_date(last_modified) if ok or r.not_modified else None,
         )
         self._meaningful += bool(meaningful)
         await self._store.record(record)

@@ -167,6 +167,8 @@ def _migrate_2(con: Any) -> None:
 
 
 _MIGRATIONS.append(_migrate_2)
+# 3: Last-Modified of each fetch as unix seconds: change times for the estimator.
+_MIGRATIONS.append("ALTER TABLE fetches ADD COLUMN last_modified_at DOUBLE;")
 SCHEMA_VERSION = len(_MIGRATIONS)
 
 
@@ -242,6 +244,8 @@ class FetchRecord:
     fingerprint: int | None = None
     meaningful: bool | None = None
     duplicate_of: int | None = None
+    #: the response's Last-Modified (a 304's: the stored one), unix seconds
+    last_modified_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -665,6 +669,10 @@ class Store:
             "redirects": np.array([r.redirects for r in records], dtype=np.int16),
             "meaningful": np.array([r.meaningful for r in records], dtype=object),
             "fingerprint": np.array([r.fingerprint for r in records], dtype=object),
+            "last_modified_at": np.array(
+                [math.nan if r.last_modified_at is None else r.last_modified_at for r in records],
+                dtype=np.float64,
+            ),
         }
         # A page fetched twice within one batch: the later state wins, the counts add up.
         last: dict[int, FetchRecord] = {}
