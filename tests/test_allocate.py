@@ -245,3 +245,50 @@ async def test_a_daemon_moves_its_fetches_toward_the_optimal_allocation(
     # the switch holds across a restart while the config still says optimal; offline table
     offline = json.loads(_cli("policy", "--config", str(config), "--json", "--budget", "2").stdout)
     assert offline["budget"] == 2 and set(offline["policies"]) == set(policies.available())
+
+
+def test_last_modified_times_reveal_a_page_that_changes_before_every_fetch(tmp_path: Path):
+    # Both pages changed before every one of 20 fetches a minute apart: without change times
+    # they look alike. Honest Last-Modified values say one changed 2 s before each fetch
+    # (λ ≈ 0.5/s) and the other 50 s before (λ ≈ 0.02/s).
+    store = Store(tmp_path / "s.duckdb")
+    try:
+        rows = store.add_pages(
+            [
+                NewPage(url=f"http://h.example/{n}", host="h.example", scheme="http")
+                for n in ("fast", "slow")
+            ],
+            now=NOW,
+        )
+        for row, since in zip(sorted(rows, key=lambda r: r.url), (2.0, 50.0), strict=True):
+            records = [
+                FetchRecord(
+                    page_id=row.id,
+                    host_id=row.host_id,
+                    started_at=t - 0.1,
+                    finished_at=t,
+                    duration=0.1,
+                    status=200,
+                    body_bytes=10,
+                    digest=bytes([k % 256]),
+                    changed=k > 0,
+                    not_modified=False,
+                    error_kind=None,
+                    policy="uniform",
+                    final_url=None,
+                    redirects=0,
+                    etag=None,
+                    last_modified=None,
+                    page_digest=bytes([k % 256]),
+                    page_status="ok",
+                    due_at=t + 60,
+                    last_modified_at=t - since,
+                )
+                for k, t in enumerate(NOW + 60.0 * k for k in range(21))
+            ]
+            store.write(records, [])
+        got = load_inputs(store, min_delay=1.0)
+    finally:
+        store.close()
+    fast, slow = got.rates  # ids in insertion order: fast, slow
+    assert fast > 0.2 and slow < 0.05 and fast > 10 * slow
