@@ -121,11 +121,20 @@ def request(path: Path, payload: dict[str, Any], *, timeout: float = 30.0) -> di
             sock.connect(str(path))
         except OSError as e:
             raise ControlError(f"no daemon answers at {str(path)!r} ({e.strerror})") from e
-        sock.sendall(json.dumps(payload).encode() + b"\n")
+        broken: OSError | None = None
+        try:
+            sock.sendall(json.dumps(payload).encode() + b"\n")
+        except BrokenPipeError as e:
+            # A peer that answers without reading closes early: its answer may still be there.
+            broken = e
         data = b""
         while not data.endswith(b"\n"):
             chunk = sock.recv(65536)
             if not chunk:
+                if data:
+                    break  # an answer without its newline: judge it below
+                if broken is not None:
+                    raise broken
                 raise ControlError("the daemon closed the connection without an answer")
             data += chunk
     except TimeoutError as e:
