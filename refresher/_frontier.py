@@ -158,9 +158,6 @@ class Pacer:
         self._next = t + 1.0 / self.rate
         return t
 
-    async def take(self) -> None:
-        await trio.sleep_until(self.reserve())
-
 
 class Frontier:
     """Mercator's frontier; see the module docstring."""

@@ -592,22 +592,6 @@ class Store:
     def count_pages(self) -> int:
         return self._scalar("SELECT count(*) FROM pages WHERE status <> 'gone'")
 
-    def set_uniform_rates(self, rate: float) -> None:
-        """Give every page the target rate ``rate`` (fetches per second)."""
-        self.con.execute("UPDATE pages SET target_rate = ?", [rate])
-
-    def reschedule(self, *, now: float) -> None:
-        """Due times from the target rates: last fetch + 1/f, never fetched pages due now."""
-        self.con.execute(
-            """
-            UPDATE pages SET due_at = CASE
-                WHEN last_fetch IS NULL OR target_rate IS NULL OR target_rate <= 0 THEN
-                    least(due_at, ?)
-                ELSE last_fetch + 1.0 / target_rate END
-            """,
-            [now],
-        )
-
     def get_meta(self, key: str) -> str | None:
         row = first_row(self.con.execute("SELECT value FROM meta WHERE key = ?", [key]))
         return None if row is None else str(row[0])

@@ -292,3 +292,28 @@ def test_last_modified_times_reveal_a_page_that_changes_before_every_fetch(tmp_p
         store.close()
     fast, slow = got.rates  # ids in insertion order: fast, slow
     assert fast > 0.2 and slow < 0.05 and fast > 10 * slow
+
+
+def test_a_plan_makes_pages_due_one_interval_after_their_last_fetch(tmp_path: Path):
+    from refresher._allocate import NEVER, _save
+
+    store = Store(tmp_path / "s.duckdb")
+    try:
+        rows = store.add_pages(
+            [
+                NewPage(url=f"http://a.example/{i}", host="a.example", scheme="http")
+                for i in range(3)
+            ],
+            now=NOW,
+        )
+        ids = sorted(r.id for r in rows)
+        _history(store, ids[0], rows[0].host_id, [NOW + 10], [False])
+        _history(store, ids[2], rows[0].host_id, [NOW + 20], [False])
+        got = load_inputs(store, min_delay=1.0)
+        _save(store, got, np.array([0.01, 0.5, 0.0]), NOW + 60)
+        due = dict(store.con.execute("SELECT id, due_at FROM pages").fetchall())
+    finally:
+        store.close()
+    assert due[ids[0]] == pytest.approx(NOW + 10 + 100)  # last fetch + 1/f
+    assert due[ids[1]] == NOW  # never fetched: stays due
+    assert due[ids[2]] == pytest.approx(NOW + 20 + NEVER)  # no fetches planned: re-checked late

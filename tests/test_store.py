@@ -427,27 +427,6 @@ def test_due_pages_stops_at_until_and_skips_gone_pages(store: Store) -> None:
     )
 
 
-def test_reschedule_sets_due_from_the_target_rate_and_leaves_new_pages_due(store: Store) -> None:
-    store.add_pages([page(f"http://a.example/{i}") for i in range(3)], now=NOW)
-    store.write([fetch(1, at=NOW + 10, due_at=NOW + 9999)], [])
-    store.set_uniform_rates(0.01)  # one fetch per 100 s
-    assert page_row(store, 1, "target_rate") == (0.01,)
-    store.reschedule(now=NOW + 60)
-    assert page_row(store, 1, "due_at") == (pytest.approx(NOW + 110),)
-    assert page_row(store, 2, "due_at") == (NOW,)  # never fetched: stays due
-    store.con.execute("UPDATE pages SET due_at = ? WHERE id = 3", [NOW + 500])
-    store.reschedule(now=NOW + 60)
-    assert page_row(store, 3, "due_at") == (NOW + 60,)  # never fetched: due no later than now
-
-
-def test_a_zero_target_rate_leaves_a_fetched_page_where_it_is(store: Store) -> None:
-    store.add_pages([page("http://a.example/")], now=NOW)
-    store.write([fetch(1, at=NOW + 10, due_at=NOW + 30)], [])
-    store.set_uniform_rates(0.0)
-    store.reschedule(now=NOW + 100)
-    assert page_row(store, 1, "due_at") == (NOW + 30,)
-
-
 def test_record_policy_appends_only_when_the_policy_or_budget_changes(store: Store) -> None:
     store.record_policy("uniform", 10.0, now=NOW)
     store.record_policy("uniform", 10.0, now=NOW + 1)
