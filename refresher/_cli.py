@@ -16,25 +16,17 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
-from ._config import Config, load_config, parse_override, read_seeds_file
+from ._config import Config, load_config, merge_tables, parse_override, read_seeds_file
 from ._control import request
 from ._errors import ControlError, RefresherError
 
 __all__ = ["main"]
 
 
-def _merge(into: dict[str, Any], top: dict[str, Any]) -> None:
-    for k, v in top.items():
-        if isinstance(v, dict) and isinstance(into.get(k), dict):
-            _merge(into[k], v)
-        else:
-            into[k] = v
-
-
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for text in args.set or ():
-        _merge(out, parse_override(text))
+        out = merge_tables(out, parse_override(text))
     shortcuts = {
         "store": ("store", "path", str),
         "budget": ("budget", "fetches_per_second", float),
@@ -46,10 +38,10 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     for attr, (section, key, _) in shortcuts.items():
         value = getattr(args, attr, None)
         if value is not None:
-            _merge(out, {section: {key: value}})
+            out = merge_tables(out, {section: {key: value}})
     seeds = getattr(args, "seed", None)
     if seeds:
-        _merge(out, {"crawl": {"seeds": list(seeds)}})
+        out = merge_tables(out, {"crawl": {"seeds": list(seeds)}})
     return out
 
 

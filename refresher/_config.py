@@ -41,6 +41,7 @@ __all__ = [
     "SnapshotConfig",
     "StoreConfig",
     "load_config",
+    "merge_tables",
     "parse_override",
 ]
 
@@ -430,11 +431,12 @@ def _build(cls: Any, raw: Mapping[str, Any], prefix: str) -> Any:
     return cls(**kwargs)
 
 
-def _merge(base: dict[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
+def merge_tables(base: Mapping[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` with ``top`` laid over it, nested tables merged key by key (a new dict)."""
     out = dict(base)
     for k, v in top.items():
         if isinstance(v, dict) and isinstance(out.get(k), dict):
-            out[k] = _merge(out[k], v)
+            out[k] = merge_tables(out[k], v)
         else:
             out[k] = v
     return out
@@ -482,7 +484,7 @@ def load_config(
         except tomllib.TOMLDecodeError as e:
             raise ConfigError(f"config file {str(source)!r} is not valid TOML: {e}") from e
         raw = _relative_to(raw, source.parent)
-    raw = _merge(raw, overrides or {})
+    raw = merge_tables(raw, overrides or {})
     config: Config = _build(Config, raw, "")
     config.discovery.filter_config()  # regexes, host keys, schemes: ConfigError naming the key
     if config.politeness.max_delay < config.politeness.min_delay:

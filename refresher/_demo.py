@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 
 import trio
 
-from ._config import Config, load_config
+from ._config import Config, load_config, merge_tables
 from ._daemon import Daemon
 from ._simweb import SimwebConfig, build_site, serve_simweb, write_truth
 from ._site import Site
@@ -33,13 +33,6 @@ __all__ = ["DEMO_STORE", "DEMO_TRUTH", "run_demo"]
 
 DEMO_STORE = Path("var/demo.duckdb")
 DEMO_TRUTH = Path("var/demo-truth.duckdb")
-
-
-def _merged(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for k, v in top.items():
-        out[k] = _merged(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
-    return out
 
 
 def _freshness(
@@ -120,7 +113,9 @@ async def _demo(args: argparse.Namespace, overrides: dict[str, Any]) -> int:
         def load() -> Config:
             # The demo ignores /etc/refresher: it must run the same on every machine.
             return load_config(
-                args.config, overrides=_merged(demo, overrides), default_file=Path("/nonexistent")
+                args.config,
+                overrides=merge_tables(demo, overrides),
+                default_file=Path("/nonexistent"),
             )
 
         daemon = Daemon(load)
