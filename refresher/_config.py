@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ._errors import ConfigError
+from ._filter import FilterConfig
 
 __all__ = [
     "DEFAULT_CONFIG_FILE",
@@ -139,33 +140,12 @@ class FrontierConfig:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class DiscoveryConfig:
-    """Links found in fetched pages: scope, limits, trap defences, the URL-seen cache."""
+class DiscoveryConfig(FilterConfig):
+    """Links found in fetched pages: the URL filter's scope, limits and trap defences (the
+    fields of :class:`refresher._filter.FilterConfig`, validated by it), and these."""
 
     #: follow links at all; off = refresh only the seeds
     enabled: bool = True
-    #: host keys crawled besides the seeds' hosts ("example.org", "example.org:8080")
-    allowed_hosts: tuple[str, ...] = ()
-    #: domains crawled with all their subdomains
-    allowed_domains: tuple[str, ...] = ()
-    #: regexes searched in the canonical URL; when any are given a URL must match one
-    include: tuple[str, ...] = ()
-    #: regexes; a URL matching any is not crawled
-    exclude: tuple[str, ...] = ()
-    schemes: tuple[str, ...] = ("http", "https")
-    max_url_length: int = 2048
-    #: links from a seed at most (a seed is depth 0)
-    max_depth: int = 10
-    max_pages_per_host: int = 100_000
-    #: times one path segment may occur in a path (spider traps like /a/b/a/b/…)
-    max_repeated_segments: int = 2
-    max_query_params: int = 10
-    #: distinct query strings accepted per path (calendars, session ids, sort orders)
-    max_query_variants_per_path: int = 100
-    #: days from today beyond which a date in a URL marks a calendar trap; 0 = off
-    calendar_window_days: int = 730
-    #: remove known session and tracking parameters (utm_*, fbclid, sessionid, …)
-    strip_tracking_params: bool = True
     #: entries of the URL-seen CLOCK cache (about 20 bytes each)
     seen_cache_entries: int = 50_000
     #: also follow img and script sources
@@ -177,10 +157,8 @@ class DiscoveryConfig:
     #: parsed documents waiting for link processing; more are dropped (and counted)
     queue: int = 1000
 
-    def filter_config(self) -> Any:
-        """The :class:`refresher._filter.FilterConfig` of these settings (validates them)."""
-        from ._filter import FilterConfig
-
+    def filter_config(self) -> FilterConfig:
+        """Just the URL filter's part of these settings."""
         names = {f.name for f in dataclasses.fields(FilterConfig)}
         return FilterConfig(**{k: getattr(self, k) for k in names})
 
@@ -486,7 +464,6 @@ def load_config(
         raw = _relative_to(raw, source.parent)
     raw = merge_tables(raw, overrides or {})
     config: Config = _build(Config, raw, "")
-    config.discovery.filter_config()  # regexes, host keys, schemes: ConfigError naming the key
     if config.politeness.max_delay < config.politeness.min_delay:
         raise ConfigError(
             f"must be at least politeness.min_delay ({config.politeness.min_delay}); "
