@@ -23,6 +23,27 @@ from refresher._site import HostSpec, PageSpec, Site, serve_site
 DEADLINE = 60.0
 
 
+def query_db(db: Path, sql: str) -> list[tuple[Any, ...]]:
+    """Rows of ``sql`` on a DuckDB file, opened read-only (no daemon may hold it)."""
+    import duckdb
+
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        return con.execute(sql).fetchall()
+    finally:
+        con.close()
+
+
+def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """``refresher ARGS`` as a real process."""
+    return subprocess.run(
+        [sys.executable, "-m", "refresher", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
 async def wait_for(
     predicate: Callable[[], Any], *, timeout: float = DEADLINE, what: str = ""
 ) -> Any:

@@ -6,14 +6,12 @@ from __future__ import annotations
 import json
 import math
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import duckdb
 import numpy as np
 import pytest
-from conftest import daemon_config, wait_for
+from conftest import cli, daemon_config, wait_for
 
 import policies
 from refresher._allocate import PolicyInputs, load_inputs, plan, policy_table, priority_level
@@ -165,12 +163,6 @@ def test_priority_puts_new_and_likely_stale_pages_first():
     )
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "refresher", *args], capture_output=True, text=True, timeout=120
-    )
-
-
 @pytest.mark.slow
 async def test_a_daemon_moves_its_fetches_toward_the_optimal_allocation(
     nursery, short_dir, daemons
@@ -203,8 +195,8 @@ async def test_a_daemon_moves_its_fetches_toward_the_optimal_allocation(
     await wait_for(lambda: len(site.requests) >= 300, timeout=120, what="300 requests")
     mark = len(site.requests)
     await wait_for(lambda: len(site.requests) >= mark + 240, timeout=120, what="240 more")
-    table = json.loads(_cli("policy", "--config", str(config), "--json").stdout)
-    switched = _cli("policy", "--config", str(config), "--uniform")
+    table = json.loads(cli("policy", "--config", str(config), "--json").stdout)
+    switched = cli("policy", "--config", str(config), "--uniform")
     d.signal(signal.SIGTERM)
     assert await d.wait_exit() == 0
 
@@ -243,7 +235,7 @@ async def test_a_daemon_moves_its_fetches_toward_the_optimal_allocation(
     fast = np.mean([estimated[u] for u in urls if true_rate[u] == 2.0])
     assert fast > 5 * slow
     # the switch holds across a restart while the config still says optimal; offline table
-    offline = json.loads(_cli("policy", "--config", str(config), "--json", "--budget", "2").stdout)
+    offline = json.loads(cli("policy", "--config", str(config), "--json", "--budget", "2").stdout)
     assert offline["budget"] == 2 and set(offline["policies"]) == set(policies.available())
 
 

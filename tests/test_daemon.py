@@ -5,31 +5,13 @@ from __future__ import annotations
 import itertools
 import json
 import signal
-import subprocess
-import sys
-from pathlib import Path
 
-import duckdb
 import pytest
-from conftest import DaemonProcess, daemon_config, wait_for
+from conftest import DaemonProcess, cli, daemon_config, query_db, wait_for
 
 from refresher._control import request
 
 pytestmark = pytest.mark.slow
-
-
-def _query(db: Path, sql: str) -> list[tuple]:
-    con = duckdb.connect(str(db), read_only=True)
-    try:
-        return con.execute(sql).fetchall()
-    finally:
-        con.close()
-
-
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "refresher", *args], capture_output=True, text=True, timeout=60
-    )
 
 
 async def test_the_daemon_is_polite_obeys_robots_and_uses_conditional_gets(
@@ -62,7 +44,7 @@ async def test_the_daemon_is_polite_obeys_robots_and_uses_conditional_gets(
         # at the server, and check the delay exactly on the daemon's own clock.
         gaps = s.requests.gaps(host)
         assert gaps and min(gaps) >= 0.1, f"{host}: gap {min(gaps)} at the server"
-        times = _query(
+        times = query_db(
             db,
             "SELECT epoch(started_at), epoch(finished_at) FROM fetch_log "
             f"WHERE host = '{host}' AND status IS NOT NULL ORDER BY started_at",
@@ -80,7 +62,7 @@ async def test_the_daemon_is_polite_obeys_robots_and_uses_conditional_gets(
     assert not [r for r in s.requests.entries(host="b.sim.test") if r.if_none_match]
 
     db = short_dir / "refresher.duckdb"
-    rows = _query(
+    rows = query_db(
         db,
         "SELECT count(*) FILTER (WHERE not_modified), "
         "count(*) FILTER (WHERE not_modified AND changed), "
@@ -89,7 +71,7 @@ async def test_the_daemon_is_polite_obeys_robots_and_uses_conditional_gets(
     not_modified, not_modified_and_changed, status_304 = rows[0]
     assert not_modified > 0 and not_modified == status_304
     assert not_modified_and_changed == 0
-    denied = _query(
+    denied = query_db(
         db,
         "SELECT count(*) FROM fetch_log WHERE url LIKE '%/private/%' "
         "AND error_kind = 'denied' AND status IS NULL",
@@ -97,7 +79,7 @@ async def test_the_daemon_is_polite_obeys_robots_and_uses_conditional_gets(
     assert denied[0][0] >= 1
     # the server's count of page responses equals the recorded fetches (nothing lost on SIGTERM)
     served = [r for r in s.requests if r.path != "/robots.txt" and r.complete]
-    recorded = _query(db, "SELECT count(*) FROM fetch_log WHERE status IS NOT NULL")[0][0]
+    recorded = query_db(db, "SELECT count(*) FROM fetch_log WHERE status IS NOT NULL")[0][0]
     assert recorded == len(served)
     assert d.event("stopped") is not None
 
@@ -112,7 +94,7 @@ async def test_a_changed_page_is_a_change_and_an_unchanged_one_is_not(site, shor
     assert await d.wait_exit() == 0
     db = short_dir / "refresher.duckdb"
     # pages with change_rate 0 (p0, p2, p9) never count as changed
-    never = _query(
+    never = query_db(
         db,
         "SELECT count(*) FROM fetch_log WHERE changed AND "
         "(url LIKE '%/p0' OR url LIKE '%/p2' OR url LIKE '%/p9')",
@@ -124,7 +106,7 @@ async def test_a_changed_page_is_a_change_and_an_unchanged_one_is_not(site, shor
         if r.status == 200 and r.version is not None:
             versions.setdefault(f"http://{r.host}{r.path}", []).append(r.version)
     expected = sum(1 for v in versions.values() for a, b in itertools.pairwise(v) if a != b)
-    changed = _query(db, "SELECT count(*) FROM fetch_log WHERE changed")[0][0]
+    changed = query_db(db, "SELECT count(*) FROM fetch_log WHERE changed")[0][0]
     assert changed == expected
 
 
@@ -138,9 +120,9 @@ async def test_sigkill_loses_no_acknowledged_fetch_and_restart_resumes(site, sho
     d.signal(signal.SIGKILL)
     assert await d.wait_exit() == -signal.SIGKILL
     db = short_dir / "refresher.duckdb"
-    recorded = _query(db, "SELECT count(*) FROM fetch_log")[0][0]
+    recorded = query_db(db, "SELECT count(*) FROM fetch_log")[0][0]
     assert recorded >= acknowledged
-    etags = _query(db, "SELECT count(*) FROM pages WHERE etag IS NOT NULL")[0][0]
+    etags = query_db(db, "SELECT count(*) FROM pages WHERE etag IS NOT NULL")[0][0]
     assert etags > 0
 
     before = len(s.requests)
@@ -156,7 +138,7 @@ async def test_sigkill_loses_no_acknowledged_fetch_and_restart_resumes(site, sho
     assert not [r for r in list(s.requests)[before:] if r.path == "/robots.txt"]
     again.signal(signal.SIGTERM)
     assert await again.wait_exit() == 0
-    total = _query(db, "SELECT count(*), count(DISTINCT started_at) FROM fetch_log")[0]
+    total = query_db(db, "SELECT count(*), count(DISTINCT started_at) FROM fetch_log")[0]
     assert total[0] > recorded
 
 
@@ -167,7 +149,7 @@ async def test_seed_and_status_reach_the_running_daemon_and_the_file_when_stoppe
     config = daemon_config(short_dir, port=port, seeds=s.urls()[:2])
     d = daemons(config)
     await d.ready()
-    result = _cli(
+    result = cli(
         "seed", "--config", str(config), "http://c.sim.test/p9", "ftp://nope/", "not a url"
     )
     assert result.returncode == 0, result.stderr
@@ -176,18 +158,18 @@ async def test_seed_and_status_reach_the_running_daemon_and_the_file_when_stoppe
     await wait_for(
         lambda: s.requests.entries(host="c.sim.test", path="/p9"), what="the seeded page fetched"
     )
-    status = _cli("status", "--config", str(config), "--json")
+    status = cli("status", "--config", str(config), "--json")
     assert status.returncode == 0, status.stderr
     answer = json.loads(status.stdout)
     assert answer["running"] is True and answer["store"]["pages"] == 3
-    human = _cli("status", "--config", str(config))
+    human = cli("status", "--config", str(config))
     assert "running" in human.stdout and "pages" in human.stdout
 
     d.signal(signal.SIGTERM)
     assert await d.wait_exit() == 0
-    offline = _cli("seed", "--config", str(config), "http://b.sim.test/p1")
+    offline = cli("seed", "--config", str(config), "http://b.sim.test/p1")
     assert offline.returncode == 0 and "1 added" in offline.stdout
-    status = json.loads(_cli("status", "--config", str(config), "--json").stdout)
+    status = json.loads(cli("status", "--config", str(config), "--json").stdout)
     assert status["running"] is False and status["pages"] == 4
 
 
@@ -219,7 +201,7 @@ async def test_hostile_pages_become_fetch_errors_with_a_kind(nursery, short_dir,
     await wait_for(lambda: d.acknowledged() >= 3 * len(urls), what="fetches of each page")
     d.signal(signal.SIGTERM)
     assert await d.wait_exit() == 0
-    rows = dict(_query(db, "SELECT DISTINCT url, error_kind FROM fetch_log"))
+    rows = dict(query_db(db, "SELECT DISTINCT url, error_kind FROM fetch_log"))
     assert len(rows) == len(urls), rows
     assert rows[urls[0]] == "timeout"
     assert rows[urls[1]] == "protocol"
@@ -254,7 +236,7 @@ async def test_sigterm_lets_in_flight_fetches_finish_and_records_them(nursery, s
     assert await d.wait_exit() == 0
     served = [r for r in s.requests if r.path == "/" and r.complete]
     assert served, "nothing was in flight"
-    recorded = _query(
+    recorded = query_db(
         short_dir / "refresher.duckdb", "SELECT count(*) FROM fetch_log WHERE status = 200"
     )[0][0]
     assert recorded == len(served)
@@ -291,13 +273,13 @@ async def test_sighup_reloads_the_config_and_a_bad_one_is_refused(site, short_di
 def test_a_malformed_config_stops_the_daemon_with_the_key_named(tmp_path):
     bad = tmp_path / "bad.toml"
     bad.write_text("[politeness]\nmin_dely = 2\n")
-    result = _cli("run", "--config", str(bad))
+    result = cli("run", "--config", str(bad))
     assert result.returncode == 2
     assert "politeness.min_dely" in result.stderr and "min_delay" in result.stderr
     bad.write_text('[crawl]\nworkers = "many"\n')
-    result = _cli("run", "--config", str(bad))
+    result = cli("run", "--config", str(bad))
     assert result.returncode == 2 and "crawl.workers" in result.stderr
-    result = _cli("run", "--config", str(bad), "--set", "crawl.workers=4", "--set", "nonsense")
+    result = cli("run", "--config", str(bad), "--set", "crawl.workers=4", "--set", "nonsense")
     assert result.returncode == 2 and "section.key=value" in result.stderr
 
 
@@ -333,7 +315,7 @@ async def test_a_paused_host_is_left_alone_until_resumed(site, short_dir, daemon
     d = daemons(config)
     await d.ready()
     await wait_for(lambda: len(s.requests.entries(host="b.sim.test")) >= 3, what="b fetched")
-    result = _cli("pause", "--config", str(config), "b.sim.test")
+    result = cli("pause", "--config", str(config), "b.sim.test")
     assert result.returncode == 0 and "paused (running daemon)" in result.stdout
     # at most the one request in flight at the pause may still arrive
     paused_at = len(s.requests.entries(host="b.sim.test")) + 1
@@ -345,8 +327,8 @@ async def test_a_paused_host_is_left_alone_until_resumed(site, short_dir, daemon
         what="others go on",
     )
     assert len(s.requests.entries(host="b.sim.test")) <= paused_at
-    assert _cli("pause", "--config", str(config), "nowhere.test").returncode == 1
-    result = _cli("resume", "--config", str(config), "b.sim.test")
+    assert cli("pause", "--config", str(config), "nowhere.test").returncode == 1
+    result = cli("resume", "--config", str(config), "b.sim.test")
     assert result.returncode == 0
     await wait_for(
         lambda: len(s.requests.entries(host="b.sim.test")) > paused_at + 2, what="b fetched again"

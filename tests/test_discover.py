@@ -4,25 +4,15 @@ from __future__ import annotations
 
 import re
 import signal
-from pathlib import Path
 
-import duckdb
 import pytest
 from _rawserver import Reply, Request, http_handler, raw_server
-from conftest import daemon_config, wait_for
+from conftest import daemon_config, query_db, wait_for
 
 from refresher._control import request
 from refresher._site import HostSpec, PageSpec, Site, serve_site
 
 pytestmark = pytest.mark.slow
-
-
-def _query(db: Path, sql: str) -> list[tuple]:
-    con = duckdb.connect(str(db), read_only=True)
-    try:
-        return con.execute(sql).fetchall()
-    finally:
-        con.close()
 
 
 async def test_pages_found_by_links_are_fetched_then_refreshed_and_scope_is_kept(
@@ -60,7 +50,7 @@ async def test_pages_found_by_links_are_fetched_then_refreshed_and_scope_is_kept
 
     assert not site.requests.entries(host="other.sim.test"), "left the seeds' host"
     db = short_dir / "refresher.duckdb"
-    rows = dict(_query(db, "SELECT url, depth FROM pages"))
+    rows = dict(query_db(db, "SELECT url, depth FROM pages"))
     assert rows == {
         "http://w.sim.test/": 0,
         "http://w.sim.test/a": 1,
@@ -68,10 +58,10 @@ async def test_pages_found_by_links_are_fetched_then_refreshed_and_scope_is_kept
         "http://w.sim.test/c": 2,
         "http://w.sim.test/d": 3,
     }
-    sources = dict(_query(db, "SELECT url, source FROM pages"))
+    sources = dict(query_db(db, "SELECT url, source FROM pages"))
     assert sources["http://w.sim.test/"] == "seed" and sources["http://w.sim.test/d"] == "link"
     edges = set(
-        _query(
+        query_db(
             db,
             "SELECT s.url, d.url FROM links JOIN pages s ON s.id = links.src "
             "JOIN pages d ON d.id = links.dst",
@@ -127,7 +117,7 @@ async def test_a_server_of_endless_links_stays_bounded(short_dir, daemons):
         status = await wait_for(cut_enough, what="the trap defences cut links")
         d.signal(signal.SIGTERM)
         assert await d.wait_exit() == 0
-    pages = _query(short_dir / "refresher.duckdb", "SELECT count(*), max(depth) FROM pages")[0]
+    pages = query_db(short_dir / "refresher.duckdb", "SELECT count(*), max(depth) FROM pages")[0]
     # depth ≤ 6; /list query variants ≤ 20; so the page set is bounded however long it runs
     assert pages[1] <= 6
     assert pages[0] <= 1 + 6 + 6 + 20 + 6
@@ -172,7 +162,7 @@ async def test_sitemaps_from_robots_txt_bring_pages_no_link_reaches_and_their_la
     db = short_dir / "refresher.duckdb"
     pages = {
         u: (src, lm, status)
-        for u, src, lm, status in _query(
+        for u, src, lm, status in query_db(
             db, "SELECT url, source, sitemap_lastmod, status FROM pages"
         )
     }
