@@ -97,7 +97,9 @@ class CompareSettings:
     second; ``warmup`` is the share of each run window left out of the measurement;
     ``min_delay`` seconds between two fetches from one host; ``resolve_interval`` seconds
     between the allocator's solves; ``explore`` the budget share kept for pages a policy
-    gives nothing.
+    gives nothing; ``weights`` the daemon's ``policy.weights``: "none" by default, because the
+    comparison measures unweighted mean freshness, and the optimum of a PageRank-weighted
+    objective is not the optimum of that.
     """
 
     simweb: SimwebConfig = field(default_factory=SimwebConfig)
@@ -109,6 +111,7 @@ class CompareSettings:
     workers: int = 16
     resolve_interval: float = 5.0
     explore: float = 0.05
+    weights: str = "none"
     plots: bool = True
 
     def __post_init__(self) -> None:
@@ -258,6 +261,7 @@ def _daemon_config(
             "name": policy,
             "resolve_interval": settings.resolve_interval,
             "explore": settings.explore,
+            "weights": settings.weights,
         },
         "politeness": {
             "min_delay": settings.min_delay,
@@ -550,6 +554,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=defaults.workers)
     parser.add_argument("--resolve-interval", type=float, default=defaults.resolve_interval)
     parser.add_argument("--policies", default=",".join(defaults.policies))
+    parser.add_argument(
+        "--weights",
+        choices=("none", "pagerank"),
+        default=defaults.weights,
+        help="page weights of the optimal policies (none: what unweighted freshness measures)",
+    )
     parser.add_argument("--seed", type=int, default=web.seed, help="of the simulated web")
     parser.add_argument("--hosts", type=int, default=web.hosts)
     parser.add_argument("--pages", type=int, default=web.pages_per_host, help="per host")
@@ -578,6 +588,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             min_delay=args.min_delay,
             workers=args.workers,
             resolve_interval=args.resolve_interval,
+            weights=args.weights,
             plots=not args.no_plots,
         )
         comparison = compare(settings, args.out, rerun=not args.remeasure)

@@ -7,9 +7,10 @@ the allocator
    fetches that returned 200 or 304, and whether the body changed: raw or meaningful, as
    ``estimate.change`` says; at most ``estimate.history`` per page) and estimates λ̂ with a
    prior pooled per host, then globally (:mod:`refresher._estimate`);
-2. weights pages by PageRank over the stored link edges (mean weight 1);
+2. weights pages by PageRank over the stored link edges (mean weight 1), or not at all when
+   ``policy.weights = "none"``;
 3. caps each host at one fetch per politeness delay and solves the policy
-   (:mod:`policies`) for B·(1 − ``estimate.explore``); the exploration share goes in equal
+   (:mod:`policies`) for B·(1 − ``policy.explore``); the exploration share goes in equal
    parts to the pages the policy gave nothing, so their estimates never go stale;
 4. writes λ̂, its evidence, the weight and the target rate f to the store, makes each page
    due at last fetch + 1/f, and has the frontier reload its window.
@@ -134,9 +135,17 @@ def _pagerank(
 
 
 def load_inputs(
-    store: Store, *, min_delay: float, meaningful: bool = False, history: int = 32
+    store: Store,
+    *,
+    min_delay: float,
+    meaningful: bool = False,
+    history: int = 32,
+    weights: str = "pagerank",
 ) -> PolicyInputs:
-    """Everything a plan needs, read and estimated in the store thread."""
+    """Everything a plan needs, read and estimated in the store thread.
+
+    ``weights``: "pagerank" weighs pages by PageRank over the stored links (mean 1), "none"
+    gives every page weight 1."""
     pages = store.con.execute(
         """
         SELECT p.id, p.host_id, coalesce(p.last_fetch, 'NaN'::DOUBLE) AS last_fetch,
@@ -187,6 +196,24 @@ def load_inputs(
         rates, rate_n = np.asarray(est.rate), np.asarray(est.n_eff)
     else:
         rates, rate_n = np.full(n, DEFAULT_PRIOR_RATE), np.zeros(n)
+    return PolicyInputs(
+        page_ids=ids,
+        host_index=host_index.astype(np.intp),
+        host_caps=caps,
+        last_fetch=last,
+        rates=rates,
+        rate_n=rate_n,
+        weights=_weights(store, ids, weights),
+    )
+
+
+def _weights(store: Store, ids: NDArray[np.int64], weights: str) -> NDArray[np.float64]:
+    """Per page (``ids`` sorted): 1, or PageRank over the stored links scaled to mean 1."""
+    n = ids.size
+    if weights == "none":
+        return np.ones(n)
+    if weights != "pagerank":
+        raise ValueError(f"weights must be 'pagerank' or 'none', not {weights!r}")
     edges = store.con.execute("SELECT DISTINCT src, dst FROM links").fetchnumpy()
     src = np.searchsorted(ids, np.asarray(edges["src"], dtype=np.int64))
     dst = np.searchsorted(ids, np.asarray(edges["dst"], dtype=np.int64))
@@ -195,16 +222,7 @@ def load_inputs(
         ok &= (ids[np.minimum(src, n - 1)] == edges["src"]) & (
             ids[np.minimum(dst, n - 1)] == edges["dst"]
         )
-    weights = _pagerank(n, src[ok], dst[ok])
-    return PolicyInputs(
-        page_ids=ids,
-        host_index=host_index.astype(np.intp),
-        host_caps=caps,
-        last_fetch=last,
-        rates=rates,
-        rate_n=rate_n,
-        weights=weights,
-    )
+    return _pagerank(n, src[ok], dst[ok])
 
 
 def plan(inputs: PolicyInputs, policy: str, budget: float, *, explore: float) -> Plan:
@@ -297,6 +315,7 @@ class Allocator:
         min_delay: float = 1.0,
         meaningful: bool = False,
         history: int = 32,
+        weights: str = "pagerank",
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self._store = store
@@ -308,6 +327,7 @@ class Allocator:
         self.min_delay = min_delay
         self.meaningful = meaningful
         self.history = history
+        self.weights = weights
         self._wall = wall_clock
         self._pages = 0
         self._solves = 0
@@ -340,11 +360,21 @@ class Allocator:
         """
         self._pages += n
 
-    def configure(self, *, budget: float, policy: str, explore: float | None = None) -> None:
+    def configure(
+        self,
+        *,
+        budget: float,
+        policy: str,
+        explore: float | None = None,
+        weights: str | None = None,
+    ) -> None:
         changed = budget != self.budget or policy != self.policy
         self.budget, self.policy = budget, policy
         if explore is not None:
             self.explore = explore
+        if weights is not None and weights != self.weights:
+            self.weights = weights
+            changed = True
         self._frontier.set_budget(budget)
         if changed:
             self.poke()
@@ -354,10 +384,17 @@ class Allocator:
         t0 = time.perf_counter()
         policy, budget, explore, now = self.policy, self.budget, self.explore, self._wall()
         min_delay, meaningful, history = self.min_delay, self.meaningful, self.history
+        weights = self.weights
 
         def gather(store: Store) -> PolicyInputs:
             store.record_policy(policy, budget, now=now)
-            return load_inputs(store, min_delay=min_delay, meaningful=meaningful, history=history)
+            return load_inputs(
+                store,
+                min_delay=min_delay,
+                meaningful=meaningful,
+                history=history,
+                weights=weights,
+            )
 
         inputs = await self._store.call(gather)
         result = await trio.to_thread.run_sync(
@@ -393,8 +430,11 @@ class Allocator:
     async def table(self, budget: float | None = None) -> dict[str, Any]:
         """:func:`policy_table` of the current page set, at ``budget`` (default: B)."""
         min_delay, meaningful, history = self.min_delay, self.meaningful, self.history
+        weights = self.weights
         inputs = await self._store.call(
-            lambda s: load_inputs(s, min_delay=min_delay, meaningful=meaningful, history=history)
+            lambda s: load_inputs(
+                s, min_delay=min_delay, meaningful=meaningful, history=history, weights=weights
+            )
         )
         b = self.budget if budget is None else budget
         return await trio.to_thread.run_sync(lambda: policy_table(inputs, b))

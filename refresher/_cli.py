@@ -318,6 +318,7 @@ def _cmd_policy(args: argparse.Namespace) -> int:
                 min_delay=config.politeness.min_delay,
                 meaningful=config.estimate.change == "meaningful",
                 history=config.estimate.history,
+                weights=config.policy.weights,
             )
         finally:
             store.close()

@@ -48,6 +48,8 @@ __all__ = [
 
 DEFAULT_CONFIG_FILE = Path("/etc/refresher/refresher.toml")
 POLICY_NAMES = ("uniform", "proportional", "optimal", "optimal-age")
+#: page weights for the optimal policies: PageRank over the stored links, or none (all 1)
+WEIGHTS = ("pagerank", "none")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -85,6 +87,9 @@ class PolicyConfig:
     resolve_interval: float = 60.0
     #: share of the budget that keeps re-checking pages the policy gives no fetches
     explore: float = 0.05
+    #: page weights wᵢ the optimal policies use: "pagerank" (over the stored link edges,
+    #: mean 1) or "none" (every page 1: what unweighted mean freshness measures)
+    weights: str = "pagerank"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -293,6 +298,7 @@ _CHECKS: dict[str, Callable[[Any], str | None]] = {
     "policy.name": _one_of(*POLICY_NAMES),
     "policy.resolve_interval": _positive,
     "policy.explore": lambda v: None if 0 <= v < 1 else "must be a share from 0 to below 1",
+    "policy.weights": _one_of(*WEIGHTS),
     "estimate.history": _positive,
     "politeness.min_delay": _non_negative,
     "politeness.response_time_factor": _non_negative,

@@ -271,7 +271,10 @@ class Daemon:
         # A policy named anew in the config wins over an earlier switch; otherwise it stays.
         policy = self._allocator.policy if old.policy.name == new.policy.name else new.policy.name
         self._allocator.configure(
-            budget=new.budget.fetches_per_second, policy=policy, explore=new.policy.explore
+            budget=new.budget.fetches_per_second,
+            policy=policy,
+            explore=new.policy.explore,
+            weights=new.policy.weights,
         )
         if seeds:
             await self.add_seeds(seeds)
@@ -399,6 +402,7 @@ class Daemon:
             min_delay=c.politeness.min_delay,
             meaningful=c.estimate.change == "meaningful",
             history=c.estimate.history,
+            weights=c.policy.weights,
             wall_clock=self._wall,
         )
         self._allocator = allocator

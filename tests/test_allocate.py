@@ -121,8 +121,14 @@ def test_inputs_from_a_real_store_order_pages_by_how_often_they_changed(tmp_path
         store.add_links(ids["http://h.example/p1"], ["http://g.example/"], now=NOW)
         store.con.execute("UPDATE hosts SET delay = 4.0 WHERE name = 'h.example'")
         got = load_inputs(store, min_delay=1.0)
+        unweighted = load_inputs(store, min_delay=1.0, weights="none")
+        with pytest.raises(ValueError, match="'pagerank' or 'none'"):
+            load_inputs(store, min_delay=1.0, weights="indegree")
     finally:
         store.close()
+    # without weights every page counts the same, and nothing else changes
+    assert unweighted.weights.tolist() == [1.0] * 4
+    np.testing.assert_array_equal(unweighted.rates, got.rates)
     by_url = dict(zip([r.url for r in sorted(rows, key=lambda r: r.id)], got.rates, strict=True))
     assert (
         by_url["http://h.example/p0"]

@@ -182,6 +182,7 @@ def test_a_table_of_strings_is_accepted_for_dns_static(tmp_path: Path) -> None:
         ({"crawl": {"workers": 0}}, "crawl.workers", "must be greater than 0"),
         ({"politeness": {"min_delay": -1}}, "politeness.min_delay", "must be 0 or more"),
         ({"policy": {"name": "fastest"}}, "policy.name", "must be one of 'uniform'"),
+        ({"policy": {"weights": "indegree"}}, "policy.weights", "must be one of 'pagerank'"),
         ({"control": {"tcp_port": 70000}}, "control.tcp_port", "must be a TCP port between"),
         ({"control": {"tcp_port": 0}}, "control.tcp_port", "must be a TCP port between"),
         ({"log": {"level": "loud"}}, "log.level", "must be one of"),
