@@ -71,17 +71,21 @@ def main() -> None:
             "host_prior": lambda h=h, n=n_hosts: estimate.host_prior(
                 h["page"], h["t"], h["changed"], h["host"], n
             ),
-            "estimate_pages": lambda h=h, n=pages, k=n_hosts, ok=trusted: estimate.estimate_pages(
-                h["page"],
-                h["t"],
-                h["changed"],
-                n,
-                page_host=h["host"],
-                n_hosts=k,
-                since_change=h["since"],
-                trusted_hosts=ok,
-            ),
         }
+        for model in estimate.MODELS:
+            calls[f"estimate_pages ({model})"] = (
+                lambda h=h, n=pages, k=n_hosts, ok=trusted, m=model: estimate.estimate_pages(
+                    h["page"],
+                    h["t"],
+                    h["changed"],
+                    n,
+                    page_host=h["host"],
+                    n_hosts=k,
+                    since_change=h["since"],
+                    trusted_hosts=ok,
+                    model=m,
+                )
+            )
         for name, run in calls.items():
             seconds = best_of(args.repeat, run)
             print(f"{pages:>10} {pages * OBSERVATIONS:>13}  {name:<28} {seconds:>8.3f}", flush=True)

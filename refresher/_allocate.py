@@ -21,6 +21,7 @@ silently dropped.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Callable
@@ -141,11 +142,14 @@ def load_inputs(
     meaningful: bool = False,
     history: int = 32,
     weights: str = "pagerank",
+    model: str = "log-normal",
+    spread: float = 2.0,
 ) -> PolicyInputs:
     """Everything a plan needs, read and estimated in the store thread.
 
     ``weights``: "pagerank" weighs pages by PageRank over the stored links (mean 1), "none"
-    gives every page weight 1."""
+    gives every page weight 1. ``model`` and ``spread``: the estimator's prior
+    (:func:`refresher._estimate.estimate_pages`)."""
     pages = store.con.execute(
         """
         SELECT p.id, p.host_id, coalesce(p.last_fetch, 'NaN'::DOUBLE) AS last_fetch,
@@ -192,6 +196,8 @@ def load_inputs(
             n_hosts=hosts.size,
             since_change=since,
             trusted_hosts=trusted,
+            model=model,
+            spread=spread,
         )
         rates, rate_n = np.asarray(est.rate), np.asarray(est.n_eff)
     else:
@@ -316,6 +322,8 @@ class Allocator:
         meaningful: bool = False,
         history: int = 32,
         weights: str = "pagerank",
+        model: str = "log-normal",
+        spread: float = 2.0,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self._store = store
@@ -328,6 +336,8 @@ class Allocator:
         self.meaningful = meaningful
         self.history = history
         self.weights = weights
+        self.model = model
+        self.spread = spread
         self._wall = wall_clock
         self._pages = 0
         self._solves = 0
@@ -379,22 +389,27 @@ class Allocator:
         if changed:
             self.poke()
 
+    def _loader(self) -> Callable[[Store], PolicyInputs]:
+        """:func:`load_inputs` with today's settings, to run in the store thread."""
+        return functools.partial(
+            load_inputs,
+            min_delay=self.min_delay,
+            meaningful=self.meaningful,
+            history=self.history,
+            weights=self.weights,
+            model=self.model,
+            spread=self.spread,
+        )
+
     async def solve(self) -> None:
         """One allocation pass (see the module docstring)."""
         t0 = time.perf_counter()
         policy, budget, explore, now = self.policy, self.budget, self.explore, self._wall()
-        min_delay, meaningful, history = self.min_delay, self.meaningful, self.history
-        weights = self.weights
+        load = self._loader()
 
         def gather(store: Store) -> PolicyInputs:
             store.record_policy(policy, budget, now=now)
-            return load_inputs(
-                store,
-                min_delay=min_delay,
-                meaningful=meaningful,
-                history=history,
-                weights=weights,
-            )
+            return load(store)
 
         inputs = await self._store.call(gather)
         result = await trio.to_thread.run_sync(
@@ -429,13 +444,7 @@ class Allocator:
 
     async def table(self, budget: float | None = None) -> dict[str, Any]:
         """:func:`policy_table` of the current page set, at ``budget`` (default: B)."""
-        min_delay, meaningful, history = self.min_delay, self.meaningful, self.history
-        weights = self.weights
-        inputs = await self._store.call(
-            lambda s: load_inputs(
-                s, min_delay=min_delay, meaningful=meaningful, history=history, weights=weights
-            )
-        )
+        inputs = await self._store.call(self._loader())
         b = self.budget if budget is None else budget
         return await trio.to_thread.run_sync(lambda: policy_table(inputs, b))
 

@@ -319,6 +319,8 @@ def _cmd_policy(args: argparse.Namespace) -> int:
                 meaningful=config.estimate.change == "meaningful",
                 history=config.estimate.history,
                 weights=config.policy.weights,
+                model=config.estimate.model,
+                spread=config.estimate.spread,
             )
         finally:
             store.close()

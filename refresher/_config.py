@@ -174,6 +174,11 @@ class EstimateConfig:
     change: str = "raw"
     #: most recent observations per page the estimator reads
     history: int = 32
+    #: the prior on each page's rate: "log-normal" (on ln λ, centred per host by empirical
+    #: Bayes) or "gamma" (pseudo-changes at the host's pooled rate)
+    model: str = "log-normal"
+    #: the log-normal prior's sd of ln λ around the host's centre (natural-log units)
+    spread: float = 2.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -300,6 +305,8 @@ _CHECKS: dict[str, Callable[[Any], str | None]] = {
     "policy.explore": lambda v: None if 0 <= v < 1 else "must be a share from 0 to below 1",
     "policy.weights": _one_of(*WEIGHTS),
     "estimate.history": _positive,
+    "estimate.model": _one_of("log-normal", "gamma"),
+    "estimate.spread": _positive,
     "politeness.min_delay": _non_negative,
     "politeness.response_time_factor": _non_negative,
     "politeness.max_delay": _non_negative,

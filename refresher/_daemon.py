@@ -403,6 +403,8 @@ class Daemon:
             meaningful=c.estimate.change == "meaningful",
             history=c.estimate.history,
             weights=c.policy.weights,
+            model=c.estimate.model,
+            spread=c.estimate.spread,
             wall_clock=self._wall,
         )
         self._allocator = allocator

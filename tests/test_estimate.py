@@ -12,14 +12,17 @@ from numpy.typing import NDArray
 
 from refresher._estimate import (
     Estimate,
+    LogNormalPrior,
     Method,
     Prior,
     estimate_from_last_modified,
     estimate_irregular,
+    estimate_log_normal,
     estimate_pages,
     estimate_regular,
     host_prior,
     last_modified_consistent,
+    log_normal_host_prior,
 )
 
 HOUR = 3600.0
@@ -295,6 +298,113 @@ def test_estimate_pages_uses_last_modified_only_on_trusted_hosts() -> None:
     assert (estimate.lower[:6] < rates).sum() >= 5 and (rates < estimate.upper[:6]).sum() >= 5
 
 
+# --- the log-normal prior -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("lam_i", [0.1, 0.5, 1.0, 2.0])
+@pytest.mark.parametrize("kind", ["jittered", "exponential"])
+def test_the_log_normal_estimate_finds_the_rate_from_a_prior_ten_times_off(
+    lam_i: float, kind: str
+) -> None:
+    rate = lam_i / HOUR
+    page, t, changed, since = history(rate, kind=kind, seed=20)
+    prior = LogNormalPrior(mean=np.full(PAGES, math.log(rate / 10.0)), sd=2.0)
+    plain = estimate_log_normal(page, t, changed, PAGES, prior=prior)
+    timed = estimate_log_normal(page, t, changed, PAGES, prior=prior, since_change=since)
+    # The MAP of ln λ: its median, not its mean, is the one to hold to the truth. At λI = 0.1
+    # fifty fetches see five changes, and the prior still holds back a tenth of ln 10.
+    tolerance = 0.06 if lam_i > 0.1 else 0.2
+    assert float(np.median(plain.rate)) == pytest.approx(rate, rel=tolerance)
+    assert float(np.median(timed.rate)) == pytest.approx(rate, rel=tolerance)
+    assert plain.method.tolist() == [Method.IRREGULAR] * PAGES
+    saw_change = np.bincount(page, changed, minlength=PAGES) > 0
+    assert ((timed.method == Method.LAST_MODIFIED) == saw_change).all()
+    assert np.median(timed.n_eff) >= np.median(plain.n_eff)  # known times carry more
+
+
+def test_the_log_normal_iteration_lands_on_the_same_estimate_from_any_start() -> None:
+    rates = np.exp(np.random.default_rng(27).uniform(math.log(0.01), math.log(30.0), 500)) / HOUR
+    page, t, changed, since = history(rates, pages=500, fetches=10, kind="exponential", seed=28)
+    prior = LogNormalPrior(mean=np.full(500, math.log(1.0 / HOUR)))
+    results = [
+        estimate_log_normal(page, t, changed, 500, prior=prior, since_change=s, start=start)
+        for s in (None, since)
+        for start in (None, rates * 1e4, rates * 1e-6)
+    ]
+    for got in results[1:3]:
+        np.testing.assert_allclose(got.rate, results[0].rate, rtol=1e-8)
+    for got in results[4:]:
+        np.testing.assert_allclose(got.rate, results[3].rate, rtol=1e-8)
+
+
+def test_the_log_normal_interval_covers_rates_drawn_from_the_prior() -> None:
+    rng = np.random.default_rng(21)
+    centre = math.log(1.0 / HOUR)
+    rates = np.exp(rng.normal(centre, 1.0, PAGES))
+    page, t, changed, _ = history(rates, fetches=20, kind="jittered", seed=22)
+    prior = LogNormalPrior(mean=np.full(PAGES, centre), sd=1.0)
+    estimate = estimate_log_normal(page, t, changed, PAGES, prior=prior)
+    covered = (estimate.lower <= rates) & (rates <= estimate.upper)
+    assert 0.92 <= covered.mean() <= 0.98
+    assert (estimate.lower < estimate.rate).all() and (estimate.rate < estimate.upper).all()
+
+
+def test_a_page_fifty_times_faster_than_its_host_mates_is_not_dragged_down_to_their_rate() -> None:
+    # The case that made us add the log-normal prior: a gamma prior of one pseudo-change at
+    # the host's rate weighs as much as 1/rate seconds without a change.
+    fast, slow = 50.0 / HOUR, 1.0 / HOUR
+    rates = np.array([fast] + [slow] * 29)
+    page, t, changed, since = history(rates, pages=30, fetches=12, interval=0.5 * HOUR, seed=23)
+    host = np.zeros(30, np.intp)
+    kwargs = {"page_host": host, "n_hosts": 1, "since_change": since, "trusted_hosts": [True]}
+    log_normal = estimate_pages(page, t, changed, 30, **kwargs)  # type: ignore[arg-type]
+    gamma = estimate_pages(page, t, changed, 30, model="gamma", **kwargs)  # type: ignore[arg-type]
+    assert log_normal.rate[0] == pytest.approx(fast, rel=0.5)
+    assert gamma.rate[0] < fast / 3
+    assert float(np.median(log_normal.rate[1:])) == pytest.approx(slow, rel=0.5)
+
+
+def test_a_page_that_changed_before_every_fetch_climbs_above_chos_bound() -> None:
+    # Without change times, 12 changes in 12 hourly fetches cannot tell 5/h from 50/h; Cho's
+    # estimator stops at ln(2n + 1)/I, which an allocation would take for a page worth
+    # fetching often. Under a log-normal prior the estimate climbs past it, the more so the
+    # longer the streak, and the interval stays open upwards.
+    rates = np.array([50.0 / HOUR] + [0.2 / HOUR] * 29)
+    host = np.zeros(30, np.intp)
+    climbed = []
+    for fetches in (6, 12, 24):
+        page, t, changed, _ = history(rates, pages=30, fetches=fetches, seed=24)
+        assert changed[page == 0].all()
+        estimate = estimate_pages(page, t, changed, 30, page_host=host, n_hosts=1)
+        assert estimate.rate[0] > math.log(2 * fetches + 1) / HOUR
+        assert estimate.upper[0] > 2.0 * estimate.rate[0]
+        climbed.append(estimate.rate[0])
+    assert climbed == sorted(climbed)
+
+
+def test_hosts_that_differ_keep_their_own_centre_and_a_host_without_history_the_global_one() -> (
+    None
+):
+    rates = np.array([1.0] * 10 + [3.0] * 10) / HOUR
+    page, t, changed, _ = history(rates, pages=20, fetches=30, kind="jittered", seed=25)
+    page_host = np.array([0] * 10 + [1] * 10 + [2])
+    prior = log_normal_host_prior(page, t, changed, page_host, 3)
+    centres = np.exp(prior.mean)
+    assert centres[:10] == pytest.approx(np.full(10, 1.0 / HOUR), rel=0.2)
+    assert centres[10:20] == pytest.approx(np.full(10, 3.0 / HOUR), rel=0.2)
+    assert centres[20] == pytest.approx(math.sqrt(3.0) / HOUR, rel=0.2)  # geometric mean
+
+
+def test_hosts_alike_borrow_from_each_other() -> None:
+    # every page has the same rate: a host seen through two pages is pulled to the rest
+    rates = np.full(42, 1.0 / HOUR)
+    page, t, changed, _ = history(rates, pages=42, fetches=8, kind="jittered", seed=26)
+    page_host = np.repeat(np.arange(21), 2)
+    own = log_normal_host_prior(page, t, changed, page_host, 21, host_strength=0.1)
+    pooled = log_normal_host_prior(page, t, changed, page_host, 21)
+    assert np.std(pooled.mean) < 0.5 * np.std(own.mean)
+
+
 # --- input checks ---------------------------------------------------------------------------
 
 
@@ -312,3 +422,20 @@ def test_malformed_histories_are_refused_with_what_to_fix() -> None:
         estimate_from_last_modified(one, np.array([1.0]), np.array([True]), [math.nan], 1)
     with pytest.raises(ValueError, match="strength > 0"):
         Prior.from_rate(0.0)
+    with pytest.raises(ValueError, match="model must be one of 'log-normal', 'gamma'"):
+        estimate_pages(one, np.array([1.0]), np.array([True]), 1, model="beta")
+    with pytest.raises(ValueError, match="pass model='gamma' with it"):
+        estimate_pages(one, np.array([1.0]), np.array([True]), 1, prior=Prior.from_rate(1.0))
+    with pytest.raises(ValueError, match="sd > 0"):
+        LogNormalPrior(mean=np.zeros(1), sd=0.0)
+    with pytest.raises(ValueError, match="since_change must be ≥ 0"):
+        estimate_log_normal(
+            one,
+            np.array([1.0]),
+            np.array([True]),
+            1,
+            prior=LogNormalPrior(mean=np.zeros(1)),
+            since_change=[-1.0],
+        )
+    with pytest.raises(ValueError, match="needs observations"):
+        log_normal_host_prior(np.zeros(0, np.intp), np.zeros(0), np.zeros(0, bool), [0], 1)
