@@ -29,6 +29,7 @@ do not decide the split.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import os
@@ -80,6 +81,8 @@ __all__ = [
 
 #: The policies compared, in the order of the table.
 COMPARED = ("uniform", "proportional", "optimal")
+#: equal parts of the measured window whose freshness gives the batch-means standard error
+BLOCKS = 8
 
 #: Seconds a daemon may take to become ready, or to stop after SIGTERM, before it is killed.
 _DEADLINE = 60.0
@@ -132,7 +135,9 @@ class RunResult:
     with a copy. ``model_freshness`` and ``model_age`` are what the policy reaches in steady
     state on these pages with their TRUE λ and the whole budget (DESIGN.md §3; no host caps,
     no exploration): the figure the run would approach if the daemon's λ̂ were exact.
-    ``store`` and ``truth`` are the files the run left.
+    ``block_freshness`` is the true freshness over each of ``BLOCKS`` equal parts of the
+    window (batch means, for the standard error). ``store`` and ``truth`` are the files the
+    run left.
     """
 
     policy: str
@@ -150,6 +155,14 @@ class RunResult:
     window_end: float
     store: str
     truth: str
+    block_freshness: tuple[float, ...] = ()
+
+    @property
+    def standard_error(self) -> float:
+        """Of ``true_freshness``, by batch means (NaN with fewer than two blocks)."""
+        b = np.asarray(self.block_freshness, dtype=float)
+        b = b[np.isfinite(b)]
+        return float(b.std(ddof=1) / math.sqrt(b.size)) if b.size > 1 else math.nan
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -171,6 +184,11 @@ class Comparison:
         a, b = self.result(better).true_freshness, self.result(worse).true_freshness
         return a - b, (a - b) / b if b > 0 else math.inf
 
+    def margin_error(self, better: str, worse: str) -> float:
+        """The standard error of ``margin(better, worse)[0]``: the runs' batch-means errors
+        combined as independent (conservative: the runs see the same change sequence)."""
+        return math.hypot(self.result(better).standard_error, self.result(worse).standard_error)
+
     def margins(self) -> list[tuple[str, str, float, float]]:
         """(better, worse, absolute, relative) for optimal/uniform and uniform/proportional,
         where both ran."""
@@ -191,7 +209,13 @@ class Comparison:
                 "settings": settings,
                 "results": [asdict(r) for r in self.results],
                 "margins": [
-                    {"better": a, "worse": b, "absolute": d, "relative": q}
+                    {
+                        "better": a,
+                        "worse": b,
+                        "absolute": d,
+                        "relative": q,
+                        "standard_error": self.margin_error(a, b),
+                    }
                     for a, b, d, q in self.margins()
                 ],
             }
@@ -394,6 +418,11 @@ def measure(
             "SELECT count(*) AS n FROM fetches WHERE finished_at >= ? AND finished_at < ?",
             [t0, t1],
         )[0]["n"]
+        edges = np.linspace(t0, t1, BLOCKS + 1)
+        block_rows = [
+            rows(con, "SELECT freshness FROM true_freshness(?, ?)", [float(a), float(b)])[0]
+            for a, b in itertools.pairwise(edges)
+        ]
     finally:
         con.close()
     if not data or data[0]["freshness"] is None:
@@ -403,6 +432,9 @@ def measure(
         )
     r = data[0]
     true_rates = np.array([t["rate"] for t in truth_rows], dtype=float)
+    blocks = tuple(
+        float("nan") if b["freshness"] is None else float(b["freshness"]) for b in block_rows
+    )
     model = policies.solve(policy, true_rates, budget).rates
     return RunResult(
         policy=policy,
@@ -420,6 +452,7 @@ def measure(
         window_end=t1,
         store=str(store),
         truth=str(truth),
+        block_freshness=blocks,
     )
 
 
@@ -519,8 +552,10 @@ def format_report(comparison: Comparison) -> str:
     )
     for better, worse, d, q in comparison.margins():
         verdict = "beats" if d > 0 else "does NOT beat"
+        se = comparison.margin_error(better, worse)
         lines.append(
-            f"{better} {verdict} {worse} on true freshness: {d:+.4f} absolute, {q:+.1%} relative"
+            f"{better} {verdict} {worse} on true freshness: {d:+.4f} absolute "
+            f"(± {se:.4f} s.e., batch means of {BLOCKS} blocks), {q:+.1%} relative"
         )
     return "\n".join(lines) + "\n"
 

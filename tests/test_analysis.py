@@ -132,11 +132,19 @@ def test_compare_runs_every_policy_and_writes_its_table_json_and_png(tmp_path: P
     assert [r.policy for r in result.results] == ["uniform", "proportional", "optimal"]
     for r in result.results:
         assert 0.0 <= r.true_freshness <= 1.0 and r.true_age >= 0.0 and r.fetches > 0
+        assert len(r.block_freshness) == compare.BLOCKS
+        # the blocks partition the window, so they average to the whole (up to coverage)
+        assert min(r.block_freshness) <= r.true_freshness <= max(r.block_freshness)
+        assert r.standard_error >= 0.0
     report = compare.format_report(result)
     assert all(name in report for name in compare.COMPARED)
     assert "optimal" in report.splitlines()[-2] and "uniform" in report.splitlines()[-1]
     data = json.loads((tmp_path / "compare.json").read_text())
     assert [r["policy"] for r in data["results"]] == ["uniform", "proportional", "optimal"]
+    # unweighted freshness is measured, so the daemons optimise it unweighted
+    assert data["settings"]["weights"] == "none"
+    assert 'weights = "none"' in (tmp_path / "optimal" / "refresher.toml").read_text()
+    assert all(m["standard_error"] >= 0.0 for m in data["margins"])
     assert {(m["better"], m["worse"]) for m in data["margins"]} == {
         ("optimal", "uniform"),
         ("uniform", "proportional"),
