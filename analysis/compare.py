@@ -2,7 +2,11 @@
 
 Usage, from the repository root::
 
-    python -m analysis.compare --seconds 120 --budget 10 --out var/compare
+    python -m analysis.compare --seconds 600 --budget 10 --out var/compare
+
+(three runs of ten minutes: the optimal policy needs a few minutes of each page's history
+before its λ̂ tell the pages apart; ``--seconds 120`` is a quick look at policies still
+learning).
 
 For each policy in turn: one simulated web (:mod:`refresher._simweb`; the same seed and config
 every time, beginning afresh when its run begins) is served on a free 127.0.0.1 port, and a
@@ -15,7 +19,8 @@ The TRUE mean freshness and age come from the freshness views (:mod:`refresher._
 the run window after a warm-up share (``--warmup``, default 0.2: the first 20 % of the window,
 while the first fetches of every page and the first estimates come in, is left out). Printed:
 a table (policy, true freshness, true age, estimated freshness, fetches) and by how much optimal
-beats uniform and uniform beats proportional, absolute and relative. Written to ``--out``:
+beats uniform and uniform beats proportional, absolute and relative, with a standard error
+from batch means (``BLOCKS`` equal parts of each window). Written to ``--out``:
 ``compare.json``, ``compare.png`` (bars), and per policy the run's store, truth and the
 :mod:`analysis.plots` PNGs under ``<out>/<policy>/``.
 
@@ -107,7 +112,7 @@ class CompareSettings:
 
     simweb: SimwebConfig = field(default_factory=SimwebConfig)
     policies: tuple[str, ...] = COMPARED
-    seconds: float = 120.0
+    seconds: float = 600.0
     budget: float = 10.0
     warmup: float = 0.2
     min_delay: float = 0.1

@@ -86,11 +86,11 @@ def test_plots_says_what_is_wrong_with_a_missing_store(
 def test_the_estimated_freshness_tracks_the_true_one(short_run: compare.RunResult) -> None:
     # Tolerance 0.15. The estimate uses each page's final λ̂ from only ~6 fetch intervals
     # (relative error ~40 % per page), and the fastest pages, which change before almost
-    # every fetch, only show a λ̂ bounded near ln(2n + 1)/interval, overstating their
-    # freshness; the true mean over ~38 pages in a 13 s window also carries sampling noise of a
-    # few hundredths. A broken estimate (the prior of one change a day, λ̂ = 0, a wrong sign,
-    # a wrong unit) puts the estimated freshness near 1 while the true one is far below; the
-    # first assertion makes sure the true one is.
+    # every fetch, show only that λ is well above 1/interval (their λ̂ depends on the prior's
+    # spread), so their freshness is uncertain; the true mean over ~38 pages in a 13 s window
+    # also carries sampling noise of a few hundredths. A broken estimate (the prior of one
+    # change a day, λ̂ = 0, a wrong sign, a wrong unit) puts the estimated freshness near 1
+    # while the true one is far below; the first assertion makes sure the true one is.
     r = short_run
     assert r.pages >= 30 and r.coverage > 0.5
     assert r.true_freshness < 0.85, "the web barely changed: the test would prove nothing"
