@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import json
 import math
 import tomllib
 import types
@@ -434,21 +435,29 @@ def merge_tables(base: Mapping[str, Any], top: Mapping[str, Any]) -> dict[str, A
 
 
 def parse_override(text: str) -> dict[str, Any]:
-    """``"section.key=value"`` as a nested dict; the value is TOML, or else a bare string."""
+    """``"section.key=value"`` as a nested dict; the value is TOML, or else a bare string.
+
+    The key is a TOML dotted key, so a part with dots is quoted:
+    ``dns.static."a.example"=127.0.0.1:8080``."""
     dotted, sep, value_text = text.partition("=")
-    parts = dotted.strip().split(".")
-    if not sep or len(parts) < 2 or not all(parts):
-        raise ConfigError(
-            f"--set {text!r}: expected section.key=value, e.g. --set budget.fetches_per_second=5"
-        )
-    try:
-        value = tomllib.loads(f"v = {value_text}")["v"]
-    except tomllib.TOMLDecodeError:
-        value = value_text  # a bare word such as a path or a policy name
-    nested: dict[str, Any] = {parts[-1]: value}
-    for part in reversed(parts[:-1]):
-        nested = {part: nested}
-    return nested
+    example = "expected section.key=value, e.g. --set budget.fetches_per_second=5"
+    if not sep or "\n" in dotted:
+        raise ConfigError(f"--set {text!r}: {example}")
+    doc: dict[str, Any] | None = None
+    if "\n" not in value_text:
+        try:
+            doc = tomllib.loads(f"{dotted} = {value_text}")
+        except tomllib.TOMLDecodeError:
+            doc = None
+    if doc is None:
+        # a bare word such as a path or a policy name; json.dumps writes a TOML basic string
+        try:
+            doc = tomllib.loads(f"{dotted} = {json.dumps(value_text)}")
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"--set {text!r}: {example}") from e
+    if len(doc) != 1 or not isinstance(next(iter(doc.values())), dict):
+        raise ConfigError(f"--set {text!r}: {example}")
+    return doc
 
 
 def load_config(

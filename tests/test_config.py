@@ -98,12 +98,23 @@ def test_a_set_flag_with_a_bare_word_is_a_string() -> None:
     }
 
 
+def test_a_set_flag_quotes_a_key_part_with_dots() -> None:
+    assert parse_override('dns.static."a.example"=127.0.0.1:8080') == {
+        "dns": {"static": {"a.example": "127.0.0.1:8080"}}
+    }
+    assert parse_override("dns.static.'*.sim.test'='127.0.0.1:9'") == {
+        "dns": {"static": {"*.sim.test": "127.0.0.1:9"}}
+    }
+
+
 def test_a_set_flag_can_be_loaded_as_an_override(tmp_path: Path) -> None:
     config = load(tmp_path, **parse_override("budget.fetches_per_second=5"))
     assert config.budget.fetches_per_second == 5.0
 
 
-@pytest.mark.parametrize("text", ["budget", "budget=5", "=5", "budget.=5", ".x=5", "a..b=1"])
+@pytest.mark.parametrize(
+    "text", ["budget", "budget=5", "=5", "budget.=5", ".x=5", "a..b=1", "a.b\nc.d=1", 'a."b=1']
+)
 def test_a_malformed_set_flag_is_refused_with_an_example(text: str) -> None:
     with pytest.raises(ConfigError, match=r"section\.key=value.*--set budget"):
         parse_override(text)
