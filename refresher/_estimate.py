@@ -513,7 +513,7 @@ def _timed(c: Mask, t: Float, since_change: ArrayLike | None) -> tuple[Mask, Flo
     timed = c & np.isfinite(since)
     if (since[timed] < 0.0).any():
         raise ValueError("since_change must be ≥ 0 seconds (NaN where unknown)")
-    return timed, np.where(timed, np.minimum(np.nan_to_num(since), t), 0.0)
+    return timed, np.where(timed, np.minimum(since, t), 0.0)
 
 
 def _usable_since(
@@ -560,12 +560,27 @@ def estimate_log_normal(
     interval is θ̂ ± z/√(information with the prior), so a page without observations gets
     the prior's m ± z·sd. Method: PRIOR without observations, LAST_MODIFIED when it changed
     and every change was timed, IRREGULAR otherwise. ``start``: rates (changes per second)
-    to start the iteration from, e.g. an earlier estimate (default: the prior's centre)."""
+    to start the iteration from, e.g. an earlier estimate (default: Cho's estimator)."""
     z = _z(confidence)
     p, t, c = _observations(page_index, intervals, changed, n_pages)
+    timed, quiet_after = _timed(c, t, since_change)
+    return _log_normal_map(p, t, c, timed, quiet_after, n_pages, prior, start, z)
+
+
+def _log_normal_map(
+    p: Index,
+    t: Float,
+    c: Mask,
+    timed: Mask,
+    quiet_after: Float,
+    n_pages: int,
+    prior: LogNormalPrior,
+    start: ArrayLike | None,
+    z: float,
+) -> Estimate:
+    """:func:`estimate_log_normal` on validated observations (see :func:`_timed`)."""
     m = np.broadcast_to(np.asarray(prior.mean, dtype=np.float64), (n_pages,))
     inv_var = 1.0 / prior.sd**2
-    timed, quiet_after = _timed(c, t, since_change)
     fetches = np.bincount(p, minlength=n_pages).astype(np.int64)
     # −λ·quiet and ln λ·timed_changes are closed-form per page; only untimed changed
     # intervals need a sum per iteration.
@@ -573,11 +588,16 @@ def estimate_log_normal(
     timed_changes = _sum(p, timed, n_pages)
     untimed = c & ~timed
     g_it, t_it = p[untimed], t[untimed]
-    theta = m.copy()
-    if start is not None:
-        with np.errstate(divide="ignore"):
-            guess = np.log(np.broadcast_to(np.asarray(start, np.float64), (n_pages,)))
-        theta = np.where(np.isfinite(guess) & (fetches > 0), np.clip(guess, -59.0, 24.0), theta)
+    if start is None:
+        # Near the root, where Newton is quick: far above it, on the e^θ side, it creeps down
+        # by about 1 per step. (X + ½)/(quiet + ½·untimed changed time) is Cho's estimator
+        # for regular intervals.
+        changes = timed_changes + _sum(g_it, np.ones(g_it.size), n_pages)
+        with np.errstate(divide="ignore"):  # pages without observations keep the prior's
+            start = (changes + 0.5) / (quiet + 0.5 * _sum(g_it, t_it, n_pages))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        guess = np.log(np.broadcast_to(np.asarray(start, np.float64), (n_pages,)))
+    theta = np.where(np.isfinite(guess) & (fetches > 0), np.clip(guess, -59.0, 24.0), m)
     lo, hi = np.full(n_pages, -60.0), np.full(n_pages, 25.0)  # λ from 1e-26 to 7e10 /s
     live = fetches > 0
     for _ in range(_NEWTON_STEPS):
@@ -586,8 +606,9 @@ def estimate_log_normal(
         curv -= inv_var
         lo = np.where(live & (grad > 0.0), theta, lo)
         hi = np.where(live & (grad <= 0.0), theta, hi)
-        nxt = theta - grad / curv
-        nxt = np.where((nxt > lo) & (nxt < hi), nxt, 0.5 * (lo + hi))
+        nxt = theta + np.clip(-grad / curv, -4.0, 4.0)
+        # inclusive: at the root θ is itself an end of the bracket
+        nxt = np.where((nxt >= lo) & (nxt <= hi), nxt, 0.5 * (lo + hi))
         step = np.where(live, nxt - theta, 0.0)
         theta = theta + step
         live &= np.abs(step) > 1e-10
@@ -676,8 +697,9 @@ def log_normal_host_prior(
     ``start``: rates to start the first round's iteration from (e.g. the last solve's)."""
     host_of = np.asarray(page_host).astype(np.intp, copy=False)
     p, t, c = _observations(page_index, intervals, changed, host_of.size)
+    timed, quiet_after = _timed(c, t, since_change)
     prior, _ = _log_normal_rounds(
-        p, t, c, host_of, n_hosts, since_change, sd, host_strength, rounds, start
+        p, t, c, timed, quiet_after, host_of, n_hosts, sd, host_strength, rounds, start
     )
     return prior
 
@@ -686,16 +708,17 @@ def _log_normal_rounds(
     p: Index,
     t: Float,
     c: Mask,
+    timed: Mask,
+    quiet_after: Float,
     host_of: Index,
     n_hosts: int,
-    since_change: ArrayLike | None,
     sd: float,
     host_strength: float | None,
     rounds: int,
     start: ArrayLike | None,
 ) -> tuple[LogNormalPrior, Float]:
-    """:func:`log_normal_host_prior` on validated observations, and the last round's rates
-    (changes per second), a close start for the final estimate."""
+    """:func:`log_normal_host_prior` on validated observations (see :func:`_timed`), and the
+    last round's rates (changes per second), a close start for the final estimate."""
     n_pages = host_of.size
     if host_of.size and (host_of.min() < 0 or host_of.max() >= n_hosts):
         raise ValueError(f"page_host must lie in [0, {n_hosts}) (n_hosts)")
@@ -703,19 +726,15 @@ def _log_normal_rounds(
         raise ValueError("no history: a log-normal prior needs observations to centre on")
     if (host_strength is not None and not host_strength > 0.0) or rounds < 1:
         raise ValueError("host_strength must be > 0 pages and rounds ≥ 1")
-    means = np.full(n_pages, math.log(_pooled_rate(t, c, None)))
+    # The first round's centre: Cho's estimator on everything pooled (a start, not a result).
+    pooled = (float(c.sum()) + 0.5) / (float(t.sum()) - 0.5 * float(t[c].sum()))
+    means = np.full(n_pages, math.log(pooled))
     observed = np.bincount(p, minlength=n_pages) > 0
     rates = None if start is None else np.asarray(start, np.float64)
+    z = _z(0.95)  # the rounds' intervals are not used
     for _ in range(rounds):
-        est = estimate_log_normal(
-            p,
-            t,
-            c,
-            n_pages,
-            prior=LogNormalPrior(mean=means, sd=sd),
-            since_change=since_change,
-            start=rates,
-        )
+        prior = LogNormalPrior(mean=means, sd=sd)
+        est = _log_normal_map(p, t, c, timed, quiet_after, n_pages, prior, rates, z)
         rates = est.rate
         theta = np.log(est.rate)
         overall = float(theta[observed].mean())
@@ -764,28 +783,13 @@ def estimate_pages(
         p, t, c = _observations(page_index, intervals, changed, n_pages)
         since = _usable_since(p, c, n_pages, since_change, trusted_hosts, page_host)
         hosts = np.zeros(n_pages, np.intp) if page_host is None else np.asarray(page_host)
+        timed, quiet_after = _timed(c, t, since)
+        host_of = hosts.astype(np.intp, copy=False)
         ln_prior, rates = _log_normal_rounds(
-            p,
-            t,
-            c,
-            hosts.astype(np.intp, copy=False),
-            max(n_hosts, 1),
-            since,
-            spread,
-            None,
-            3,
-            None,
+            p, t, c, timed, quiet_after, host_of, max(n_hosts, 1), spread, None, 3, None
         )
-        return estimate_log_normal(
-            p,
-            t,
-            c,
-            n_pages,
-            prior=ln_prior,
-            since_change=since,
-            start=rates,
-            confidence=confidence,
-        )
+        z = _z(confidence)
+        return _log_normal_map(p, t, c, timed, quiet_after, n_pages, ln_prior, rates, z)
     p, t, c = _observations(page_index, intervals, changed, n_pages)
     if prior is None and page_host is not None:
         prior = host_prior(p, t, c, page_host, n_hosts)
