@@ -245,15 +245,19 @@ def seed_urls(site: Site, robots: Mapping[str, str | None], *, at: float) -> lis
     out = []
     for url in site.urls(at=at):
         host, _, path = url.split("://", 1)[1].partition("/")
-        body = robots.get(host) or ""
-        prefixes = [
-            line.split(":", 1)[1].strip()
-            for line in body.splitlines()
-            if line.lower().startswith("disallow:") and line.split(":", 1)[1].strip()
-        ]
-        if not any(f"/{path}".startswith(p) for p in prefixes):
+        if not any(f"/{path}".startswith(p) for p in disallowed(robots.get(host))):
             out.append(url)
     return out
+
+
+def disallowed(robots: str | None) -> list[str]:
+    """The path prefixes of a simulated host's robots.txt ``Disallow:`` lines (its bodies have
+    one group, for every agent)."""
+    return [
+        line.split(":", 1)[1].strip()
+        for line in (robots or "").splitlines()
+        if line.lower().startswith("disallow:") and line.split(":", 1)[1].strip()
+    ]
 
 
 def _toml(value: Any) -> str:

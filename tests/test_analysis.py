@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 # `python -m pytest` from the repository root puts it on sys.path; a bare `pytest` may not.
@@ -14,7 +16,7 @@ _ROOT = str(Path(__file__).resolve().parent.parent)
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
-from analysis import compare, plots  # noqa: E402
+from analysis import compare, model, plots  # noqa: E402
 from refresher._simweb import SimwebConfig, parse_rate_mix, plan_web, site_of  # noqa: E402
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -152,3 +154,32 @@ def test_compare_runs_every_policy_and_writes_its_table_json_and_png(tmp_path: P
     assert_png(tmp_path / "compare.png")
     for policy in compare.COMPARED:
         assert (tmp_path / policy / "truth.duckdb").is_file()
+
+
+# --- the offline model ----------------------------------------------------------------------
+
+
+def test_the_model_measures_freshness_exactly_on_a_hand_made_history() -> None:
+    # page 0 changes at 5 s and is fetched at 0 and 10: fresh 0–5 and 10–20; page 1 never
+    # changes but is first fetched at 4: fresh 4–20, and without a copy before
+    changes = [np.array([5.0]), np.zeros(0)]
+    assert model._freshness([[0.0, 10.0], [4.0]], changes, 0.0, 20.0) == pytest.approx(31.0 / 40.0)
+    # the window starts late: 10–20 and 8–20 out of 2 × 12 s
+    assert model._freshness([[0.0, 10.0], [4.0]], changes, 8.0, 20.0) == pytest.approx(22.0 / 24.0)
+
+
+def test_the_model_ranks_the_policies_as_the_real_comparison_does(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    settings = model.ModelSettings(seconds=120.0, runs=1)
+    web = model.model_web(settings.simweb)
+    assert web.rates.size == 288  # the pages analysis.compare seeds on the default web
+    uniform = model.run_model("uniform", web, settings, 1)
+    proportional = model.run_model("proportional", web, settings, 1)
+    oracle = model.run_model("optimal", web, replace(settings, oracle=True), 1)
+    assert 0.0 < proportional < uniform < oracle < 1.0
+    assert model.main(["--seconds", "30", "--runs", "1", "--policies", "uniform,optimal"]) == 0
+    out = capsys.readouterr().out
+    assert "optimal − uniform:" in out and "288 pages" in out
+    assert model.main(["--policies", "fastest"]) == 2
+    assert "unknown policy 'fastest'" in capsys.readouterr().err

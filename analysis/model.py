@@ -1,0 +1,287 @@
+"""An offline model of ``analysis.compare``: the same web and policies in seconds, no network.
+
+Usage, from the repository root::
+
+    python -m analysis.model --seconds 600 --budget 10 --runs 3
+
+It takes the simulated web's pages (those a crawler may fetch: robots.txt ``Disallow`` lines
+respected) with their true rates, draws each page's Poisson change times, and replays a
+crawler against them: fetches spaced 1/budget apart, each going to the page due soonest;
+every ``--resolve-interval`` seconds the daemon's own estimator
+(:func:`refresher._estimate.estimate_pages` on the last ``history`` intervals of each page,
+with Last-Modified change times from the hosts that send honest ones) and its own plan
+(:func:`refresher._allocate.plan`: the policy, the exploration share) set each page's next
+due time to its last fetch + 1/f. True mean freshness is measured exactly over the window
+after the warm-up share, as ``analysis.compare`` does.
+``--oracle`` gives the planner the true rates instead of estimates.
+
+What it leaves out, and why it is only a model: politeness (host caps, delays), fetch times
+and failures, the frontier's priority queues, and the discovery of pages. It is the tool for
+asking "which estimator, prior, exploration share or run length would change the outcome?"
+before spending half an hour of real runs on it; ``analysis.compare`` gives the verdict.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+from numpy.typing import NDArray
+
+import policies
+from analysis.compare import disallowed
+from refresher._allocate import PolicyInputs, plan
+from refresher._errors import RefresherError
+from refresher._estimate import MODELS, estimate_pages
+from refresher._simweb import SimwebConfig, plan_web
+
+__all__ = ["ModelSettings", "ModelWeb", "main", "model_web", "run_model"]
+
+Float = NDArray[np.float64]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelSettings:
+    """One modelled comparison: ``seconds`` per run, ``budget`` fetches per second, ``runs``
+    independent draws of the change times (seeds 1 … runs), the first ``warmup`` share of
+    each run left out; the rest as in :class:`analysis.compare.CompareSettings`."""
+
+    simweb: SimwebConfig = field(default_factory=SimwebConfig)
+    policies: tuple[str, ...] = ("uniform", "proportional", "optimal")
+    seconds: float = 600.0
+    budget: float = 10.0
+    runs: int = 3
+    warmup: float = 0.2
+    resolve_interval: float = 5.0
+    explore: float = 0.05
+    history: int = 32
+    model: str = "log-normal"
+    spread: float = 2.0
+    oracle: bool = False
+
+    def __post_init__(self) -> None:
+        if not (self.seconds > 0 and self.budget > 0 and self.resolve_interval > 0):
+            raise ValueError("seconds, budget and resolve_interval must be > 0")
+        if self.runs < 1 or not 0 <= self.warmup < 1:
+            raise ValueError("runs must be ≥ 1 and warmup a share in [0, 1)")
+        if self.model not in MODELS:
+            raise ValueError(f"model must be one of {', '.join(MODELS)}, not {self.model!r}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelWeb:
+    """The crawlable pages at the web's start: true rates (changes per second), dense host
+    per page, and per host whether its Last-Modified is honest."""
+
+    rates: Float
+    hosts: NDArray[np.intp]
+    honest: NDArray[np.bool_]
+
+
+def model_web(config: SimwebConfig) -> ModelWeb:
+    """The pages ``analysis.compare`` would seed: those that exist at the start, less those
+    robots.txt disallows."""
+    web = plan_web(config, start=0.0)
+    rates, hosts = [], []
+    for h, spec in enumerate(web.hosts):
+        prefixes = disallowed(spec.robots)
+        for page in spec.pages:
+            if page.created_at is None and not any(page.path.startswith(p) for p in prefixes):
+                rates.append(page.change_rate)
+                hosts.append(h)
+    return ModelWeb(
+        rates=np.array(rates, dtype=np.float64),
+        hosts=np.array(hosts, dtype=np.intp),
+        honest=np.array([spec.validators == "honest" for spec in web.hosts]),
+    )
+
+
+def _changes(rates: Float, seconds: float, rng: np.random.Generator) -> list[Float]:
+    """Each page's change times in [0, seconds)."""
+    out = []
+    for rate in rates:
+        if rate <= 0.0:
+            out.append(np.zeros(0))
+            continue
+        k = int(rng.poisson(rate * seconds)) + 1
+        while True:
+            times = np.cumsum(rng.exponential(1.0 / rate, k))
+            if times[-1] >= seconds:
+                break
+            k *= 2
+        out.append(times[times < seconds])
+    return out
+
+
+def _observations(
+    fetches: list[list[float]], changes: list[Float], honest: NDArray[np.bool_], history: int
+) -> tuple[NDArray[np.intp], Float, NDArray[np.bool_], Float]:
+    """The estimator's input: (page, interval, changed, seconds since the last change or NaN)
+    for the last ``history`` intervals of every page."""
+    page, interval, changed, since = [], [], [], []
+    for i, times in enumerate(fetches):
+        if len(times) < 2:
+            continue
+        t = np.asarray(times[-(history + 1) :])
+        k = np.searchsorted(changes[i], t, side="right")  # changes up to each fetch
+        moved = k[1:] > k[:-1]
+        last = changes[i][np.maximum(k[1:] - 1, 0)] if changes[i].size else np.zeros(t.size - 1)
+        page.append(np.full(t.size - 1, i, dtype=np.intp))
+        interval.append(np.diff(t))
+        changed.append(moved)
+        since.append(np.where(moved & honest[i], t[1:] - last, np.nan))
+    if not page:
+        empty = np.zeros(0)
+        return np.zeros(0, np.intp), empty, np.zeros(0, bool), empty
+    return (
+        np.concatenate(page),
+        np.concatenate(interval),
+        np.concatenate(changed),
+        np.concatenate(since),
+    )
+
+
+def _freshness(fetches: list[list[float]], changes: list[Float], start: float, end: float) -> float:
+    """True mean freshness over [start, end): a copy is fresh from its fetch to the page's
+    next change; a page without a copy counts as stale."""
+    fresh = 0.0
+    for times, change in zip(fetches, changes, strict=True):
+        t = np.asarray(times)
+        if t.size == 0:
+            continue
+        until = np.append(t[1:], end)  # each copy is current until the next fetch
+        nxt = np.searchsorted(change, t, side="right")
+        padded = np.append(change, np.inf)  # a page that never changes again stays fresh
+        stale_at = padded[nxt]
+        a = np.maximum(t, start)
+        b = np.minimum(np.minimum(until, stale_at), end)
+        fresh += float(np.clip(b - a, 0.0, None).sum())
+    return fresh / (len(fetches) * (end - start))
+
+
+def run_model(policy: str, web: ModelWeb, settings: ModelSettings, seed: int) -> float:
+    """True mean freshness of one modelled run of ``policy`` (change times from ``seed``)."""
+    rng = np.random.default_rng(seed)
+    n = web.rates.size
+    changes = _changes(web.rates, settings.seconds, rng)
+    fetches: list[list[float]] = [[] for _ in range(n)]
+    due = rng.permutation(n) * 1e-9  # the first round in a random order, as seeds load
+    target = np.full(n, settings.budget / n)
+    host_caps = np.full(int(web.hosts.max()) + 1 if n else 0, np.inf)
+    honest = web.honest[web.hosts]
+    step, now, next_plan = 1.0 / settings.budget, 0.0, settings.resolve_interval
+    while now < settings.seconds:
+        if now >= next_plan:
+            next_plan += settings.resolve_interval
+            page, interval, changed, since = _observations(
+                fetches, changes, honest, settings.history
+            )
+            if settings.oracle:
+                rates = web.rates
+            elif page.size:
+                rates = estimate_pages(
+                    page,
+                    interval,
+                    changed,
+                    n,
+                    page_host=web.hosts,
+                    n_hosts=host_caps.size,
+                    since_change=since,
+                    trusted_hosts=web.honest,
+                    model=settings.model,
+                    spread=settings.spread,
+                ).rate
+            else:
+                rates = np.full(n, 1.0 / settings.seconds)
+            inputs = PolicyInputs(
+                page_ids=np.arange(n, dtype=np.int64),
+                host_index=web.hosts,
+                host_caps=host_caps,
+                last_fetch=np.full(n, np.nan),
+                rates=np.asarray(rates, dtype=np.float64),
+                rate_n=np.zeros(n),
+                weights=np.ones(n),
+            )
+            target = plan(inputs, policy, settings.budget, explore=settings.explore).target
+            last = np.array([t[-1] if t else np.nan for t in fetches])
+            with np.errstate(divide="ignore"):
+                due = np.where(np.isfinite(last), last + 1.0 / target, due)
+        i = int(np.argmin(due))
+        fetches[i].append(now)
+        with np.errstate(divide="ignore"):
+            due[i] = now + 1.0 / target[i]
+        now += step
+    return _freshness(fetches, changes, settings.warmup * settings.seconds, settings.seconds)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    defaults = ModelSettings()
+    parser = argparse.ArgumentParser(
+        prog="python -m analysis.model",
+        description="Model analysis.compare offline: true mean freshness per policy.",
+    )
+    parser.add_argument("--seconds", type=float, default=defaults.seconds, help="per run")
+    parser.add_argument("--budget", type=float, default=defaults.budget, help="fetches/s")
+    parser.add_argument("--runs", type=int, default=defaults.runs, help="draws of the changes")
+    parser.add_argument("--warmup", type=float, default=defaults.warmup, help="share left out")
+    parser.add_argument("--resolve-interval", type=float, default=defaults.resolve_interval)
+    parser.add_argument("--explore", type=float, default=defaults.explore)
+    parser.add_argument("--estimator", choices=MODELS, default=defaults.model)
+    parser.add_argument("--spread", type=float, default=defaults.spread)
+    parser.add_argument("--oracle", action="store_true", help="plan with the true rates")
+    parser.add_argument("--policies", default=",".join(defaults.policies))
+    parser.add_argument("--seed", type=int, default=0, help="of the simulated web")
+    parser.add_argument("--hosts", type=int, default=defaults.simweb.hosts)
+    parser.add_argument("--pages", type=int, default=defaults.simweb.pages_per_host)
+    args = parser.parse_args(argv)
+    try:
+        settings = ModelSettings(
+            simweb=replace(
+                defaults.simweb, seed=args.seed, hosts=args.hosts, pages_per_host=args.pages
+            ),
+            policies=tuple(p.strip() for p in args.policies.split(",") if p.strip()),
+            seconds=args.seconds,
+            budget=args.budget,
+            runs=args.runs,
+            warmup=args.warmup,
+            resolve_interval=args.resolve_interval,
+            explore=args.explore,
+            model=args.estimator,
+            spread=args.spread,
+            oracle=args.oracle,
+        )
+        for name in settings.policies:
+            policies.get(name)
+    except (ValueError, RefresherError) as e:
+        print(f"analysis.model: {e}", file=sys.stderr)
+        return 2
+    web = model_web(settings.simweb)
+    print(
+        f"{web.rates.size} pages, budget {settings.budget:g}/s, {settings.runs} × "
+        f"{settings.seconds:g} s, first {settings.warmup:.0%} left out, "
+        f"{'true rates' if settings.oracle else settings.model + ' estimates'}"
+    )
+    results: dict[str, list[float]] = {}
+    for name in settings.policies:
+        results[name] = [
+            run_model(name, web, settings, seed) for seed in range(1, settings.runs + 1)
+        ]
+        runs = " ".join(f"{f:.4f}" for f in results[name])
+        print(f"{name:<13} true freshness {np.mean(results[name]):.4f}   runs: {runs}", flush=True)
+    if "uniform" in results:
+        base = np.array(results["uniform"])
+        for name, values in results.items():
+            if name != "uniform":
+                diff = np.array(values) - base
+                print(
+                    f"{name} − uniform: {diff.mean():+.4f} (runs: {diff.min():+.4f} … "
+                    f"{diff.max():+.4f})"
+                )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
