@@ -124,10 +124,17 @@ def test_inputs_from_a_real_store_order_pages_by_how_often_they_changed(tmp_path
         store.con.execute("UPDATE hosts SET delay = 4.0 WHERE name = 'h.example'")
         got = load_inputs(store, min_delay=1.0)
         unweighted = load_inputs(store, min_delay=1.0, weights="none")
+        gamma = load_inputs(store, min_delay=1.0, model="gamma")
         with pytest.raises(ValueError, match="'pagerank' or 'none'"):
             load_inputs(store, min_delay=1.0, weights="indegree")
     finally:
         store.close()
+    # the gamma prior orders the pages the same way
+    order = [r.url for r in sorted(rows, key=lambda r: r.id)]
+    by_gamma = dict(zip(order, gamma.rates, strict=True))
+    assert by_gamma["http://h.example/p0"] < by_gamma["http://h.example/p1"]
+    assert by_gamma["http://h.example/p1"] < by_gamma["http://h.example/p2"]
+    assert not np.array_equal(gamma.rates, got.rates)
     # without weights every page counts the same, and nothing else changes
     assert unweighted.weights.tolist() == [1.0] * 4
     np.testing.assert_array_equal(unweighted.rates, got.rates)
