@@ -516,16 +516,16 @@ def _timed(c: Mask, t: Float, since_change: ArrayLike | None) -> tuple[Mask, Flo
     return timed, np.where(timed, np.minimum(since, t), 0.0)
 
 
-def _usable_since(
+def _last_modified_pages(
     p: Index,
     c: Mask,
     n_pages: int,
     since_change: ArrayLike | None,
     trusted_hosts: ArrayLike | None,
     page_host: ArrayLike | None,
-) -> Float | None:
-    """``since_change`` where the page's host is trusted and every changed interval of the
-    page has one; NaN elsewhere (None when nothing is usable)."""
+) -> tuple[Float, Mask] | None:
+    """(``since_change`` as an array, per page whether its change times are used: its host is
+    trusted and every changed interval of the page has one); None when none are given."""
     if since_change is None or trusted_hosts is None or page_host is None:
         return None
     since = np.asarray(since_change, np.float64)
@@ -534,8 +534,7 @@ def _usable_since(
     host_of = np.asarray(page_host).astype(np.intp, copy=False)
     trusted = np.asarray(trusted_hosts, dtype=bool)[host_of]
     missing = np.bincount(p, c & ~np.isfinite(since), minlength=n_pages) > 0
-    use = (trusted & ~missing)[p]
-    return np.where(use, since, np.nan)
+    return since, trusted & ~missing
 
 
 def estimate_log_normal(
@@ -781,7 +780,9 @@ def estimate_pages(
         if prior is not None:
             raise ValueError("prior is a gamma prior: pass model='gamma' with it")
         p, t, c = _observations(page_index, intervals, changed, n_pages)
-        since = _usable_since(p, c, n_pages, since_change, trusted_hosts, page_host)
+        usable = _last_modified_pages(p, c, n_pages, since_change, trusted_hosts, page_host)
+        # NaN where a page's change times are not used
+        since = None if usable is None else np.where(usable[1][p], usable[0], np.nan)
         hosts = np.zeros(n_pages, np.intp) if page_host is None else np.asarray(page_host)
         timed, quiet_after = _timed(c, t, since)
         host_of = hosts.astype(np.intp, copy=False)
@@ -796,15 +797,10 @@ def estimate_pages(
     if prior is None:
         prior = _default_prior(p, t, c, n_pages)
     result = estimate_irregular(p, t, c, n_pages, prior=prior, confidence=confidence)
-    if since_change is None or trusted_hosts is None or page_host is None:
+    usable = _last_modified_pages(p, c, n_pages, since_change, trusted_hosts, page_host)
+    if usable is None or not usable[1].any():
         return result
-    since = np.asarray(since_change, np.float64)
-    host_of = np.asarray(page_host).astype(np.intp, copy=False)
-    trusted = np.asarray(trusted_hosts, dtype=bool)[host_of]
-    missing = np.bincount(p, c & ~np.isfinite(since), minlength=n_pages) > 0
-    use = trusted & ~missing
-    if not use.any():
-        return result
+    since, use = usable
     keep = use[p]
     lm = estimate_from_last_modified(
         p[keep],
