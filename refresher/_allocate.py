@@ -21,12 +21,11 @@ silently dropped.
 
 from __future__ import annotations
 
-import functools
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import trio
@@ -39,9 +38,13 @@ from ._frontier import Frontier
 from ._logging import get_logger
 from ._store import PageRow, Store, StoreService
 
+if TYPE_CHECKING:
+    from ._config import Config
+
 __all__ = [
     "Allocator",
     "AllocatorStatistics",
+    "InputSettings",
     "Plan",
     "PolicyInputs",
     "load_inputs",
@@ -308,6 +311,42 @@ def priority_level(page: PageRow, now: float, levels: int) -> int:
     return min(levels - 1, max(0, int(-math.log2(value))))
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InputSettings:
+    """How :func:`load_inputs` reads and estimates: its keyword arguments, kept together so
+    that the daemon's allocator and ``refresher policy`` on a stopped store read alike."""
+
+    min_delay: float = 1.0
+    meaningful: bool = False
+    history: int = 32
+    weights: str = "pagerank"
+    model: str = "log-normal"
+    spread: float = 2.0
+
+    @classmethod
+    def from_config(cls, config: Config) -> InputSettings:
+        return cls(
+            min_delay=config.politeness.min_delay,
+            meaningful=config.estimate.change == "meaningful",
+            history=config.estimate.history,
+            weights=config.policy.weights,
+            model=config.estimate.model,
+            spread=config.estimate.spread,
+        )
+
+    def load(self, store: Store) -> PolicyInputs:
+        """:func:`load_inputs` with these settings (in the store's thread)."""
+        return load_inputs(
+            store,
+            min_delay=self.min_delay,
+            meaningful=self.meaningful,
+            history=self.history,
+            weights=self.weights,
+            model=self.model,
+            spread=self.spread,
+        )
+
+
 class Allocator:
     def __init__(
         self,
@@ -318,12 +357,7 @@ class Allocator:
         policy: str,
         resolve_interval: float = 60.0,
         explore: float = 0.05,
-        min_delay: float = 1.0,
-        meaningful: bool = False,
-        history: int = 32,
-        weights: str = "pagerank",
-        model: str = "log-normal",
-        spread: float = 2.0,
+        inputs: InputSettings = InputSettings(),
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self._store = store
@@ -332,12 +366,7 @@ class Allocator:
         self.policy = policy
         self.resolve_interval = resolve_interval
         self.explore = explore
-        self.min_delay = min_delay
-        self.meaningful = meaningful
-        self.history = history
-        self.weights = weights
-        self.model = model
-        self.spread = spread
+        self.inputs = inputs
         self._wall = wall_clock
         self._pages = 0
         self._solves = 0
@@ -382,34 +411,22 @@ class Allocator:
         self.budget, self.policy = budget, policy
         if explore is not None:
             self.explore = explore
-        if weights is not None and weights != self.weights:
-            self.weights = weights
+        if weights is not None and weights != self.inputs.weights:
+            self.inputs = replace(self.inputs, weights=weights)
             changed = True
         self._frontier.set_budget(budget)
         if changed:
             self.poke()
 
-    def _loader(self) -> Callable[[Store], PolicyInputs]:
-        """:func:`load_inputs` with today's settings, to run in the store thread."""
-        return functools.partial(
-            load_inputs,
-            min_delay=self.min_delay,
-            meaningful=self.meaningful,
-            history=self.history,
-            weights=self.weights,
-            model=self.model,
-            spread=self.spread,
-        )
-
     async def solve(self) -> None:
         """One allocation pass (see the module docstring)."""
         t0 = time.perf_counter()
         policy, budget, explore, now = self.policy, self.budget, self.explore, self._wall()
-        load = self._loader()
+        settings = self.inputs
 
         def gather(store: Store) -> PolicyInputs:
             store.record_policy(policy, budget, now=now)
-            return load(store)
+            return settings.load(store)
 
         inputs = await self._store.call(gather)
         result = await trio.to_thread.run_sync(
@@ -444,7 +461,7 @@ class Allocator:
 
     async def table(self, budget: float | None = None) -> dict[str, Any]:
         """:func:`policy_table` of the current page set, at ``budget`` (default: B)."""
-        inputs = await self._store.call(self._loader())
+        inputs = await self._store.call(self.inputs.load)
         b = self.budget if budget is None else budget
         return await trio.to_thread.run_sync(lambda: policy_table(inputs, b))
 

@@ -277,7 +277,7 @@ def _cmd_pause(args: argparse.Namespace) -> int:
 
 
 def _cmd_policy(args: argparse.Namespace) -> int:
-    from ._allocate import load_inputs, policy_table
+    from ._allocate import InputSettings, policy_table
     from ._store import Store
 
     config = _loader(args)()
@@ -313,15 +313,7 @@ def _cmd_policy(args: argparse.Namespace) -> int:
     except ControlError:
         store = Store(config.store.path, memory_limit=config.store.memory_limit)
         try:
-            inputs = load_inputs(
-                store,
-                min_delay=config.politeness.min_delay,
-                meaningful=config.estimate.change == "meaningful",
-                history=config.estimate.history,
-                weights=config.policy.weights,
-                model=config.estimate.model,
-                spread=config.estimate.spread,
-            )
+            inputs = InputSettings.from_config(config).load(store)
         finally:
             store.close()
         table = policy_table(inputs, args.budget or config.budget.fetches_per_second)

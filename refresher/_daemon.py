@@ -24,7 +24,7 @@ import trio
 
 import policies
 
-from ._allocate import Allocator, priority_level
+from ._allocate import Allocator, InputSettings, priority_level
 from ._config import Config
 from ._control import ControlServer
 from ._crawl import Crawler
@@ -399,12 +399,7 @@ class Daemon:
             policy=policy,
             resolve_interval=c.policy.resolve_interval,
             explore=c.policy.explore,
-            min_delay=c.politeness.min_delay,
-            meaningful=c.estimate.change == "meaningful",
-            history=c.estimate.history,
-            weights=c.policy.weights,
-            model=c.estimate.model,
-            spread=c.estimate.spread,
+            inputs=InputSettings.from_config(c),
             wall_clock=self._wall,
         )
         self._allocator = allocator
