@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import shutil
@@ -18,6 +19,7 @@ import pytest
 import trio
 
 from refresher._site import HostSpec, PageSpec, Site, serve_site
+from refresher._store import FetchRecord
 
 #: Generous deadlines: a loaded 2-core CI machine must not fail a correct daemon.
 DEADLINE = 60.0
@@ -55,6 +57,35 @@ async def wait_for(
                 return value
             await trio.sleep(0.05)
     raise AssertionError(f"condition not met within {timeout} s: {what or predicate}")
+
+
+def fetch_record(
+    page_id: int, host_id: int, at: float, *, duration: float = 0.25, **fields: Any
+) -> FetchRecord:
+    """A successful, unchanged fetch of ``page_id`` taking ``duration`` seconds and finishing
+    at ``at`` (unix seconds), due again a minute later; ``fields`` override."""
+    record = FetchRecord(
+        page_id=page_id,
+        host_id=host_id,
+        started_at=at - duration,
+        finished_at=at,
+        duration=duration,
+        status=200,
+        body_bytes=100,
+        digest=b"d",
+        changed=False,
+        not_modified=False,
+        error_kind=None,
+        policy="uniform",
+        final_url=None,
+        redirects=0,
+        etag=None,
+        last_modified=None,
+        page_digest=b"d",
+        page_status="ok",
+        due_at=at + 60,
+    )
+    return dataclasses.replace(record, **fields)
 
 
 @pytest.fixture

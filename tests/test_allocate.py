@@ -11,14 +11,14 @@ from pathlib import Path
 import duckdb
 import numpy as np
 import pytest
-from conftest import cli, daemon_config, wait_for
+from conftest import cli, daemon_config, fetch_record, wait_for
 
 import policies
 from refresher._allocate import PolicyInputs, load_inputs, plan, policy_table, priority_level
 from refresher._estimate import estimate_pages
 from refresher._simweb import SimwebConfig, plan_web
 from refresher._site import HostSpec, PageSpec, Site, serve_site
-from refresher._store import FetchRecord, NewPage, PageRow, Store
+from refresher._store import NewPage, PageRow, Store
 
 NOW = 1_700_000_000.0
 
@@ -75,27 +75,7 @@ def test_the_policy_table_ranks_optimal_over_uniform_over_proportional():
 
 def _history(store: Store, page_id: int, host_id: int, times: list[float], changed: list[bool]):
     records = [
-        FetchRecord(
-            page_id=page_id,
-            host_id=host_id,
-            started_at=t - 0.1,
-            finished_at=t,
-            duration=0.1,
-            status=200,
-            body_bytes=10,
-            digest=b"d",
-            changed=c,
-            not_modified=False,
-            error_kind=None,
-            policy="uniform",
-            final_url=None,
-            redirects=0,
-            etag=None,
-            last_modified=None,
-            page_digest=b"d",
-            page_status="ok",
-            due_at=t + 60,
-        )
+        fetch_record(page_id, host_id, t, duration=0.1, body_bytes=10, changed=c)
         for t, c in zip(times, changed, strict=True)
     ]
     store.write(records, [])
@@ -269,26 +249,15 @@ def test_last_modified_times_reveal_a_page_that_changes_before_every_fetch(tmp_p
         )
         for row, since in zip(sorted(rows, key=lambda r: r.url), (2.0, 50.0), strict=True):
             records = [
-                FetchRecord(
-                    page_id=row.id,
-                    host_id=row.host_id,
-                    started_at=t - 0.1,
-                    finished_at=t,
+                fetch_record(
+                    row.id,
+                    row.host_id,
+                    t,
                     duration=0.1,
-                    status=200,
                     body_bytes=10,
                     digest=bytes([k % 256]),
                     changed=k > 0,
-                    not_modified=False,
-                    error_kind=None,
-                    policy="uniform",
-                    final_url=None,
-                    redirects=0,
-                    etag=None,
-                    last_modified=None,
                     page_digest=bytes([k % 256]),
-                    page_status="ok",
-                    due_at=t + 60,
                     last_modified_at=t - since,
                 )
                 for k, t in enumerate(NOW + 60.0 * k for k in range(21))

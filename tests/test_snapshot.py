@@ -14,7 +14,7 @@ from typing import Any
 import duckdb
 import pytest
 import trio
-from conftest import DaemonProcess, daemon_config, wait_for
+from conftest import DaemonProcess, daemon_config, fetch_record, wait_for
 
 from refresher._config import Config, StoreConfig, load_config
 from refresher._errors import StoreError
@@ -61,25 +61,13 @@ def read_in_another_process(snapshot: Path, store: Path) -> dict[str, Any]:
 
 
 def record(page: PageRow, at: float, *, status: int | None = 200) -> FetchRecord:
-    return FetchRecord(
-        page_id=page.id,
-        host_id=page.host_id,
-        started_at=at - 0.01,
-        finished_at=at,
+    return fetch_record(
+        page.id,
+        page.host_id,
+        at,
         duration=0.01,
         status=status,
-        body_bytes=100,
-        digest=b"d",
-        changed=False,
-        not_modified=False,
         error_kind=None if status else "connect",
-        policy="uniform",
-        final_url=None,
-        redirects=0,
-        etag=None,
-        last_modified=None,
-        page_digest=b"d",
-        page_status="ok",
         due_at=at + 10,
     )
 

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import trio
 import trio.testing
+from conftest import fetch_record
 
 from refresher._errors import StoreError
 from refresher._store import (
@@ -34,25 +35,16 @@ def page(url: str, host: str = "a.example", source: str = "seed") -> NewPage:
 
 def fetch(page_id: int, host_id: int = 1, at: float = NOW + 10, **changes: Any) -> FetchRecord:
     """A successful, changed fetch of ``page_id`` finishing at ``at``; ``changes`` override."""
-    record = FetchRecord(
-        page_id=page_id,
-        host_id=host_id,
-        started_at=at - 0.25,
-        finished_at=at,
-        duration=0.25,
-        status=200,
+    record = fetch_record(
+        page_id,
+        host_id,
+        at,
         body_bytes=1234,
         digest=b"d1",
         changed=True,
-        not_modified=False,
-        error_kind=None,
-        policy="uniform",
-        final_url=None,
-        redirects=0,
         etag='"v1"',
         last_modified="Tue, 14 Nov 2023 22:13:20 GMT",
         page_digest=b"d1",
-        page_status="ok",
         due_at=at + 100,
     )
     return dataclasses.replace(record, **changes)
