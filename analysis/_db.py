@@ -8,7 +8,7 @@ from typing import Any
 import duckdb
 
 from refresher._errors import StoreError
-from refresher._views import attach_truth, create_views
+from refresher.store._views import attach_truth, create_views
 
 __all__ = ["open_history", "rows"]
 

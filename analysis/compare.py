@@ -8,14 +8,14 @@ Usage, from the repository root::
 before its λ̂ tell the pages apart; ``--seconds 120`` is a quick look at policies still
 learning).
 
-For each policy in turn: one simulated web (:mod:`refresher._simweb`; the same seed and config
+For each policy in turn: one simulated web (:mod:`refresher.sim._simweb`; the same seed and config
 every time, beginning afresh when its run begins) is served on a free 127.0.0.1 port, and a
 daemon process (``refresher run``, a fresh store) refreshes its pages with that policy, the
 same budget and the same politeness for ``--seconds`` after it is ready; then SIGTERM, and the
 web's truth is written. Every page the web starts with is a seed (less those its robots.txt
 disallows) and discovery is off, so every policy splits the budget over the same pages.
 
-The TRUE mean freshness and age come from the freshness views (:mod:`refresher._views`) over
+The TRUE mean freshness and age come from the freshness views (:mod:`refresher.store._views`) over
 the run window after a warm-up share (``--warmup``, default 0.2: the first 20 % of the window,
 while the first fetches of every page and the first estimates come in, is left out). Printed:
 a table (policy, true freshness, true age, estimated freshness, fetches) and by how much optimal
@@ -61,8 +61,8 @@ from matplotlib.figure import Figure
 
 import policies
 from refresher._errors import RefresherError
-from refresher._simweb import SimwebConfig, plan_web, serve_simweb, site_of, write_truth
-from refresher._site import Site
+from refresher.sim._simweb import SimwebConfig, plan_web, serve_simweb, site_of, write_truth
+from refresher.sim._site import Site
 
 if __package__ in (None, ""):  # run as a file: python analysis/compare.py
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))

@@ -8,9 +8,9 @@ It takes the simulated web's pages (those a crawler may fetch: robots.txt ``Disa
 respected) with their true rates, draws each page's Poisson change times, and replays a
 crawler against them: fetches spaced 1/budget apart, each going to the page due soonest;
 every ``--resolve-interval`` seconds the daemon's own estimator
-(:func:`refresher._estimate.estimate_pages` on the last ``history`` intervals of each page,
+(:func:`refresher.refresh._estimate.estimate_pages` on the last ``history`` intervals of each page,
 with Last-Modified change times from the hosts that send honest ones) and its own plan
-(:func:`refresher._allocate.plan`: the policy, the exploration share) set each page's next
+(:func:`refresher.refresh._allocate.plan`: the policy, the exploration share) set each page's next
 due time to its last fetch + 1/f. True mean freshness is measured exactly over the window
 after the warm-up share, as ``analysis.compare`` does.
 ``--oracle`` gives the planner the true rates instead of estimates.
@@ -33,10 +33,10 @@ from numpy.typing import NDArray
 
 import policies
 from analysis.compare import disallowed
-from refresher._allocate import PolicyInputs, plan
 from refresher._errors import RefresherError
-from refresher._estimate import MODELS, estimate_pages
-from refresher._simweb import SimwebConfig, plan_web
+from refresher.refresh._allocate import PolicyInputs, plan
+from refresher.refresh._estimate import MODELS, estimate_pages
+from refresher.sim._simweb import SimwebConfig, plan_web
 
 __all__ = ["ModelSettings", "ModelWeb", "main", "model_web", "run_model"]
 

@@ -4,7 +4,7 @@ Run from the repository root: ``.venv/bin/python bench/bench_daemon.py [--hosts 
 Everything runs on 127.0.0.1 in child processes this script starts and stops; it prints
 figures and asserts nothing.
 
-1. Throughput. ``python -m refresher._site`` serves ``--hosts`` × ``--pages`` pages (no
+1. Throughput. ``python -m refresher.sim._site`` serves ``--hosts`` × ``--pages`` pages (no
    Crawl-delay) in its own process. Each daemon run is ``refresher run`` in a child process
    (persistence on: DuckDB in a temp dir) with a budget high enough not to be the limit, a
    small ``min_delay`` and no response-time factor.
@@ -53,10 +53,10 @@ import duckdb
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from refresher._daemon import check_seeds  # noqa: E402
-from refresher._logging import configure_logging  # noqa: E402
-from refresher._site import Site, make_demo_site  # noqa: E402
-from refresher._store import Store  # noqa: E402
+from refresher.ops._daemon import check_seeds  # noqa: E402
+from refresher.ops._logging import configure_logging  # noqa: E402
+from refresher.sim._site import Site, make_demo_site  # noqa: E402
+from refresher.store._duckdb import Store  # noqa: E402
 
 #: the log line of one robots.txt request
 ROBOTS_LINE = '"robots.txt fetched"'
@@ -123,7 +123,7 @@ def site_server(
 ) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
     """The demo site in a child process; yields (process, port) and stops it afterwards."""
     port_file = directory / "site.port"
-    command = [sys.executable, "-m", "refresher._site", "--hosts", str(hosts)]
+    command = [sys.executable, "-m", "refresher.sim._site", "--hosts", str(hosts)]
     command += ["--pages", str(pages), "--port", "0", "--port-file", str(port_file)]
     command += ["--crawl-delay", "-1"]
     env = dict(os.environ, PYTHONPATH=str(ROOT))

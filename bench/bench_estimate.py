@@ -19,7 +19,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from refresher import _estimate as estimate
+from refresher.refresh import _estimate as estimate
 
 HOUR = 3600.0
 OBSERVATIONS = 20

@@ -13,7 +13,7 @@ import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
 
-from refresher._parse import Document, Extracted, Sitemaps, process, simhash
+from refresher.discover._parse import Document, Extracted, Sitemaps, process, simhash
 
 DATA = Path(__file__).parent.parent / "tests" / "data" / "html"
 

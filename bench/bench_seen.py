@@ -32,7 +32,7 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from refresher._seen import ClockCache, UrlSeen, fingerprint, fingerprints
+from refresher.discover._seen import ClockCache, UrlSeen, fingerprint, fingerprints
 
 I64 = npt.NDArray[np.int64]
 

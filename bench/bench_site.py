@@ -1,6 +1,6 @@
-"""Throughput of the site server (refresher._site): requests per second and CPU per request.
+"""Throughput of the site server (refresher.sim._site): requests per second and CPU per request.
 
-Starts ``python -m refresher._site`` in a child process (so its CPU time is its own), then
+Starts ``python -m refresher.sim._site`` in a child process (so its CPU time is its own), then
 drives it from this process with two clients, each for ``--seconds``:
 
 - raw: minimal keep-alive HTTP/1.1 over trio sockets, the cheapest client there is, to push
@@ -39,7 +39,7 @@ def cpu_seconds(pid: int) -> tuple[float, float]:
 def start_server(hosts: int, pages: int) -> tuple[subprocess.Popen[bytes], int]:
     port_file = Path(tempfile.mkdtemp()) / "port"
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    command = [sys.executable, "-m", "refresher._site", "--hosts", str(hosts)]
+    command = [sys.executable, "-m", "refresher.sim._site", "--hosts", str(hosts)]
     command += ["--pages", str(pages), "--port", "0", "--port-file", str(port_file)]
     process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL)
     deadline = time.monotonic() + 30

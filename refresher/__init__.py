@@ -4,10 +4,8 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from ._config import Config, load_config
-from ._control import request
-from ._daemon import Daemon, run_daemon
-from ._errors import (
+from refresher._config import Config, load_config
+from refresher._errors import (
     BodyTooLarge,
     ConfigError,
     ConnectFailure,
@@ -22,10 +20,12 @@ from ._errors import (
     StoreError,
     TooManyRedirects,
 )
-from ._fetch import Fetcher, FetchResult
-from ._frontier import Frontier
-from ._robots import RobotsRules
-from ._store import SCHEMA_VERSION, Store
+from refresher.crawl._fetch import Fetcher, FetchResult
+from refresher.crawl._frontier import Frontier
+from refresher.crawl._robots import RobotsRules
+from refresher.ops._control import request
+from refresher.ops._daemon import Daemon, run_daemon
+from refresher.store._duckdb import SCHEMA_VERSION, Store
 
 __all__ = [
     "SCHEMA_VERSION",

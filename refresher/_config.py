@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ._errors import ConfigError
-from ._filter import FilterConfig
+from refresher._errors import ConfigError
+from refresher.discover._filter import FilterConfig
 
 __all__ = [
     "DEFAULT_CONFIG_FILE",
@@ -148,7 +148,7 @@ class FrontierConfig:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DiscoveryConfig(FilterConfig):
     """Links found in fetched pages: the URL filter's scope, limits and trap defences (the
-    fields of :class:`refresher._filter.FilterConfig`, validated by it), and these."""
+    fields of :class:`refresher.discover._filter.FilterConfig`, validated by it), and these."""
 
     #: follow links at all; off = refresh only the seeds
     enabled: bool = True

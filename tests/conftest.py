@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 import trio
 
-from refresher._site import HostSpec, PageSpec, Site, serve_site
-from refresher._store import FetchRecord
+from refresher.sim._site import HostSpec, PageSpec, Site, serve_site
+from refresher.store._duckdb import FetchRecord
 
 #: Generous deadlines: a loaded 2-core CI machine must not fail a correct daemon.
 DEADLINE = 60.0

@@ -17,7 +17,7 @@ if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
 from analysis import compare, model, plots  # noqa: E402
-from refresher._simweb import SimwebConfig, parse_rate_mix, plan_web, site_of  # noqa: E402
+from refresher.sim._simweb import SimwebConfig, parse_rate_mix, plan_web, site_of  # noqa: E402
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -1,0 +1,773 @@
+"""The crawler's HTTP side: one fetch of one page, never raising for what the network does.
+
+Each host gets its own small httpx transport holding one keep-alive connection. Politeness
+already allows at most one request in flight per host, so a per-host transport costs nothing
+and sidesteps the shared connection pool, whose per-request scan slows down sharply as the
+number of connections grows (encode/httpx#3215). Transports live in an LRU bounded by
+``max_open_hosts``; an evicted host's connection is closed.
+
+Names are resolved by :class:`~refresher.crawl._dns.Resolver` (cache, static overrides). The request
+goes to the resolved IP and port with the original ``Host`` header, and for https the original
+name as TLS SNI and certificate name (httpcore's ``sni_hostname`` request extension).
+
+Bodies are read raw and decoded here rather than by httpx, so that the size cap counts
+*decoded* bytes and a decompression bomb stops at the cap without ever inflating more than
+the cap (zlib's ``max_length``). Everything a hostile server can do (stall, reset, garbage
+headers, endless bodies, redirect loops) ends as a :class:`FetchResult` with an ``error_kind``.
+"""
+
+from __future__ import annotations
+
+import builtins
+import email.utils
+import hashlib
+import ipaddress
+import ssl
+import time
+import zlib
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from datetime import UTC
+from types import TracebackType
+
+import httpx
+import trio
+
+from refresher._errors import (
+    BodyTooLarge,
+    ConfigError,
+    ConnectFailure,
+    FetchError,
+    FetchTimeout,
+    InvalidURL,
+    ProtocolFailure,
+    ReadFailure,
+    TooManyRedirects,
+)
+from refresher.crawl._dns import Resolver
+
+__all__ = [
+    "ACCEPT_ENCODING",
+    "ROBOTS_MAX_BYTES",
+    "ROBOTS_MAX_REDIRECTS",
+    "FetchResult",
+    "Fetcher",
+    "FetcherStatistics",
+    "body_digest",
+    "parse_retry_after",
+]
+
+#: Only what :class:`_Decoder` can decode is advertised (no br/zstd: not installed).
+ACCEPT_ENCODING = "gzip, deflate"
+ACCEPT = "text/html,application/xhtml+xml;q=0.9,*/*;q=0.8"
+#: RFC 9309 §2.5: crawlers parse at least 500 KiB; more is ignored, not an error.
+ROBOTS_MAX_BYTES = 500 * 1024
+#: RFC 9309 §2.3.1.2: follow at least five consecutive redirects.
+ROBOTS_MAX_REDIRECTS = 5
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+_REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
+_PARSEABLE_TYPES = frozenset(
+    {
+        "text/html",
+        "application/xhtml+xml",
+        # sitemaps, plain or gzip-compressed (servers label .xml.gz files variously)
+        "application/xml",
+        "text/xml",
+        "application/gzip",
+        "application/x-gzip",
+    }
+)
+# Bodies of non-2xx answers are only read so the connection can be reused; past this many
+# bytes it is cheaper to drop the connection than to drain the body.
+_DRAIN_BYTES = 64 * 1024
+# Closing a response only closes a socket; bounded so a shielded close cannot hang a worker.
+_CLOSE_GRACE = 5.0
+
+
+def body_digest(body: bytes) -> bytes:
+    """The 16-byte BLAKE2b digest of a body: the change test compares these."""
+    return hashlib.blake2b(body, digest_size=16).digest()
+
+
+def parse_retry_after(value: str, *, now: float | None = None) -> float | None:
+    """Seconds to wait from a Retry-After value (delta-seconds or an HTTP-date), or None.
+
+    ``now`` is the unix wall-clock time the date is measured from (default: the current time).
+    A date in the past gives 0.
+    """
+    text = value.strip()
+    if text.isdigit():
+        return float(int(text))
+    try:
+        when = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FetchResult:
+    """What one fetch of one URL produced. ``error_kind`` is None whenever the fetch ended
+    with an HTTP response (of any status); ``status`` is the last status seen, if any."""
+
+    url: str
+    final_url: str  # the last URL requested (after followed redirects)
+    status: int | None
+    started_at: float  # unix wall-clock seconds
+    finished_at: float  # unix wall-clock seconds
+    duration: float  # seconds on trio's monotonic clock; politeness scales its delay by it
+    bytes: int  # decoded body bytes read from the last response
+    digest: builtins.bytes | None  # body_digest of the body, only for a complete 2xx body
+    body: builtins.bytes | None  # the body of a 2xx text/html-ish answer, for the parser; else None
+    content_type: str | None
+    etag: str | None  # validators to send with the next conditional GET of this URL
+    last_modified: str | None
+    not_modified: bool  # a 304 in answer to our conditional GET
+    redirects: tuple[str, ...] = ()  # every hop followed, in order
+    location: str | None = None  # a redirect target not followed (another host, too many)
+    retry_after: float | None = None  # seconds, from Retry-After on 429/503
+    error_kind: str | None = None  # FetchError.kind
+    error: str | None = None  # the FetchError message
+
+    @property
+    def ok(self) -> bool:
+        """True for a 2xx answer or a 304 (a successful fetch for the change test)."""
+        return (
+            self.error_kind is None
+            and self.status is not None
+            and (200 <= self.status < 300 or self.not_modified)
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FetcherStatistics:
+    """A snapshot of the fetcher's counters since it was created."""
+
+    fetches: int  # fetch() calls finished
+    robots_fetches: int  # fetch_robots() calls finished
+    requests: int  # HTTP requests sent (every redirect hop and robots request counts)
+    outcomes: Mapping[str, int]  # fetch() results: "ok", "not_modified", "redirect",
+    # "client_error", "server_error", "other", or an error kind ("timeout", "dns", …)
+    bytes: int  # decoded body bytes read over all requests
+    open_hosts: int  # per-host transports kept (each holds at most one idle connection)
+    evictions: int  # hosts whose transport was closed to stay within max_open_hosts
+
+
+class _Decoder:
+    """Decodes a Content-Encoding chain, producing no more than the caller's limit + 1 bytes
+    per call however well the input compresses."""
+
+    def __init__(self, encodings: list[str]) -> None:
+        # Encodings are listed in the order they were applied; undo them in reverse.
+        self._stages = [_ZlibStage(name == "gzip") for name in reversed(encodings)]
+
+    def feed(self, data: bytes, limit: int) -> bytes:
+        for stage in self._stages:
+            data = stage.feed(data, limit)
+        return data
+
+    def flush(self, limit: int) -> bytes:
+        data = b""
+        for stage in self._stages:
+            data = stage.feed(data, limit) + stage.flush()
+        return data
+
+
+class _ZlibStage:
+    def __init__(self, gzip: bool) -> None:
+        self._gzip = gzip
+        self._wbits = zlib.MAX_WBITS | 16 if gzip else zlib.MAX_WBITS
+        self._obj = zlib.decompressobj(self._wbits)
+        self._started = False
+        self._between = False  # a gzip member ended; another may follow
+        self._done = False
+
+    def feed(self, data: bytes, limit: int) -> bytes:
+        out: list[bytes] = []
+        produced = 0
+        while data and produced <= limit and not self._done:
+            if self._between:
+                if not data.startswith(b"\x1f"):
+                    self._done = True  # trailing bytes after the stream are ignored
+                    break
+                self._obj = zlib.decompressobj(self._wbits)  # the next gzip member
+                self._between = False
+            try:
+                chunk = self._obj.decompress(data, limit + 1 - produced)
+            except zlib.error:
+                if self._gzip or self._started:
+                    raise
+                # "deflate" is meant to be zlib-wrapped, but many servers send raw deflate.
+                self._wbits = -zlib.MAX_WBITS
+                self._obj = zlib.decompressobj(self._wbits)
+                self._started = True
+                continue
+            self._started = True
+            out.append(chunk)
+            produced += len(chunk)
+            if self._obj.eof:
+                data = self._obj.unused_data
+                self._between = self._gzip
+                self._done = not self._gzip
+            else:
+                # Non-empty only when max_length cut the output, i.e. the limit is passed.
+                data = self._obj.unconsumed_tail
+        return b"".join(out)
+
+    def flush(self) -> bytes:
+        return b"" if self._done or self._between else self._obj.flush()
+
+
+def _content_encodings(headers: httpx.Headers) -> list[str] | None:
+    """The Content-Encoding chain, or None if it has an encoding this module cannot decode."""
+    names: list[str] = []
+    for value in headers.get_list("content-encoding", split_commas=True):
+        name = value.strip().lower()
+        if name in ("", "identity"):
+            continue
+        if name in ("gzip", "x-gzip"):
+            names.append("gzip")
+        elif name == "deflate":
+            names.append("deflate")
+        else:
+            return None
+    return names
+
+
+def _raw_header(headers: httpx.Headers, name: bytes) -> str | None:
+    # Latin-1 round-trips any bytes, so a validator is sent back exactly as it came.
+    for key, value in headers.raw:
+        if key.lower() == name:
+            return value.decode("latin-1")
+    return None
+
+
+def _header_bytes(value: str | None) -> bytes | None:
+    if value is None or "\r" in value or "\n" in value:
+        return None
+    try:
+        return value.encode("latin-1")
+    except UnicodeEncodeError:
+        return None
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def _host_key(url: httpx.URL) -> str:
+    """The politeness unit of a URL: ``host``, or ``host:port`` for a non-default port."""
+    host = url.raw_host.decode("ascii").lower()
+    port = url.port
+    return host if port is None or port == _DEFAULT_PORTS.get(url.scheme) else f"{host}:{port}"
+
+
+def _parse_url(url: str) -> httpx.URL:
+    try:
+        parsed = httpx.URL(url)
+    except httpx.InvalidURL as e:
+        raise InvalidURL(url, f"cannot be parsed ({e}); give an absolute http(s) URL") from e
+    if parsed.scheme not in _DEFAULT_PORTS or not parsed.raw_host:
+        raise InvalidURL(url, "only absolute http:// and https:// URLs with a host are fetched")
+    return parsed
+
+
+def _redirect_target(current: httpx.URL, location: str) -> httpx.URL | None:
+    try:
+        target = current.join(location.strip())
+    except (httpx.InvalidURL, UnicodeError, ValueError):
+        return None
+    if target.scheme not in _DEFAULT_PORTS or not target.raw_host:
+        return None
+    return target.copy_with(fragment=None)
+
+
+def _translate(e: Exception, where: str) -> FetchError:
+    """Map an httpx/OS error to the FetchError kind recorded in the history."""
+    if isinstance(e, httpx.TimeoutException):
+        return FetchTimeout(f"{where}: timed out ({e}); the host is slow, it is retried later")
+    if isinstance(e, httpx.ConnectError | httpx.UnsupportedProtocol | httpx.ProxyError):
+        return ConnectFailure(
+            f"{where}: could not connect ({e or type(e).__name__}); check that the host is "
+            "up, the port is right, and for https that its certificate is valid"
+        )
+    if isinstance(e, httpx.RemoteProtocolError):
+        text = str(e)
+        # h11/httpcore say this when the peer closes early: a broken connection, not garbage.
+        if "disconnected" in text or "peer closed" in text:
+            return ReadFailure(f"{where}: the server closed the connection early ({text})")
+        return ProtocolFailure(
+            f"{where}: the server's answer is not valid HTTP/1.1 ({text}); nothing to do "
+            "but retry later"
+        )
+    if isinstance(e, httpx.LocalProtocolError | httpx.DecodingError | zlib.error):
+        return ProtocolFailure(f"{where}: the response could not be processed ({e})")
+    return ReadFailure(
+        f"{where}: the connection broke ({e or type(e).__name__}); the server reset or "
+        "closed it, it is retried later"
+    )
+
+
+async def _abandon(response: httpx.Response, chunks: AsyncIterator[bytes]) -> None:
+    """Stop reading a body before its end.
+
+    The body iterator is a chain of async generators (httpx over httpcore); merely dropping it
+    leaves them to the garbage collector, which trio reports as a ResourceWarning. Closing the
+    response first drops the connection, so the next step fails at the bottom of the chain and
+    every generator finishes. What is still buffered (at most one network read) is discarded.
+    """
+    with trio.CancelScope(shield=True, deadline=trio.current_time() + _CLOSE_GRACE):
+        await response.aclose()
+        try:
+            async for _ in chunks:
+                pass
+        except (httpx.HTTPError, httpx.StreamError, OSError):
+            pass
+
+
+@dataclass(slots=True)
+class _Slot:
+    transport: httpx.AsyncHTTPTransport
+    users: int = 0
+
+
+@dataclass(slots=True)
+class _Progress:
+    """What a fetch has seen so far, so a failure half-way still records it."""
+
+    final_url: str
+    status: int | None = None
+    headers: httpx.Headers | None = None
+    bytes: int = 0
+    redirects: list[str] = field(default_factory=list)
+    location: str | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class _Reply:
+    status: int
+    headers: httpx.Headers
+    size: int
+    digest: bytes | None
+    body: bytes | None
+
+
+class Fetcher:
+    """Fetches pages and robots.txt files over per-host keep-alive connections.
+
+    ``timeout`` (seconds) is the total deadline of one fetch: DNS, connect, TLS, headers, body
+    and every redirect hop. ``max_body_bytes`` caps the decoded body. ``max_redirects``
+    same-host hops are followed. At most ``max_open_hosts`` hosts keep a connection open.
+    ``keepalive_expiry`` (seconds) is how long an idle connection is kept. ``verify`` is
+    True (system trust via certifi), False, or an :class:`ssl.SSLContext`.
+    """
+
+    def __init__(
+        self,
+        *,
+        user_agent: str,
+        resolver: Resolver,
+        timeout: float = 30.0,
+        max_body_bytes: int = 10_485_760,
+        max_redirects: int = 5,
+        max_open_hosts: int = 256,
+        verify: bool | ssl.SSLContext = True,
+        keepalive_expiry: float = 60.0,
+    ) -> None:
+        if not user_agent.strip() or "\r" in user_agent or "\n" in user_agent:
+            raise ConfigError(
+                "must be a non-empty single line naming the crawler and a contact URL",
+                key="fetch.user_agent",
+            )
+        if not timeout > 0:
+            raise ConfigError(
+                f"must be a positive number of seconds, got {timeout}", key="fetch.timeout"
+            )
+        for key, number, least in (
+            ("fetch.max_body_bytes", max_body_bytes, 1),
+            ("fetch.max_redirects", max_redirects, 0),
+            ("fetch.max_open_hosts", max_open_hosts, 1),
+        ):
+            if number < least:
+                raise ConfigError(f"must be at least {least}, got {number}", key=key)
+        self._user_agent = user_agent.encode("latin-1", errors="replace")
+        self._resolver = resolver
+        self._timeout = timeout
+        self._max_body = max_body_bytes
+        self._max_redirects = max_redirects
+        self._max_open_hosts = max_open_hosts
+        self._verify = verify
+        self._ssl_context: ssl.SSLContext | None = (
+            verify if isinstance(verify, ssl.SSLContext) else None
+        )
+        self._limits = httpx.Limits(
+            max_connections=4, max_keepalive_connections=1, keepalive_expiry=keepalive_expiry
+        )
+        self._slots: OrderedDict[tuple[str, str, int], _Slot] = OrderedDict()
+        self._closed = False
+        self._fetches = 0
+        self._robots_fetches = 0
+        self._requests = 0
+        self._bytes = 0
+        self._evictions = 0
+        self._outcomes: dict[str, int] = {}
+
+    async def __aenter__(self) -> Fetcher:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close every open connection. Fetching afterwards opens new ones."""
+        slots = list(self._slots.values())
+        self._slots.clear()
+        with trio.CancelScope(shield=True):
+            for slot in slots:
+                await slot.transport.aclose()
+
+    def statistics(self) -> FetcherStatistics:
+        """A snapshot of the counters."""
+        return FetcherStatistics(
+            fetches=self._fetches,
+            robots_fetches=self._robots_fetches,
+            requests=self._requests,
+            outcomes=dict(self._outcomes),
+            bytes=self._bytes,
+            open_hosts=len(self._slots),
+            evictions=self._evictions,
+        )
+
+    # -- connections --------------------------------------------------------------------------
+
+    def _context(self) -> ssl.SSLContext:
+        # Built once and shared: loading the CA bundle per host would cost milliseconds each.
+        if self._ssl_context is None:
+            self._ssl_context = httpx.create_ssl_context(verify=self._verify is not False)
+        return self._ssl_context
+
+    @asynccontextmanager
+    async def _transport(
+        self, key: tuple[str, str, int]
+    ) -> AsyncIterator[httpx.AsyncHTTPTransport]:
+        slot = self._slots.get(key)
+        if slot is None:
+            transport = httpx.AsyncHTTPTransport(verify=self._context(), limits=self._limits)
+            slot = self._slots[key] = _Slot(transport)
+        self._slots.move_to_end(key)
+        slot.users += 1
+        try:
+            await self._evict()
+            yield slot.transport
+        finally:
+            slot.users -= 1
+            await self._evict()
+
+    async def _evict(self) -> None:
+        # Hosts in use are skipped (closing would break their request); the cap may be passed
+        # for a moment and is restored when they finish.
+        excess = len(self._slots) - self._max_open_hosts
+        if excess <= 0:
+            return
+        victims = [key for key, slot in self._slots.items() if slot.users == 0][:excess]
+        closing = [self._slots.pop(key).transport for key in victims]
+        self._evictions += len(closing)
+        with trio.CancelScope(shield=True, deadline=trio.current_time() + _CLOSE_GRACE):
+            for transport in closing:
+                await transport.aclose()
+
+    # -- one request ---------------------------------------------------------------------------
+
+    async def _exchange(
+        self,
+        url: httpx.URL,
+        progress: _Progress,
+        *,
+        extra_headers: list[tuple[bytes, bytes]],
+        limit: int,
+        truncate: bool,
+    ) -> _Reply:
+        """Send one GET and read its body (at most ``limit`` decoded bytes for a 2xx).
+
+        Over the limit: BodyTooLarge, or with ``truncate`` the body is cut at the limit.
+        """
+        host = url.raw_host.decode("ascii").lower()
+        port = url.port or _DEFAULT_PORTS[url.scheme]
+        ip, connect_port = await self._resolver.resolve(host, port)
+        where = f"GET {url} ({ip}:{connect_port})" if ip != host else f"GET {url}"
+        headers = [
+            (b"Host", url.netloc),
+            (b"User-Agent", self._user_agent),
+            (b"Accept", ACCEPT.encode()),
+            (b"Accept-Encoding", ACCEPT_ENCODING.encode()),
+            *extra_headers,
+        ]
+        extensions: dict[str, str] = {}
+        if url.scheme == "https" and not _is_ip(host):
+            extensions["sni_hostname"] = host
+        request = httpx.Request(
+            "GET",
+            url.copy_with(host=ip, port=connect_port, fragment=None),
+            headers=headers,
+            extensions=extensions,
+        )
+        progress.final_url = str(url.copy_with(fragment=None))
+        progress.status = None
+        progress.headers = None
+        progress.bytes = 0
+        async with self._transport((url.scheme, host, port)) as transport:
+            self._requests += 1
+            try:
+                response = await transport.handle_async_request(request)
+            except (httpx.HTTPError, OSError) as e:
+                raise _translate(e, where) from e
+            response.request = request
+            try:
+                progress.status = response.status_code
+                progress.headers = response.headers
+                return await self._read_body(response, progress, where, limit, truncate)
+            except (httpx.HTTPError, OSError, zlib.error) as e:
+                raise _translate(e, where) from e
+            finally:
+                with trio.CancelScope(shield=True, deadline=trio.current_time() + _CLOSE_GRACE):
+                    await response.aclose()
+
+    async def _read_body(
+        self,
+        response: httpx.Response,
+        progress: _Progress,
+        where: str,
+        limit: int,
+        truncate: bool,
+    ) -> _Reply:
+        """Read, decode and hash the body. ``truncate`` (robots.txt): stop quietly at ``limit``
+        and keep whatever the body is; otherwise passing ``limit`` raises BodyTooLarge and only
+        a text/html-ish body is kept (for the parser)."""
+        status = response.status_code
+        success = 200 <= status < 300
+        if not success:
+            # Read only to reuse the connection; a big error page just closes it.
+            limit, truncate = min(limit, _DRAIN_BYTES), True
+        encodings = _content_encodings(response.headers)
+        media = response.headers.get("content-type", "").split(";")[0].strip().lower()
+        keep = success and encodings is not None
+        if not truncate:
+            keep = keep and (media in _PARSEABLE_TYPES or not media)
+        declared = response.headers.get("content-length", "")
+        if not truncate and not encodings and declared.isdigit() and int(declared) > limit:
+            raise BodyTooLarge(
+                f"{where}: Content-Length {declared} is over the {limit}-byte cap "
+                "(fetch.max_body_bytes); raise the cap to fetch this page"
+            )
+        decoder = _Decoder(encodings) if encodings else None
+        hasher = hashlib.blake2b(digest_size=16)
+        parts: list[bytes] = []
+        raw_count = count = 0
+        complete = True
+
+        def too_large(what: str) -> BodyTooLarge:
+            return BodyTooLarge(
+                f"{where}: the {what} is over the {limit}-byte cap (fetch.max_body_bytes); "
+                "raise the cap to fetch this page"
+            )
+
+        def take(data: bytes) -> None:
+            nonlocal count
+            if len(data) > limit - count:
+                if not truncate:
+                    raise too_large("body")
+                data = data[: limit - count]
+            count += len(data)
+            progress.bytes = count
+            self._bytes += len(data)
+            if success:
+                hasher.update(data)
+                if keep:
+                    parts.append(data)
+
+        chunks = response.aiter_raw()
+        try:
+            async for raw in chunks:
+                raw_count += len(raw)
+                take(decoder.feed(raw, limit - count) if decoder else raw)
+                # The encoded stream is capped too: a compressed stream that inflates to
+                # nothing must not be read forever.
+                if raw_count > limit and not truncate:
+                    raise too_large("encoded body")
+                if truncate and (count >= limit or raw_count > limit):
+                    complete = False
+                    break
+            else:
+                if decoder:
+                    take(decoder.flush(limit - count))
+        except (BodyTooLarge, zlib.error):
+            await _abandon(response, chunks)
+            raise
+        if not complete:
+            await _abandon(response, chunks)
+        return _Reply(
+            status=status,
+            headers=response.headers,
+            size=count,
+            digest=hasher.digest() if success and complete else None,
+            body=b"".join(parts) if keep and (complete or truncate) else None,
+        )
+
+    # -- fetches -------------------------------------------------------------------------------
+
+    async def fetch(
+        self, url: str, *, etag: str | None = None, last_modified: str | None = None
+    ) -> FetchResult:
+        """Fetch ``url`` once (conditional GET with the given validators).
+
+        Never raises :class:`FetchError`: failures are results with ``error_kind``. Raises
+        :class:`InvalidURL` for a URL that is not absolute http(s). Cancellation propagates.
+        """
+        start = _parse_url(url)
+        started_at = time.time()
+        t0 = trio.current_time()
+        progress = _Progress(final_url=str(start.copy_with(fragment=None)))
+        conditional: list[tuple[bytes, bytes]] = []
+        if (value := _header_bytes(etag)) is not None:
+            conditional.append((b"If-None-Match", value))
+        if (value := _header_bytes(last_modified)) is not None:
+            conditional.append((b"If-Modified-Since", value))
+        reply: _Reply | None = None
+        failure: FetchError | None = None
+        with trio.move_on_after(self._timeout) as deadline:
+            try:
+                reply = await self._follow(start, progress, conditional)
+            except FetchError as e:
+                failure = e
+        if deadline.cancelled_caught:
+            failure = FetchTimeout(
+                f"GET {progress.final_url}: no complete answer within the {self._timeout} s "
+                "deadline (fetch.timeout); the host is slow or stalled, it is retried later"
+            )
+        finished_at = time.time()
+        duration = trio.current_time() - t0
+        headers = reply.headers if reply is not None else progress.headers
+        status = reply.status if reply is not None else progress.status
+        not_modified = status == 304 and bool(conditional) and failure is None
+        result_etag = _raw_header(headers, b"etag") if headers is not None else None
+        result_modified = _raw_header(headers, b"last-modified") if headers is not None else None
+        if not_modified:
+            # A 304 need not repeat the validators; keep the ones that earned it.
+            result_etag = result_etag or etag
+            result_modified = result_modified or last_modified
+        retry_after = None
+        if headers is not None and status in (429, 503):
+            value_text = headers.get("retry-after")
+            if value_text is not None:
+                retry_after = parse_retry_after(value_text, now=finished_at)
+        result = FetchResult(
+            url=url,
+            final_url=progress.final_url,
+            status=status,
+            started_at=started_at,
+            finished_at=finished_at,
+            duration=duration,
+            bytes=progress.bytes if reply is None else reply.size,
+            digest=reply.digest if reply is not None else None,
+            body=reply.body if reply is not None else None,
+            content_type=headers.get("content-type") if headers is not None else None,
+            etag=result_etag,
+            last_modified=result_modified,
+            not_modified=not_modified,
+            redirects=tuple(progress.redirects),
+            location=progress.location,
+            retry_after=retry_after,
+            error_kind=failure.kind if failure is not None else None,
+            error=str(failure) if failure is not None else None,
+        )
+        self._fetches += 1
+        outcome = result.error_kind or _outcome(result)
+        self._outcomes[outcome] = self._outcomes.get(outcome, 0) + 1
+        return result
+
+    async def _follow(
+        self, start: httpx.URL, progress: _Progress, conditional: list[tuple[bytes, bytes]]
+    ) -> _Reply:
+        origin = _host_key(start)
+        current = start
+        while True:
+            reply = await self._exchange(
+                current, progress, extra_headers=conditional, limit=self._max_body, truncate=False
+            )
+            location = _raw_header(reply.headers, b"location")
+            if reply.status not in _REDIRECT_STATUSES or location is None:
+                return reply
+            target = _redirect_target(current, location)
+            progress.location = str(target) if target is not None else location
+            # Politeness is per host: another host's page waits for that host's turn.
+            if target is None or _host_key(target) != origin:
+                return reply
+            if len(progress.redirects) >= self._max_redirects:
+                raise TooManyRedirects(
+                    f"GET {start}: more than {self._max_redirects} redirects "
+                    f"(fetch.max_redirects), the last to {target}; the site may loop"
+                )
+            progress.redirects.append(str(target))
+            progress.location = None
+            current = target
+
+    async def fetch_robots(
+        self, scheme: str, host: str, port: int | None
+    ) -> tuple[int | None, bytes]:
+        """GET ``scheme://host[:port]/robots.txt``; returns ``(status, body)``.
+
+        Follows up to 5 redirects to any host (RFC 9309) and reads at most 500 KiB of body
+        (the rest is ignored). ``status`` is None when the file could not be fetched: no
+        answer, the deadline passed, or too many redirects; the body is then empty.
+        """
+        netloc = f"[{host}]" if ":" in host else host
+        if port is not None and port != _DEFAULT_PORTS.get(scheme):
+            netloc = f"{netloc}:{port}"
+        url = _parse_url(f"{scheme}://{netloc}/robots.txt")
+        progress = _Progress(final_url=str(url))
+        answer: tuple[int | None, bytes] = (None, b"")
+        with trio.move_on_after(self._timeout):
+            try:
+                for _hop in range(ROBOTS_MAX_REDIRECTS + 1):
+                    reply = await self._exchange(
+                        url, progress, extra_headers=[], limit=ROBOTS_MAX_BYTES, truncate=True
+                    )
+                    location = _raw_header(reply.headers, b"location")
+                    target = None if location is None else _redirect_target(url, location)
+                    if reply.status not in _REDIRECT_STATUSES or target is None:
+                        answer = (reply.status, reply.body or b"")
+                        break
+                    url = target
+            except FetchError:
+                pass
+        self._robots_fetches += 1
+        return answer
+
+
+def _outcome(result: FetchResult) -> str:
+    status = result.status or 0
+    if result.not_modified:
+        return "not_modified"
+    if 200 <= status < 300:
+        return "ok"
+    if 300 <= status < 400:
+        return "redirect"
+    if 400 <= status < 500:
+        return "client_error"
+    if 500 <= status < 600:
+        return "server_error"
+    return "other"

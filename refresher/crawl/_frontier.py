@@ -1,0 +1,460 @@
+"""The Mercator frontier, adapted to refreshing.
+
+Pages enter from the store in due-time windows (only pages due within ``window`` seconds are held
+in memory, at most ``max_pages_in_memory``), wait in a heap until due, then go to one of K *front
+queues* by priority. A *biased selector* moves pages from the front queues to *back queues*, one
+FIFO per host, keeping about ``back_queues`` hosts active. A min-heap holds each active host that
+is not in a worker's hands, keyed by its next-allowed time. :meth:`Frontier.acquire` gives a
+worker the root host's next page once the host may be contacted and the refresh budget has a token;
+the host leaves the heap until :meth:`Frontier.release`, so never two requests are in flight to one
+host. The budget is a pacer at B fetches per second (with at most one second of saved credit).
+
+Times given to and kept by the frontier are unix seconds (wall clock); sleeping converts them to
+trio's clock, so tests may run the frontier on ``autojump_clock`` with an injected wall clock.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import math
+import random
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+
+from refresher.store._duckdb import HostRow, PageRow
+
+__all__ = [
+    "Frontier",
+    "FrontierStatistics",
+    "HostState",
+    "Lease",
+    "Pacer",
+    "PageSource",
+    "next_allowed_after",
+]
+
+#: ``source(after, until, limit, known)`` → the pages with (due_at, id) > after and
+#: due_at ≤ until, earliest first, at most ``limit``; and the rows of their hosts whose ids are
+#: not in ``known``.
+PageSource = Callable[
+    [tuple[float, int], float, int, frozenset[int]],
+    Awaitable[tuple[list[PageRow], Mapping[int, HostRow]]],
+]
+
+
+def next_allowed_after(
+    *,
+    finished_at: float,
+    response_time: float,
+    min_delay: float,
+    crawl_delay: float | None,
+    factor: float,
+    max_delay: float,
+    failed: bool,
+    errors: int,
+    backoff_base: float,
+    max_backoff: float,
+    retry_after: float | None,
+) -> tuple[float, float, float]:
+    """Politeness after one fetch: ``(next_allowed, delay, backoff)``, all in seconds.
+
+    The delay is max(min_delay, Crawl-delay, k × response time), capped by ``max_delay``.
+    After ``errors`` consecutive failures (counting this one) the host waits
+    ``backoff_base × 2^(errors−1)`` more, capped by ``max_backoff``; a Retry-After is honoured
+    up to ``max_backoff``.
+    """
+    delay = max(min_delay, crawl_delay or 0.0, factor * response_time)
+    delay = min(delay, max(max_delay, min_delay))
+    backoff = 0.0
+    if failed and errors > 0:
+        backoff = min(max_backoff, backoff_base * 2.0 ** min(errors - 1, 60))
+    if retry_after is not None:
+        backoff = max(backoff, min(max_backoff, retry_after))
+    return finished_at + max(delay, backoff), delay, backoff
+
+
+@dataclass(slots=True, eq=False)
+class HostState:
+    """What the frontier knows of one host while it has pages in memory."""
+
+    id: int
+    name: str
+    scheme: str
+    next_allowed: float = 0.0  # unix seconds
+    delay: float | None = None  # seconds
+    backoff: float = 0.0  # seconds
+    errors: int = 0
+    robots: Any = None  # parsed rules (refresher.crawl._robots.RobotsRules) once known
+    robots_status: int | None = None
+    robots_body: bytes | None = None
+    robots_expires_at: float | None = None
+    paused: bool = False
+    queue: deque[PageRow] = field(default_factory=deque)  # the back queue
+    in_memory: int = 0  # pages of this host held by the frontier
+    leased: bool = False
+    active: bool = False  # owns a back queue slot
+    token: int = 0  # the heap entry carrying this token is the valid one
+
+    @classmethod
+    def from_row(cls, row: HostRow) -> HostState:
+        return cls(
+            id=row.id,
+            name=row.name,
+            scheme=row.scheme,
+            next_allowed=row.next_allowed,
+            delay=row.delay,
+            backoff=row.backoff,
+            errors=row.errors,
+            robots_status=row.robots_status,
+            robots_body=row.robots_body,
+            robots_expires_at=row.robots_expires_at,
+            paused=row.paused,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """One page handed to a worker, with its host held until release."""
+
+    page: PageRow
+    host: HostState
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FrontierStatistics:
+    in_memory: int  # pages held
+    waiting: int  # pages not yet due
+    front: tuple[int, ...]  # pages per front queue, highest priority first
+    back: int  # pages in back queues
+    active_hosts: int
+    ready_hosts: int  # in the heap
+    leased: int  # hosts in workers' hands
+    hosts_known: int
+    dispatched: int  # pages handed to workers since start
+    cursor: float  # unix seconds: pages due up to here have been loaded
+
+
+class Pacer:
+    """Hands out at most ``rate`` tokens per second, with ``burst`` seconds of saved credit."""
+
+    def __init__(self, rate: float, *, burst: float = 1.0) -> None:
+        self.rate = rate
+        self.burst = burst
+        self._next = -math.inf  # trio time of the next free token
+
+    def set_rate(self, rate: float) -> None:
+        self.rate = rate
+
+    def reserve(self) -> float:
+        """Take the next token: the trio time at which it may be used."""
+        now = trio.current_time()
+        t = max(self._next, now - self.burst)
+        self._next = t + 1.0 / self.rate
+        return t
+
+
+class Frontier:
+    """Mercator's frontier; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        source: PageSource,
+        budget: float,
+        front_queues: int = 8,
+        back_queues: int = 192,
+        window: float = 60.0,
+        max_pages_in_memory: int = 100_000,
+        prioritize: Callable[[PageRow, float], int] | None = None,
+        wall_clock: Callable[[], float] = time.time,
+        seed: int = 0,
+    ) -> None:
+        self._source = source
+        self.pacer = Pacer(budget)
+        self.k = front_queues
+        self.max_back = back_queues
+        self.window = window
+        self.max_pages = max_pages_in_memory
+        self._prioritize = prioritize or (lambda page, now: 0)
+        self._wall = wall_clock
+        self._rng = random.Random(seed)
+        self._due: list[tuple[float, int, PageRow]] = []
+        self._front: list[deque[PageRow]] = [deque() for _ in range(front_queues)]
+        self._ready: list[tuple[float, int, int, HostState]] = []
+        self._seq = 0
+        self._overflow: tuple[float, int] = (math.inf, 0)
+        self._epoch = 0
+        self._hosts: dict[int, HostState] = {}
+        self._paged: set[int] = set()  # ids of pages held
+        self._active = 0
+        self._leased = 0
+        self._dispatched = 0
+        self._cursor: tuple[float, int] = (-math.inf, -1)
+        self._changed = trio.Event()
+        self._load_now = trio.Event()
+        self._closed = False
+        self._closed_event = trio.Event()
+        #: trio time of the loader's last pass
+        self.last_pass = math.inf
+
+    # -- time ------------------------------------------------------------------------------
+
+    def _to_trio(self, wall: float) -> float:
+        return wall - self._wall() + trio.current_time()
+
+    def _poke(self) -> None:
+        self._changed.set()
+        self._changed = trio.Event()
+
+    # -- input -----------------------------------------------------------------------------
+
+    def known_hosts(self) -> frozenset[int]:
+        return frozenset(self._hosts)
+
+    def add(self, pages: Iterable[PageRow], hosts: Mapping[int, HostRow] = {}) -> int:
+        """Hold ``pages`` (skipping those already held); returns how many were taken.
+
+        ``hosts`` must contain a row for every host the frontier does not know yet.
+        """
+        taken = 0
+        for page in pages:
+            if page.id in self._paged:
+                continue
+            host = self._hosts.get(page.host_id)
+            if (host is None and page.host_id not in hosts) or len(self._paged) >= self.max_pages:
+                # The store still has it; make the loader look again from here.
+                key = (page.due_at, page.id - 1)
+                self._cursor = min(self._cursor, key)
+                self._overflow = min(self._overflow, key)
+                continue
+            if host is None:
+                host = HostState.from_row(hosts[page.host_id])
+                self._hosts[page.host_id] = host
+            host.in_memory += 1
+            self._paged.add(page.id)
+            heapq.heappush(self._due, (page.due_at, page.id, page))
+            taken += 1
+        if taken:
+            self._poke()
+        return taken
+
+    def reset(self) -> None:
+        """Forget every page not in a worker's hands and reload from the store.
+
+        Used when due times change in the store (a new allocation, a policy switch).
+        """
+        for _, _, page in self._due:
+            self._drop(page)
+        self._due.clear()
+        for q in self._front:
+            for page in q:
+                self._drop(page)
+            q.clear()
+        for host in list(self._hosts.values()):
+            for page in host.queue:
+                self._drop(page)
+            host.queue.clear()
+            if host.active and not host.leased:
+                host.active = False
+                self._active -= 1
+        self._ready = [e for e in self._ready if e[3].queue]
+        heapq.heapify(self._ready)
+        self._cursor = (-math.inf, -1)
+        self._epoch += 1
+        self._load_now.set()
+        self._poke()
+
+    def _drop(self, page: PageRow) -> None:
+        self._paged.discard(page.id)
+        host = self._hosts[page.host_id]
+        host.in_memory -= 1
+        if host.in_memory == 0 and not host.leased:
+            del self._hosts[page.host_id]
+
+    def set_budget(self, budget: float) -> None:
+        self.pacer.set_rate(budget)
+
+    def set_paused(self, host_name: str, paused: bool) -> None:
+        for host in self._hosts.values():
+            if host.name == host_name:
+                host.paused = paused
+                if not paused and host.active and host.queue and not host.leased:
+                    self._push_ready(host)
+        self._poke()
+
+    # -- flow ------------------------------------------------------------------------------
+
+    def _refill(self, now: float) -> None:
+        while self._due and self._due[0][0] <= now:
+            _, _, page = heapq.heappop(self._due)
+            level = min(max(self._prioritize(page, now), 0), self.k - 1)
+            self._front[level].append(page)
+        while self._active < self.max_back:
+            picked = self._select()
+            if picked is None:
+                return
+            host = self._hosts[picked.host_id]
+            host.queue.append(picked)
+            if not host.active:
+                host.active = True
+                self._active += 1
+                if not host.leased and not host.paused:
+                    self._push_ready(host)
+
+    def _push_ready(self, host: HostState) -> None:
+        host.token += 1
+        self._seq += 1
+        heapq.heappush(self._ready, (host.next_allowed, self._seq, host.token, host))
+
+    def _select(self) -> PageRow | None:
+        """Mercator's biased selector: queue i is picked with weight 2^−i among non-empty ones."""
+        levels = [i for i, q in enumerate(self._front) if q]
+        if not levels:
+            return None
+        weights = [2.0**-i for i in levels]
+        level = self._rng.choices(levels, weights)[0]
+        return self._front[level].popleft()
+
+    async def acquire(self) -> Lease | None:
+        """The next page to fetch, with its host held; None once the frontier is closed."""
+        while not self._closed:
+            now = self._wall()
+            self._refill(now)
+            wake = math.inf
+            if self._ready:
+                t, _, token, host = self._ready[0]
+                if token != host.token or host.leased or host.paused or not host.queue:
+                    heapq.heappop(self._ready)
+                    continue
+                if t <= now:
+                    heapq.heappop(self._ready)
+                    host.leased = True
+                    self._leased += 1
+                    page = host.queue.popleft()
+                    try:
+                        # Closing the frontier ends the wait for a token: at a low budget a
+                        # worker could otherwise sit out the whole drain deadline.
+                        with trio.move_on_at(self.pacer.reserve()):
+                            await self._closed_event.wait()
+                    except BaseException:
+                        host.queue.appendleft(page)
+                        self._unlease(host)
+                        raise
+                    if self._closed:
+                        host.queue.appendleft(page)
+                        self._unlease(host)
+                        return None
+                    self._dispatched += 1
+                    return Lease(page, host)
+                wake = t
+            if self._due:
+                wake = min(wake, self._due[0][0])
+            changed = self._changed
+            with trio.move_on_at(self._to_trio(wake) if wake < math.inf else math.inf):
+                await changed.wait()
+        return None
+
+    def _unlease(self, host: HostState) -> None:
+        host.leased = False
+        self._leased -= 1
+        if host.queue:
+            if not host.paused:
+                self._push_ready(host)
+        elif host.active:
+            host.active = False
+            self._active -= 1
+        if host.in_memory == 0:
+            self._hosts.pop(host.id, None)
+        self._poke()
+
+    def release(self, lease: Lease, *, next_due: float | None) -> None:
+        """Give the host back (its ``next_allowed`` already updated by the worker).
+
+        ``next_due`` (unix seconds) keeps the page in memory when it falls inside the loaded
+        window; otherwise, or when None, the page is dropped and the store brings it back.
+        """
+        page, host = lease.page, lease.host
+        if next_due is not None and next_due <= self._cursor[0]:
+            heapq.heappush(self._due, (next_due, page.id, _with_due(page, next_due)))
+        else:
+            self._paged.discard(page.id)
+            host.in_memory -= 1
+        self._unlease(host)
+
+    def requeue(self, lease: Lease) -> None:
+        """Give the host back with the page at the head of its back queue, still held."""
+        lease.host.queue.appendleft(lease.page)
+        self._unlease(lease.host)
+
+    def update_page(self, lease: Lease, **changes: Any) -> Lease:
+        """A lease whose page carries new state (validators, digest) for its next fetch."""
+        return Lease(_replace(lease.page, **changes), lease.host)
+
+    def close(self) -> None:
+        """Stop handing out work; :meth:`acquire` returns None from now on."""
+        self._closed = True
+        self._closed_event.set()
+        self._poke()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    # -- the loader --------------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Load due pages from the store ahead of time, until closed."""
+        await self.load()
+        self.last_pass = trio.current_time()
+        task_status.started()
+        while not self._closed:
+            # At least every 5 s, so the watchdog can tell a stalled loader (last_pass).
+            with trio.move_on_after(min(max(self.window / 4, 0.05), 5.0)):
+                await self._load_now.wait()
+            self._load_now = trio.Event()
+            await self.load()
+            self.last_pass = trio.current_time()
+
+    async def load(self) -> int:
+        """One loading pass; returns the number of pages taken."""
+        until = self._wall() + self.window
+        room = self.max_pages - len(self._paged)
+        if room <= 0:
+            return 0
+        epoch = self._epoch
+        pages, hosts = await self._source(self._cursor, until, room, self.known_hosts())
+        if epoch != self._epoch:
+            return 0  # reset while loading: the next pass starts over
+        taken = self.add(pages, hosts)
+        reached = (pages[-1].due_at, pages[-1].id) if len(pages) >= room else (until, 2**62)
+        self._cursor = min(max(self._cursor, reached), self._overflow)
+        self._overflow = (math.inf, 0)
+        return taken
+
+    def statistics(self) -> FrontierStatistics:
+        return FrontierStatistics(
+            in_memory=len(self._paged),
+            waiting=len(self._due),
+            front=tuple(len(q) for q in self._front),
+            back=sum(len(h.queue) for h in self._hosts.values()),
+            active_hosts=self._active,
+            ready_hosts=len(self._ready),
+            leased=self._leased,
+            hosts_known=len(self._hosts),
+            dispatched=self._dispatched,
+            cursor=self._cursor[0],
+        )
+
+
+def _replace(page: PageRow, **changes: Any) -> PageRow:
+    return dataclasses.replace(page, **changes)
+
+
+def _with_due(page: PageRow, due: float) -> PageRow:
+    return dataclasses.replace(page, due_at=due)

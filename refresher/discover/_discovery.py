@@ -1,0 +1,168 @@
+"""Discovery: from links found in fetched documents to new pages in the frontier.
+
+The crawler hands each processed document here through a bounded queue (a full queue drops the
+document and counts it: its links come back on the page's next refresh). For each document:
+every link is canonicalised and screened by the URL filter (scope, limits, spider traps), the
+URL-seen test (CLOCK cache, then the store in one batch) keeps the never-seen ones, those become
+pages (prior change rate, due now) and go to the frontier; the link edges, rel=canonical, meta
+robots noindex and sitemap ``<lastmod>`` values go to the store.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+import trio
+
+from refresher.crawl._frontier import Frontier
+from refresher.discover._filter import UrlFilter
+from refresher.discover._parse import Extracted, Link
+from refresher.discover._seen import UrlSeen
+from refresher.discover._url import CanonicalURL
+from refresher.ops._logging import get_logger
+from refresher.refresh._allocate import Allocator
+from refresher.store._duckdb import HostRow, NewPage, PageRow, Store, StoreService
+
+__all__ = ["Discovery", "DiscoveryStatistics", "Found", "sitemap_links"]
+
+log = get_logger("discover")
+
+#: link kinds that name pages to crawl ("url": a sitemap entry; "sitemap": a sitemap file)
+_PAGE_KINDS = frozenset({"a", "area", "frame", "iframe", "link", "url", "redirect", "sitemap"})
+_MEDIA_KINDS = frozenset({"img", "script"})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Found:
+    """What the crawler found on one page."""
+
+    page_id: int
+    depth: int  # the page's own depth; its links are one deeper
+    url: str  # where the body came from (the base for relative links)
+    extracted: Extracted
+    #: not the page's own body (a redirect target, robots.txt Sitemap lines): no page
+    #: properties or link edges are recorded for it
+    synthetic: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DiscoveryStatistics:
+    documents: int
+    dropped: int  # documents not processed because the queue was full
+    links: int  # links looked at
+    new_pages: int
+    edges: int
+    queued: int
+
+
+class Discovery:
+    def __init__(
+        self,
+        *,
+        store: StoreService,
+        frontier: Frontier,
+        allocator: Allocator,
+        url_filter: UrlFilter,
+        seen: UrlSeen,
+        include_media: bool = False,
+        queue: int = 1000,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._store = store
+        self._frontier = frontier
+        self._allocator = allocator
+        self.filter = url_filter
+        self.seen = seen
+        self._kinds = _PAGE_KINDS | (_MEDIA_KINDS if include_media else frozenset())
+        self._send, self._recv = trio.open_memory_channel[Found](queue)
+        self._wall = wall_clock
+        self._documents = 0
+        self._dropped = 0
+        self._links = 0
+        self._new = 0
+        self._edges = 0
+
+    def submit(self, found: Found) -> bool:
+        """Queue a document's findings; False (counted) when the queue is full."""
+        try:
+            self._send.send_nowait(found)
+        except trio.WouldBlock:
+            self._dropped += 1
+            return False
+        return True
+
+    def add_seed_hosts(self, hosts: Iterable[str]) -> None:
+        self.filter.add_seed_hosts(hosts)
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        async for found in self._recv:
+            await self.handle(found)
+
+    async def handle(self, found: Found) -> int:
+        """Process one document's findings; returns the number of new pages."""
+        self._documents += 1
+        ex = found.extracted
+        depth = found.depth + 1
+        candidates: dict[str, NewPage] = {}
+        canonical: dict[str, CanonicalURL] = {}
+        linked: list[str] = []
+        for link in _followed(ex, self._kinds):
+            self._links += 1
+            url = self.filter.screen(link.url, base=found.url, depth=depth)
+            if url is None:
+                continue
+            linked.append(url.url)
+            if url.url not in candidates:
+                canonical[url.url] = url
+                source = "sitemap" if link.kind == "sitemap" else "link"
+                candidates[url.url] = NewPage(
+                    url=url.url, host=url.host_key, scheme=url.scheme, source=source, depth=depth
+                )
+        new_urls = await self.seen.filter_new(list(candidates)) if candidates else []
+        new = [candidates[u] for u in new_urls]
+        for u in new_urls:
+            self.filter.accept(canonical[u])
+        now = self._wall()
+        page_id = found.page_id
+
+        synthetic = found.synthetic
+
+        def save(store: Store) -> tuple[list[PageRow], dict[int, HostRow], int]:
+            rows = store.add_pages(new, now=now)
+            edges = 0
+            if not synthetic:
+                edges = store.add_links(page_id, linked, now=now)
+                store.save_document(
+                    page_id, canonical=ex.canonical, noindex=ex.noindex, lastmod=ex.lastmod
+                )
+            return rows, store.hosts({r.host_id for r in rows}), edges
+
+        rows, hosts, edges = await self._store.call(save)
+        self._edges += edges
+        if rows:
+            self._new += len(rows)
+            self._frontier.add(rows, hosts)
+            self._allocator.pages_added(len(rows))
+        return len(rows)
+
+    def statistics(self) -> DiscoveryStatistics:
+        return DiscoveryStatistics(
+            documents=self._documents,
+            dropped=self._dropped,
+            links=self._links,
+            new_pages=self._new,
+            edges=self._edges,
+            queued=self._recv.statistics().current_buffer_used,
+        )
+
+
+def _followed(ex: Extracted, kinds: frozenset[str]) -> Sequence[Link]:
+    return [link for link in ex.follow() if link.kind in kinds]
+
+
+def sitemap_links(urls: Sequence[str]) -> Extracted:
+    """Sitemap URLs (from robots.txt) as findings to queue like a page's links."""
+    return Extracted(links=tuple(Link(url=u, kind="sitemap", nofollow=False) for u in urls))

@@ -1,0 +1,399 @@
+"""The ``refresher`` command line.
+
+``run`` is the daemon. ``seed`` and ``status`` talk to a running daemon through its control
+socket, and work on the DuckDB file directly when no daemon runs. ``site`` serves the small local
+demo web, ``demo`` runs the daemon against it (what ``make run`` does).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from refresher import __version__
+from refresher._config import Config, load_config, merge_tables, parse_override, read_seeds_file
+from refresher._errors import ControlError, RefresherError
+from refresher.ops._control import request
+
+__all__ = ["main"]
+
+
+def _overrides(args: argparse.Namespace) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for text in args.set or ():
+        out = merge_tables(out, parse_override(text))
+    shortcuts = {
+        "store": ("store", "path", str),
+        "budget": ("budget", "fetches_per_second", float),
+        "workers": ("crawl", "workers", int),
+        "policy": ("policy", "name", str),
+        "log_format": ("log", "format", str),
+        "log_level": ("log", "level", str),
+    }
+    for attr, (section, key, _) in shortcuts.items():
+        value = getattr(args, attr, None)
+        if value is not None:
+            out = merge_tables(out, {section: {key: value}})
+    seeds = getattr(args, "seed", None)
+    if seeds:
+        out = merge_tables(out, {"crawl": {"seeds": list(seeds)}})
+    return out
+
+
+def _loader(args: argparse.Namespace) -> Any:
+    def load() -> Config:
+        return load_config(args.config, overrides=_overrides(args))
+
+    return load
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--config",
+        type=Path,
+        help="TOML config file (default /etc/refresher/refresher.toml if present)",
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        metavar="SECTION.KEY=VALUE",
+        help="override one config key, e.g. --set politeness.min_delay=2 (repeatable)",
+    )
+    p.add_argument("--store", help="the DuckDB file (store.path)")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="refresher", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"refresher {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="run the daemon in the foreground")
+    _common(run)
+    run.add_argument("--budget", type=float, help="fetches per second (budget.fetches_per_second)")
+    run.add_argument("--workers", type=int, help="concurrent fetches (crawl.workers)")
+    run.add_argument("--policy", help="uniform | proportional | optimal | optimal-age")
+    run.add_argument("--seed", action="append", help="a seed URL (repeatable)")
+    run.add_argument("--log-format", choices=("auto", "json", "console"))
+    run.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
+
+    seed = sub.add_parser("seed", help="add seed URLs (to the running daemon, or the file)")
+    _common(seed)
+    seed.add_argument("urls", nargs="*", metavar="URL")
+    seed.add_argument("--file", type=Path, help="a file of URLs, one a line")
+
+    status = sub.add_parser("status", help="what the daemon is doing (or what the file holds)")
+    _common(status)
+    status.add_argument("--json", action="store_true", help="machine-readable output")
+
+    policy = sub.add_parser(
+        "policy",
+        help="expected freshness and age under each policy, or switch the policy",
+        description="Without a switch: a table of the expected mean freshness and age of the "
+        "current page set under each built-in policy at the current budget. With one: switch "
+        "the running daemon's policy (or the file's, when no daemon runs); the switch is "
+        "recorded with its time and holds until the config names another policy.",
+    )
+    _common(policy)
+    policy.add_argument("--budget", type=float, help="what-if budget, fetches per second")
+    policy.add_argument("--json", action="store_true", help="machine-readable output")
+    switch = policy.add_mutually_exclusive_group()
+    for name in ("uniform", "proportional", "optimal", "optimal-age"):
+        switch.add_argument(
+            f"--{name}",
+            dest="switch",
+            action="store_const",
+            const=name,
+            help=f"switch to the {name} policy",
+        )
+
+    query = sub.add_parser(
+        "query",
+        help="run SQL on the history: the snapshot while a daemon runs, else the store",
+    )
+    _common(query)
+    query.add_argument("sql", help='e.g. "SELECT * FROM freshness_by_policy"')
+    query.add_argument("--truth", type=Path, help="a simweb truth file (DuckDB) or directory")
+
+    for name, text in (
+        ("pause", "stop fetching from a host"),
+        ("resume", "fetch from a host again"),
+    ):
+        host_cmd = sub.add_parser(name, help=f"{text} (running daemon, or the file)")
+        _common(host_cmd)
+        host_cmd.add_argument("host", help='the host key, e.g. "example.org" or "example.org:8080"')
+
+    reload = sub.add_parser("reload", help="make the running daemon re-read its config (SIGHUP)")
+    _common(reload)
+
+    site = sub.add_parser("site", help="serve the small local demo web on loopback")
+    site.add_argument("--hosts", type=int, default=5)
+    site.add_argument("--pages", type=int, default=20, help="pages per host")
+    site.add_argument("--port", type=int, default=8080)
+    site.add_argument("--seed", type=int, default=0, help="random seed")
+
+    from refresher.sim._simweb import add_arguments as simweb_arguments
+
+    simweb = sub.add_parser(
+        "simweb", help="serve a simulated web with known change rates and write its ground truth"
+    )
+    simweb_arguments(simweb)
+
+    demo = sub.add_parser("demo", help="run the daemon against the local demo web (make run)")
+    _common(demo)
+    demo.add_argument("--hosts", type=int, default=5)
+    demo.add_argument("--pages", type=int, default=20, help="pages per host")
+    demo.add_argument("--duration", type=float, help="stop after this many seconds")
+    return parser
+
+
+def _print_json(obj: Any) -> None:
+    print(json.dumps(obj, indent=2, default=str))
+
+
+def _cmd_seed(args: argparse.Namespace) -> int:
+    from refresher.ops._daemon import check_seeds
+    from refresher.store._duckdb import Store
+
+    urls = list(args.urls)
+    if args.file is not None:
+        urls.extend(read_seeds_file(args.file))
+    if not urls:
+        print("refresher seed: give URLs or --file FILE", file=sys.stderr)
+        return 2
+    config = _loader(args)()
+    try:
+        answer = request(config.control_socket, {"op": "seed", "urls": urls})
+        where = "running daemon"
+    except ControlError:
+        pages, rejected = check_seeds(urls, strip_params=config.discovery.strip_tracking_params)
+        store = Store(config.store.path, memory_limit=config.store.memory_limit)
+        try:
+            added = store.add_pages(pages, now=time.time())
+        finally:
+            store.close()
+        answer = {"added": len(added), "known": len(pages) - len(added), "rejected": rejected}
+        where = str(config.store.path)
+    for r in answer["rejected"]:
+        print(f"rejected {r['url']!r}: {r['reason']}", file=sys.stderr)
+    print(f"{answer['added']} added, {answer['known']} already known ({where})")
+    return 1 if answer["rejected"] and not answer["added"] and not answer["known"] else 0
+
+
+def _offline_status(config: Config) -> dict[str, Any]:
+    from refresher.store._duckdb import Store, first_row
+
+    store = Store(config.store.path, memory_limit=config.store.memory_limit)
+    try:
+        pages, hosts, fetches = store.counts()
+        row = first_row(
+            store.con.execute(
+                "SELECT min(due_at), max(last_fetch), count(*) FILTER (WHERE due_at <= ?)"
+                " FROM pages",
+                [time.time()],
+            )
+        )
+    finally:
+        store.close()
+    return {
+        "running": False,
+        "store_path": str(config.store.path),
+        "pages": pages,
+        "hosts": hosts,
+        "fetches": fetches,
+        "next_due": row[0] if row else None,
+        "last_fetch": row[1] if row else None,
+        "due_now": row[2] if row else 0,
+    }
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    config = _loader(args)()
+    try:
+        answer = request(config.control_socket, {"op": "status"})
+        answer.pop("ok", None)
+        answer["running"] = True
+    except ControlError:
+        if not config.store.path.exists():
+            print(f"no daemon runs and there is no store at {config.store.path}", file=sys.stderr)
+            return 1
+        answer = _offline_status(config)
+    if args.json:
+        _print_json(answer)
+        return 0
+    if answer["running"]:
+        s, c, f = answer.get("store", {}), answer.get("crawler", {}), answer.get("frontier", {})
+        a = answer.get("allocator", {})
+        print(f"refresher: running (pid {answer['pid']}, up {answer['uptime']:.0f} s)")
+        print(
+            f"  store      {answer['store_path']}: {s.get('pages')} pages, {s.get('hosts')} hosts, "
+            f"{s.get('fetches')} fetches recorded, {s.get('acknowledged')} this run"
+        )
+        print(f"  policy     {a.get('policy')} at {a.get('budget')} fetches/s")
+        print(
+            f"  fetching   {answer['fetches_per_second']} fetches/s, "
+            f"{c.get('busy')}/{c.get('workers')} workers busy; {c.get('changed')} changed, "
+            f"{c.get('not_modified')} not modified, "
+            f"{c.get('errors')} errors, {c.get('denied')} denied by robots.txt"
+        )
+        print(
+            f"  frontier   {f.get('in_memory')} pages in memory, "
+            f"{f.get('active_hosts')} active hosts, {f.get('ready_hosts')} waiting their turn"
+        )
+    else:
+        print(
+            f"refresher: not running; {answer['store_path']}: {answer['pages']} pages, "
+            f"{answer['hosts']} hosts, {answer['fetches']} fetches, {answer['due_now']} due now"
+        )
+    return 0
+
+
+def _cmd_pause(args: argparse.Namespace) -> int:
+    from refresher.store._duckdb import Store
+
+    config = _loader(args)()
+    paused = args.command == "pause"
+    try:
+        request(config.control_socket, {"op": args.command, "host": args.host})
+        where = "running daemon"
+    except ControlError as e:
+        if "unknown host" in str(e):
+            raise
+        store = Store(config.store.path, memory_limit=config.store.memory_limit)
+        try:
+            found = store.set_paused(args.host, paused)
+        finally:
+            store.close()
+        if not found:
+            print(f"refresher {args.command}: unknown host {args.host!r}", file=sys.stderr)
+            return 1
+        where = str(config.store.path)
+    print(f"{args.host}: {'paused' if paused else 'resumed'} ({where})")
+    return 0
+
+
+def _cmd_policy(args: argparse.Namespace) -> int:
+    from refresher.refresh._allocate import InputSettings, policy_table
+    from refresher.store._duckdb import Store
+
+    config = _loader(args)()
+    if args.budget is not None and not args.budget > 0:
+        print("refresher policy: --budget must be > 0 (fetches per second)", file=sys.stderr)
+        return 2
+    if args.switch is not None:
+        try:
+            request(config.control_socket, {"op": "policy", "name": args.switch})
+            where = "running daemon"
+        except ControlError as e:
+            if "unknown policy" in str(e):
+                raise
+            store = Store(config.store.path, memory_limit=config.store.memory_limit)
+            try:
+                store.switch_policy(
+                    args.switch,
+                    configured=config.policy.name,
+                    budget=config.budget.fetches_per_second,
+                    now=time.time(),
+                )
+            finally:
+                store.close()
+            where = str(config.store.path)
+        print(f"policy switched to {args.switch} ({where})")
+        return 0
+    payload: dict[str, Any] = {"op": "policy_table"}
+    if args.budget is not None:
+        payload["budget"] = args.budget
+    try:
+        table = request(config.control_socket, payload)
+        table.pop("ok", None)
+    except ControlError:
+        store = Store(config.store.path, memory_limit=config.store.memory_limit)
+        try:
+            inputs = InputSettings.from_config(config).load(store)
+        finally:
+            store.close()
+        table = policy_table(inputs, args.budget or config.budget.fetches_per_second)
+    if args.json:
+        _print_json(table)
+        return 0
+    print(f"{table['pages']} pages at a budget of {table['budget']} fetches/s")
+    print(f"{'policy':<14}{'freshness':>12}{'age (s)':>14}{'unplaced/s':>12}")
+    for name, row in table["policies"].items():
+        age = "never" if row["age"] is None else f"{row['age']:.1f}"
+        print(f"{name:<14}{row['freshness']:>12.4f}{age:>14}{row['unplaced']:>12.3g}")
+    return 0
+
+
+def _cmd_reload(args: argparse.Namespace) -> int:
+    config = _loader(args)()
+    request(config.control_socket, {"op": "reload"})
+    print("configuration reloaded")
+    return 0
+
+
+def _cmd_site(args: argparse.Namespace) -> int:
+    from refresher.sim._site import main as site_main
+
+    site_main(
+        [
+            "--hosts",
+            str(args.hosts),
+            "--pages",
+            str(args.pages),
+            "--port",
+            str(args.port),
+            "--seed",
+            str(args.seed),
+        ]
+    )
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "run":
+            from refresher.ops._daemon import run_daemon
+
+            loader = _loader(args)
+            loader()  # fail fast, before any output, on a bad config
+            return run_daemon(loader)
+        if args.command == "seed":
+            return _cmd_seed(args)
+        if args.command == "status":
+            return _cmd_status(args)
+        if args.command in ("pause", "resume"):
+            return _cmd_pause(args)
+        if args.command == "query":
+            from refresher.store._snapshot import run_query
+
+            print(run_query(_loader(args)(), args.sql, truth=args.truth))
+            return 0
+        if args.command == "policy":
+            return _cmd_policy(args)
+        if args.command == "reload":
+            return _cmd_reload(args)
+        if args.command == "simweb":
+            from refresher.sim._simweb import run as run_simweb
+
+            return run_simweb(args)
+        if args.command == "site":
+            return _cmd_site(args)
+        if args.command == "demo":
+            from refresher.sim._demo import run_demo
+
+            return run_demo(args, _overrides(args))
+    except RefresherError as e:
+        print(f"refresher {args.command}: {e}", file=sys.stderr)
+        return 2 if e.__class__.__name__ == "ConfigError" else 1
+    except KeyboardInterrupt:
+        return 130
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

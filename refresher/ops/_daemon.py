@@ -1,0 +1,513 @@
+"""``refresher run``: the daemon, one nursery tree.
+
+Start-up: open the store (migrating it), add the configured seeds, start the store writer, the
+frontier's loader, the allocator, the workers, the control endpoint, progress logging and the
+watchdog — each with ``nursery.start`` — and only then tell systemd READY=1.
+
+Signals: SIGTERM/SIGINT stop taking work, give in-flight fetches ``daemon.drain_timeout``
+seconds to finish, commit the writer's last batch and exit 0. SIGHUP re-reads the config and
+applies what can change while running (budget, policy, politeness, fetch and robots settings,
+seeds, log level); the rest needs a restart and is logged as such.
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
+from typing import Any
+
+import numpy as np
+import trio
+
+import policies
+from refresher._config import Config
+from refresher._errors import ConfigError, InvalidURL, RefresherError
+from refresher.crawl._dns import Resolver
+from refresher.crawl._fetch import Fetcher
+from refresher.crawl._frontier import Frontier
+from refresher.crawl._workers import Crawler
+from refresher.discover._discovery import Discovery
+from refresher.discover._filter import UrlFilter
+from refresher.discover._parse import available as parse_available
+from refresher.discover._seen import UrlSeen
+from refresher.discover._url import TRACKING_PARAMS, canonicalize
+from refresher.ops._control import ControlServer
+from refresher.ops._logging import configure_logging, get_logger
+from refresher.ops._metrics import MetricsServer
+from refresher.ops._notify import Notifier, format_status
+from refresher.refresh._allocate import Allocator, InputSettings, priority_level
+from refresher.store._duckdb import HostRow, NewPage, PageRow, Store, StoreService
+from refresher.store._snapshot import Snapshotter, snapshot_path
+
+__all__ = ["Daemon", "check_seeds", "run_daemon"]
+
+log = get_logger("daemon")
+
+
+def check_seeds(
+    urls: Sequence[str], *, source: str = "seed", strip_params: bool = True
+) -> tuple[list[NewPage], list[dict[str, str]]]:
+    """Valid seeds as new pages, and the rejected ones with their reasons.
+
+    ``strip_params`` must match ``discovery.strip_tracking_params``: a page's identity may
+    not depend on whether it was seeded or found.
+    """
+    pages: list[NewPage] = []
+    rejected: list[dict[str, str]] = []
+    strip = TRACKING_PARAMS if strip_params else None
+    for url in urls:
+        try:
+            c = canonicalize(url, strip_params=strip)
+        except InvalidURL as e:
+            rejected.append({"url": url, "reason": e.reason})
+            continue
+        pages.append(NewPage(url=c.url, host=c.host_key, scheme=c.scheme, source=source))
+    return pages, rejected
+
+
+class Daemon:
+    """The running daemon. ``config_loader`` re-reads the configuration (on SIGHUP too)."""
+
+    def __init__(
+        self,
+        config_loader: Callable[[], Config],
+        *,
+        notifier: Notifier | None = None,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._load_config = config_loader
+        self.config = config_loader()
+        self.notifier = notifier or Notifier()
+        self._wall = wall_clock
+        self._beat = 0.0
+        self._started = 0.0
+        self._stopping = False
+        self._rate = 0.0  # fetches per second over the last progress interval
+        self._store: StoreService | None = None
+        self._frontier: Frontier | None = None
+        self._allocator: Allocator | None = None
+        self._crawler: Crawler | None = None
+        self._fetcher: Fetcher | None = None
+        self._discovery: Discovery | None = None
+        self._snapshotter: Snapshotter | None = None
+
+    @property
+    def store(self) -> StoreService | None:
+        """The store service while running (for in-process tools such as the demo)."""
+        return self._store
+
+    # -- wiring ----------------------------------------------------------------------------
+
+    async def _page_source(
+        self, after: tuple[float, int], until: float, limit: int, known: frozenset[int]
+    ) -> tuple[list[PageRow], dict[int, HostRow]]:
+        assert self._store is not None
+
+        def load(store: Store) -> tuple[list[PageRow], dict[int, HostRow]]:
+            pages = store.due_pages(after=after, until=until, limit=limit)
+            return pages, store.hosts({p.host_id for p in pages} - known)
+
+        return await self._store.call(load)
+
+    async def add_seeds(self, urls: Sequence[str]) -> dict[str, Any]:
+        """Add ``urls``; returns counts of added and known pages and the rejected ones."""
+        assert self._store is not None and self._frontier is not None
+        pages, rejected = check_seeds(
+            urls, strip_params=self.config.discovery.strip_tracking_params
+        )
+        if self._discovery is not None:
+            self._discovery.add_seed_hosts(p.host for p in pages)
+        for r in rejected:
+            log.warning("seed rejected", url=r["url"], reason=r["reason"])
+        now = self._wall()
+        frontier = self._frontier
+
+        def insert(store: Store) -> tuple[list[PageRow], dict[int, HostRow]]:
+            rows = store.add_pages(pages, now=now)
+            return rows, store.hosts({r.host_id for r in rows})
+
+        rows, hosts = await self._store.call(insert)
+        frontier.add(rows, hosts)
+        if rows and self._allocator is not None:
+            self._allocator.pages_added(len(rows))
+        return {"added": len(rows), "known": len(pages) - len(rows), "rejected": rejected}
+
+    async def _make_discovery(
+        self, c: Config, frontier: Frontier, allocator: Allocator
+    ) -> Discovery:
+        assert self._store is not None
+        store = self._store
+        parse_available()  # a broken third-party processor stops the daemon here
+
+        def scope(s: Store) -> tuple[list[str], dict[str, int]]:
+            seeds = s.con.execute(
+                "SELECT DISTINCT h.name FROM pages p JOIN hosts h ON h.id = p.host_id"
+                " WHERE p.source = 'seed'"
+            ).fetchall()
+            counts = s.con.execute(
+                "SELECT h.name, count(*) FROM pages p JOIN hosts h ON h.id = p.host_id"
+                " GROUP BY h.name"
+            ).fetchall()
+            return [r[0] for r in seeds], {r[0]: int(r[1]) for r in counts}
+
+        seed_hosts, counts = await store.call(scope)
+        url_filter = UrlFilter.from_config(c.discovery.filter_config(), seeds_hosts=seed_hosts)
+        url_filter.set_pages(counts)
+
+        async def lookup(fps: np.ndarray) -> np.ndarray:
+            return await store.call(lambda s: s.known_fingerprints(fps))
+
+        return Discovery(
+            store=store,
+            frontier=frontier,
+            allocator=allocator,
+            url_filter=url_filter,
+            seen=UrlSeen(capacity=c.discovery.seen_cache_entries, lookup=lookup),
+            include_media=c.discovery.include_media,
+            queue=c.discovery.queue,
+            wall_clock=self._wall,
+        )
+
+    # -- control ---------------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "pid": _pid(),
+            "uptime": round(trio.current_time() - self._started, 3),
+            "stopping": self._stopping,
+            "fetches_per_second": round(self._rate, 3),
+            "store_path": str(self.config.store.path),
+        }
+        for name, part in (
+            ("store", self._store),
+            ("frontier", self._frontier),
+            ("allocator", self._allocator),
+            ("crawler", self._crawler),
+            ("fetcher", self._fetcher),
+            ("discovery", self._discovery),
+            ("snapshot", self._snapshotter),
+        ):
+            if part is not None:
+                out[name] = _plain(part.statistics())
+        if self._discovery is not None:
+            out["filter"] = _plain(self._discovery.filter.statistics())
+            out["seen"] = _plain(self._discovery.seen.statistics())
+        return out
+
+    async def _handle(self, req: dict[str, Any]) -> dict[str, Any]:
+        op = req["op"]
+        if op == "status":
+            return self.status()
+        if op == "seed":
+            urls = req.get("urls")
+            if not isinstance(urls, list) or not all(isinstance(u, str) for u in urls):
+                raise ValueError('seed needs "urls": a list of strings')
+            return await self.add_seeds(urls)
+        if op == "reload":
+            await self.reload()
+            return {}
+        if op == "policy_table":
+            assert self._allocator is not None
+            budget = req.get("budget")
+            if budget is not None and not (isinstance(budget, int | float) and budget > 0):
+                raise ValueError('"budget" must be a number of fetches per second > 0')
+            return await self._allocator.table(None if budget is None else float(budget))
+        if op == "policy":
+            name = req.get("name")
+            if name not in policies.available():
+                raise ValueError(
+                    f"unknown policy {name!r}; known: {', '.join(policies.available())}"
+                )
+            assert self._allocator is not None and self._store is not None
+            configured, budget, now = self.config.policy.name, self._allocator.budget, self._wall()
+            await self._store.call(
+                lambda s: s.switch_policy(name, configured=configured, budget=budget, now=now)
+            )
+            self._allocator.configure(budget=budget, policy=name)
+            log.info("policy switched", policy=name)
+            return {"policy": name}
+        if op in ("pause", "resume"):
+            host = req.get("host")
+            if not isinstance(host, str):
+                raise ValueError(f'{op} needs "host": a host name such as "example.org"')
+            assert self._store is not None and self._frontier is not None
+            paused = op == "pause"
+            # In memory first: no new request to the host starts while the store catches up.
+            self._frontier.set_paused(host, paused)
+            found = await self._store.call(lambda s: s.set_paused(host, paused))
+            if not found:
+                raise ValueError(f"unknown host {host!r}; see `refresher status` for hosts")
+            # The loader skips paused hosts: reload so their held pages go, or come back.
+            self._frontier.reset()
+            return {"host": host, "paused": paused}
+        raise ValueError(
+            f"unknown op {op!r}; known: status, seed, reload, pause, resume, policy, policy_table"
+        )
+
+    async def reload(self) -> None:
+        """Re-read the configuration and apply what may change while running."""
+        self.notifier.reloading()
+        try:
+            new = self._load_config()
+            seeds = new.all_seeds()
+        except ConfigError as e:
+            log.error("reload failed; keeping the running configuration", error=str(e))
+            self.notifier.ready()
+            return
+        old = self.config
+        for section in ("store", "frontier", "control", "dns", "metrics", "snapshot"):
+            if getattr(old, section) != getattr(new, section):
+                log.warning("config section changed; takes effect after a restart", section=section)
+        if old.crawl.workers != new.crawl.workers:
+            log.warning("crawl.workers changed; takes effect after a restart")
+        self.config = new
+        configure_logging(format=new.log.format, level=new.log.level)
+        assert self._allocator is not None and self._crawler is not None
+        self._crawler.configure(new)
+        # A policy named anew in the config wins over an earlier switch; otherwise it stays.
+        policy = self._allocator.policy if old.policy.name == new.policy.name else new.policy.name
+        self._allocator.configure(
+            budget=new.budget.fetches_per_second,
+            policy=policy,
+            explore=new.policy.explore,
+            weights=new.policy.weights,
+        )
+        if seeds:
+            await self.add_seeds(seeds)
+        log.info("configuration reloaded")
+        self.notifier.ready()
+
+    # -- services ----------------------------------------------------------------------------
+
+    def _metrics_server(self, c: Config) -> MetricsServer:
+        assert c.metrics.port is not None
+        parts: dict[str, Any] = {
+            "crawler": lambda: self._crawler,
+            "frontier": lambda: self._frontier,
+            "store": lambda: self._store,
+            "fetcher": lambda: self._fetcher,
+            "allocator": lambda: self._allocator,
+            "snapshot": lambda: self._snapshotter,
+        }
+
+        def snapshot(get: Callable[[], Any]) -> Callable[[], object]:
+            return lambda: part.statistics() if (part := get()) is not None else None
+
+        sources = {name: snapshot(get) for name, get in parts.items()}
+        sources["notifier"] = self.notifier.statistics
+        sources["discovery"] = snapshot(lambda: self._discovery)
+        sources["seen"] = snapshot(lambda: self._discovery.seen if self._discovery else None)
+        return MetricsServer(
+            port=c.metrics.port,
+            host=c.metrics.host,
+            allow_remote=c.metrics.allow_remote,
+            sources=sources,
+        )
+
+    async def _heartbeat(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        task_status.started()
+        while True:
+            self._beat = trio.current_time()
+            await trio.sleep(0.5)
+
+    async def _progress(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        task_status.started()
+        assert self._crawler is not None and self._store is not None
+        last_t, last_n = trio.current_time(), 0
+        while True:
+            await trio.sleep(self.config.log.progress_interval)
+            c, s = self._crawler.statistics(), self._store.statistics()
+            now = trio.current_time()
+            self._rate = (c.fetches - last_n) / max(now - last_t, 1e-9)
+            last_t, last_n = now, c.fetches
+            f = self._frontier.statistics() if self._frontier else None
+            log.info(
+                "progress",
+                pages=s.pages,
+                fetches=c.fetches,
+                fetches_per_second=round(self._rate, 2),
+                changed=c.changed,
+                not_modified=c.not_modified,
+                errors=c.errors,
+                denied=c.denied,
+                acknowledged=s.acknowledged,
+                in_memory=f.in_memory if f else None,
+                active_hosts=f.active_hosts if f else None,
+            )
+            self.notifier.status(
+                format_status(pages=s.pages, fetches_per_second=self._rate, freshness=None)
+            )
+
+    async def run(self) -> int:
+        """Run until SIGTERM/SIGINT; returns the exit status."""
+        c = self.config
+        configure_logging(format=c.log.format, level=c.log.level)
+        self._started = trio.current_time()
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+            store = await trio.to_thread.run_sync(
+                lambda: Store(c.store.path, memory_limit=c.store.memory_limit)
+            )
+            log.info("store opened", path=str(c.store.path), schema=store.schema_version())
+            service = StoreService(
+                store, flush_interval=c.store.flush_interval, batch_size=c.store.batch_size
+            )
+            self._store = service
+            try:
+                async with trio.open_nursery() as outer:
+                    await outer.start(service.run)
+                    try:
+                        await self._run_services(signals)
+                    finally:
+                        service.close()
+            finally:
+                await trio.to_thread.run_sync(store.close)
+        log.info("stopped", acknowledged=service.statistics().acknowledged)
+        return 0
+
+    async def _run_services(self, signals: Any) -> None:
+        c = self.config
+        assert self._store is not None
+        back_queues = c.crawl.workers * c.frontier.back_queues_per_worker
+        frontier = Frontier(
+            source=self._page_source,
+            budget=c.budget.fetches_per_second,
+            front_queues=c.frontier.front_queues,
+            back_queues=back_queues,
+            window=c.frontier.window,
+            prioritize=lambda page, now: priority_level(page, now, c.frontier.front_queues),
+            max_pages_in_memory=c.frontier.max_pages_in_memory,
+            wall_clock=self._wall,
+        )
+        self._frontier = frontier
+        policy = await self._store.call(lambda s: s.policy_in_force(c.policy.name))
+        if policy != c.policy.name:
+            log.info(
+                "policy switched earlier stays in force", policy=policy, configured=c.policy.name
+            )
+        allocator = Allocator(
+            store=self._store,
+            frontier=frontier,
+            budget=c.budget.fetches_per_second,
+            policy=policy,
+            resolve_interval=c.policy.resolve_interval,
+            explore=c.policy.explore,
+            inputs=InputSettings.from_config(c),
+            wall_clock=self._wall,
+        )
+        self._allocator = allocator
+        if c.discovery.enabled:
+            self._discovery = await self._make_discovery(c, frontier, allocator)
+        seeds = c.all_seeds()
+        if seeds:
+            result = await self.add_seeds(seeds)
+            log.info(
+                "seeds",
+                added=result["added"],
+                known=result["known"],
+                rejected=len(result["rejected"]),
+            )
+        resolver = Resolver(static=c.dns.static, ttl=c.dns.ttl, negative_ttl=c.dns.negative_ttl)
+        async with (
+            trio.open_nursery() as services,
+            Fetcher(
+                user_agent=c.crawl.user_agent,
+                resolver=resolver,
+                timeout=c.fetch.timeout,
+                max_body_bytes=c.fetch.max_body_bytes,
+                max_redirects=c.fetch.max_redirects,
+                max_open_hosts=back_queues + c.crawl.workers,
+            ) as fetcher,
+        ):
+            self._fetcher = fetcher
+            await services.start(allocator.run)
+            await services.start(frontier.run)
+            if self._discovery is not None:
+                await services.start(self._discovery.run)
+            crawler = Crawler(
+                config=c,
+                frontier=frontier,
+                fetcher=fetcher,
+                store=self._store,
+                allocator=allocator,
+                discovery=self._discovery,
+                wall_clock=self._wall,
+            )
+            self._crawler = crawler
+            async with trio.open_nursery() as work:
+                await work.start(crawler.run)
+                control = ControlServer(c.control_socket, self._handle, tcp_port=c.control.tcp_port)
+                await services.start(control.run)
+                if c.metrics.port is not None:
+                    port = await services.start(self._metrics_server(c).run)
+                    log.info("metrics serving", url=f"http://{c.metrics.host}:{port}/metrics")
+                if c.snapshot.interval > 0:
+                    self._snapshotter = Snapshotter(
+                        store=self._store, path=snapshot_path(c), interval=c.snapshot.interval
+                    )
+                    await services.start(self._snapshotter.run)
+                await services.start(self._heartbeat)
+                await services.start(self._progress)
+                # The watchdog pings while both the event loop and the frontier's loader turn.
+                await services.start(
+                    self.notifier.run_watchdog, lambda: min(self._beat, frontier.last_pass)
+                )
+                self.notifier.ready(status="crawling")
+                log.info(
+                    "ready",
+                    workers=c.crawl.workers,
+                    budget=c.budget.fetches_per_second,
+                    policy=c.policy.name,
+                    control=str(c.control_socket),
+                )
+                async for signum in signals:
+                    if signum == signal.SIGHUP:
+                        await self.reload()
+                        continue
+                    log.info(
+                        "stopping",
+                        signal=signal.Signals(signum).name,
+                        in_flight=crawler.statistics().busy,
+                    )
+                    self._stopping = True
+                    self.notifier.stopping()
+                    frontier.close()
+                    with trio.move_on_after(self.config.daemon.drain_timeout) as drain:
+                        await crawler.idle.wait()
+                    if drain.cancelled_caught:
+                        log.warning(
+                            "drain deadline passed; unfinished fetches will be redone",
+                            in_flight=crawler.statistics().busy,
+                        )
+                    work.cancel_scope.cancel()
+                    break
+            services.cancel_scope.cancel()
+
+
+def _pid() -> int:
+    import os
+
+    return os.getpid()
+
+
+def _plain(stats: Any) -> dict[str, Any]:
+    out = asdict(stats)
+    for k, v in out.items():
+        if isinstance(v, float) and not math.isfinite(v):
+            out[k] = None
+    return out
+
+
+def run_daemon(config_loader: Callable[[], Config]) -> int:
+    """Run the daemon in the foreground until a stop signal; returns the exit status."""
+    try:
+        return trio.run(Daemon(config_loader).run)
+    except RefresherError as e:
+        log.error("cannot run", error=str(e))
+        return 1

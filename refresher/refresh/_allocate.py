@@ -1,0 +1,488 @@
+"""From fetch history to due times: estimate λ per page, split the budget by policy.
+
+Every ``policy.resolve_interval`` seconds (and at once when the budget or the policy changes)
+the allocator
+
+1. reads each page's recent successful observations from the store (the intervals between
+   fetches that returned 200 or 304, and whether the body changed: raw or meaningful, as
+   ``estimate.change`` says; at most ``estimate.history`` per page) and estimates λ̂ with a
+   prior pooled per host, then globally (:mod:`refresher.refresh._estimate`);
+2. weights pages by PageRank over the stored link edges (mean weight 1), or not at all when
+   ``policy.weights = "none"``;
+3. caps each host at one fetch per politeness delay and solves the policy
+   (:mod:`policies`) for B·(1 − ``policy.explore``); the exploration share goes in equal
+   parts to the pages the policy gave nothing, so their estimates never go stale;
+4. writes λ̂, its evidence, the weight and the target rate f to the store, makes each page
+   due at last fetch + 1/f, and has the frontier reload its window.
+
+Budget that the host caps leave unplaced is reported (``statistics().unplaced``), never
+silently dropped.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import trio
+from numpy.typing import NDArray
+
+import policies
+from refresher.crawl._frontier import Frontier
+from refresher.ops._logging import get_logger
+from refresher.refresh._estimate import estimate_pages, last_modified_consistent
+from refresher.store._duckdb import PageRow, Store, StoreService
+
+if TYPE_CHECKING:
+    from refresher._config import Config
+
+__all__ = [
+    "Allocator",
+    "AllocatorStatistics",
+    "InputSettings",
+    "Plan",
+    "PolicyInputs",
+    "load_inputs",
+    "plan",
+    "policy_table",
+    "priority_level",
+]
+
+log = get_logger("allocate")
+
+#: λ for pages with no history at all and no prior to pool: one change a day
+DEFAULT_PRIOR_RATE = 1.0 / 86_400
+#: seconds; a page the plan gives no fetches is still due after this long
+NEVER = 30 * 86_400.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AllocatorStatistics:
+    policy: str
+    budget: float  # fetches per second
+    pages: int
+    uniform_interval: float  # seconds between fetches of one page under uniform
+    solves: int
+    last_solve_seconds: float
+    unplaced: float  # fetches per second the host caps left unplaced
+    explored: int  # pages given only the exploration share
+    expected_freshness: float  # the plan's expected mean freshness (NaN before a solve)
+    expected_age: float  # seconds
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PolicyInputs:
+    """Arrays over pages (same order) that a plan needs; rates in changes per second."""
+
+    page_ids: NDArray[np.int64]
+    host_index: NDArray[np.intp]  # dense host number per page
+    host_caps: NDArray[np.float64]  # fetches per second per dense host
+    last_fetch: NDArray[np.float64]  # unix seconds, NaN when never fetched
+    rates: NDArray[np.float64]  # λ̂
+    rate_n: NDArray[np.float64]  # evidence (effective observed changes)
+    weights: NDArray[np.float64]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Plan:
+    target: NDArray[np.float64]  # f per page, fetches per second
+    allocation: policies.Allocation
+    explored: int
+
+
+def _observations(store: Store, *, meaningful: bool, history: int) -> dict[str, Any]:
+    change = "coalesce(meaningful, changed)" if meaningful else "changed"
+    return store.con.execute(
+        f"""
+        WITH obs AS (
+            SELECT page_id, finished_at, {change} AS changed,
+                   coalesce(last_modified_at, 'NaN'::DOUBLE) AS lm,
+                   lag(finished_at) OVER (PARTITION BY page_id ORDER BY finished_at) AS prev,
+                   coalesce(lag(last_modified_at) OVER (PARTITION BY page_id
+                                                        ORDER BY finished_at),
+                            'NaN'::DOUBLE) AS prev_lm,
+                   row_number() OVER (PARTITION BY page_id ORDER BY finished_at DESC) AS k
+            FROM fetches
+            WHERE status BETWEEN 200 AND 299 OR not_modified
+        )
+        SELECT page_id, finished_at, prev, finished_at - prev AS t, changed, lm, prev_lm
+        FROM obs
+        WHERE prev IS NOT NULL AND k <= ? AND finished_at > prev
+        """,
+        [history],
+    ).fetchnumpy()
+
+
+def _pagerank(
+    n: int, src: NDArray[np.intp], dst: NDArray[np.intp], *, d: float = 0.85, steps: int = 30
+) -> NDArray[np.float64]:
+    """PageRank over ``n`` pages, scaled to mean 1 (power iteration, sparse, vectorised)."""
+    if n == 0:
+        return np.zeros(0)
+    if src.size == 0:
+        return np.ones(n)
+    from scipy import sparse
+
+    out_degree = np.bincount(src, minlength=n).astype(np.float64)
+    m = sparse.csr_matrix((1.0 / out_degree[src], (dst, src)), shape=(n, n))
+    dangling = out_degree == 0
+    r: NDArray[np.float64] = np.full(n, 1.0 / n)
+    for _ in range(steps):
+        r = np.asarray((1.0 - d) / n + d * (m @ r + r[dangling].sum() / n), dtype=np.float64)
+    scaled: NDArray[np.float64] = r * (n / float(r.sum()))
+    return scaled
+
+
+def load_inputs(
+    store: Store,
+    *,
+    min_delay: float,
+    meaningful: bool = False,
+    history: int = 32,
+    weights: str = "pagerank",
+    model: str = "log-normal",
+    spread: float = 2.0,
+) -> PolicyInputs:
+    """Everything a plan needs, read and estimated in the store thread.
+
+    ``weights``: "pagerank" weighs pages by PageRank over the stored links (mean 1), "none"
+    gives every page weight 1. ``model`` and ``spread``: the estimator's prior
+    (:func:`refresher.refresh._estimate.estimate_pages`)."""
+    pages = store.con.execute(
+        """
+        SELECT p.id, p.host_id, coalesce(p.last_fetch, 'NaN'::DOUBLE) AS last_fetch,
+               coalesce(h.delay, 0) AS delay
+        FROM pages p JOIN hosts h ON h.id = p.host_id
+        WHERE p.status <> 'gone' ORDER BY p.id
+        """
+    ).fetchnumpy()
+    ids = np.asarray(pages["id"], dtype=np.int64)
+    n = ids.size
+    hosts, host_index = np.unique(np.asarray(pages["host_id"]), return_inverse=True)
+    delay = np.maximum(np.asarray(pages["delay"], dtype=np.float64), min_delay)
+    host_delay = np.zeros(hosts.size)
+    np.maximum.at(host_delay, host_index, delay)
+    with np.errstate(divide="ignore"):
+        caps = np.where(host_delay > 0, 1.0 / host_delay, np.inf)
+    last = np.asarray(pages["last_fetch"], dtype=np.float64)
+    obs = _observations(store, meaningful=meaningful, history=history)
+    page_index = np.searchsorted(ids, np.asarray(obs["page_id"], dtype=np.int64))
+    intervals = np.asarray(obs["t"], dtype=np.float64)
+    changed = np.asarray(obs["changed"], dtype=bool)
+    if n and intervals.size:
+        # Hosts whose Last-Modified moves exactly with the content give change times: the
+        # time since the last change bounds λ where "changed at every fetch" cannot.
+        obs_host = np.asarray(host_index)[page_index]
+        fetched = np.asarray(obs["finished_at"], dtype=np.float64)
+        lm = np.asarray(obs["lm"], dtype=np.float64)
+        trusted = last_modified_consistent(
+            obs_host,
+            fetched,
+            np.asarray(obs["prev"], dtype=np.float64),
+            lm,
+            np.asarray(obs["prev_lm"], dtype=np.float64),
+            changed,
+            hosts.size,
+        )
+        since = np.where(np.isfinite(lm), np.maximum(fetched - lm, 0.0), np.nan)
+        est = estimate_pages(
+            page_index,
+            intervals,
+            changed,
+            n,
+            page_host=host_index,
+            n_hosts=hosts.size,
+            since_change=since,
+            trusted_hosts=trusted,
+            model=model,
+            spread=spread,
+        )
+        rates, rate_n = np.asarray(est.rate), np.asarray(est.n_eff)
+    else:
+        rates, rate_n = np.full(n, DEFAULT_PRIOR_RATE), np.zeros(n)
+    return PolicyInputs(
+        page_ids=ids,
+        host_index=host_index.astype(np.intp),
+        host_caps=caps,
+        last_fetch=last,
+        rates=rates,
+        rate_n=rate_n,
+        weights=_weights(store, ids, weights),
+    )
+
+
+def _weights(store: Store, ids: NDArray[np.int64], weights: str) -> NDArray[np.float64]:
+    """Per page (``ids`` sorted): 1, or PageRank over the stored links scaled to mean 1."""
+    n = ids.size
+    if weights == "none":
+        return np.ones(n)
+    if weights != "pagerank":
+        raise ValueError(f"weights must be 'pagerank' or 'none', not {weights!r}")
+    edges = store.con.execute("SELECT DISTINCT src, dst FROM links").fetchnumpy()
+    src = np.searchsorted(ids, np.asarray(edges["src"], dtype=np.int64))
+    dst = np.searchsorted(ids, np.asarray(edges["dst"], dtype=np.int64))
+    ok = (src < n) & (dst < n)
+    if n:
+        ok &= (ids[np.minimum(src, n - 1)] == edges["src"]) & (
+            ids[np.minimum(dst, n - 1)] == edges["dst"]
+        )
+    return _pagerank(n, src[ok], dst[ok])
+
+
+def plan(inputs: PolicyInputs, policy: str, budget: float, *, explore: float) -> Plan:
+    """Target rates: the policy's split of B·(1 − explore), plus exploration."""
+    n = inputs.page_ids.size
+    if n == 0:
+        alloc = policies.solve(policy, np.zeros(0), budget)
+        return Plan(target=np.zeros(0), allocation=alloc, explored=0)
+    share = budget * (1.0 - explore)
+    alloc = policies.solve(
+        policy,
+        inputs.rates,
+        share,
+        weights=inputs.weights,
+        hosts=inputs.host_index,
+        host_caps=inputs.host_caps,
+    )
+    target = np.array(alloc.rates, dtype=np.float64)
+    starved = target <= 0.0
+    explored = int(starved.sum())
+    spare = budget - share
+    if explored and spare > 0:
+        target[starved] = spare / explored
+    elif spare > 0:
+        target *= budget / max(float(target.sum()), 1e-300)
+    return Plan(target=target, allocation=alloc, explored=explored)
+
+
+def _save(store: Store, inputs: PolicyInputs, target: NDArray[np.float64], now: float) -> None:
+    batch = {
+        "id": inputs.page_ids,
+        "rate": inputs.rates,
+        "rate_n": inputs.rate_n,
+        "weight": inputs.weights,
+        "target": target,
+    }
+    store.con.register("_plan", batch)
+    try:
+        store.con.execute(
+            """
+            UPDATE pages SET rate = _plan.rate, rate_n = _plan.rate_n, weight = _plan.weight,
+                target_rate = _plan.target,
+                due_at = CASE
+                    WHEN pages.last_fetch IS NULL THEN least(pages.due_at, ?)
+                    WHEN _plan.target > 0 THEN pages.last_fetch + 1.0 / _plan.target
+                    ELSE pages.last_fetch + ? END
+            FROM _plan WHERE pages.id = _plan.id
+            """,
+            [now, NEVER],
+        )
+    finally:
+        store.con.unregister("_plan")
+
+
+def policy_table(inputs: PolicyInputs, budget: float) -> dict[str, Any]:
+    """Expected mean freshness and age (seconds) of the page set under every policy."""
+    table: dict[str, Any] = {}
+    for name in policies.available():
+        p = plan(inputs, name, budget, explore=0.0)
+        age = policies.mean_age(inputs.rates, p.target)
+        table[name] = {
+            "freshness": policies.mean_freshness(inputs.rates, p.target),
+            "age": age if math.isfinite(age) else None,  # None: a changing page never fetched
+            "unplaced": p.allocation.unplaced,
+        }
+    return {"budget": budget, "pages": int(inputs.page_ids.size), "policies": table}
+
+
+def priority_level(page: PageRow, now: float, levels: int) -> int:
+    """Front queue for a due page: the likelier it changed since its last fetch (times its
+    weight), the higher; new pages first. Level 0 is the highest."""
+    if page.rate is None or page.target_rate is None or page.target_rate <= 0:
+        return 0
+    value = page.weight * -math.expm1(-page.rate / page.target_rate)
+    if value <= 0:
+        return levels - 1
+    return min(levels - 1, max(0, int(-math.log2(value))))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InputSettings:
+    """How :func:`load_inputs` reads and estimates: its keyword arguments, kept together so
+    that the daemon's allocator and ``refresher policy`` on a stopped store read alike."""
+
+    min_delay: float = 1.0
+    meaningful: bool = False
+    history: int = 32
+    weights: str = "pagerank"
+    model: str = "log-normal"
+    spread: float = 2.0
+
+    @classmethod
+    def from_config(cls, config: Config) -> InputSettings:
+        return cls(
+            min_delay=config.politeness.min_delay,
+            meaningful=config.estimate.change == "meaningful",
+            history=config.estimate.history,
+            weights=config.policy.weights,
+            model=config.estimate.model,
+            spread=config.estimate.spread,
+        )
+
+    def load(self, store: Store) -> PolicyInputs:
+        """:func:`load_inputs` with these settings (in the store's thread)."""
+        return load_inputs(
+            store,
+            min_delay=self.min_delay,
+            meaningful=self.meaningful,
+            history=self.history,
+            weights=self.weights,
+            model=self.model,
+            spread=self.spread,
+        )
+
+
+class Allocator:
+    def __init__(
+        self,
+        *,
+        store: StoreService,
+        frontier: Frontier,
+        budget: float,
+        policy: str,
+        resolve_interval: float = 60.0,
+        explore: float = 0.05,
+        inputs: InputSettings = InputSettings(),
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._store = store
+        self._frontier = frontier
+        self.budget = budget
+        self.policy = policy
+        self.resolve_interval = resolve_interval
+        self.explore = explore
+        self.inputs = inputs
+        self._wall = wall_clock
+        self._pages = 0
+        self._solves = 0
+        self._last_solve = 0.0
+        self._unplaced = 0.0
+        self._explored = 0
+        self._freshness = math.nan
+        self._age = math.nan
+        self._wake = trio.Event()
+
+    def interval(self, page: PageRow) -> float:
+        """Seconds until ``page`` is due again after a fetch."""
+        if page.target_rate is not None and page.target_rate > 0:
+            return 1.0 / page.target_rate
+        return self.uniform_interval
+
+    @property
+    def uniform_interval(self) -> float:
+        return max(self._pages, 1) / self.budget
+
+    def poke(self) -> None:
+        """Re-solve now (budget or policy changed)."""
+        self._wake.set()
+
+    def pages_added(self, n: int) -> None:
+        """``n`` new pages (due now): counted at once, folded into the next periodic solve.
+
+        Not a re-solve: with discovery running, one per new page would reload the frontier
+        all the time.
+        """
+        self._pages += n
+
+    def configure(
+        self,
+        *,
+        budget: float,
+        policy: str,
+        explore: float | None = None,
+        weights: str | None = None,
+    ) -> None:
+        changed = budget != self.budget or policy != self.policy
+        self.budget, self.policy = budget, policy
+        if explore is not None:
+            self.explore = explore
+        if weights is not None and weights != self.inputs.weights:
+            self.inputs = replace(self.inputs, weights=weights)
+            changed = True
+        self._frontier.set_budget(budget)
+        if changed:
+            self.poke()
+
+    async def solve(self) -> None:
+        """One allocation pass (see the module docstring)."""
+        t0 = time.perf_counter()
+        policy, budget, explore, now = self.policy, self.budget, self.explore, self._wall()
+        settings = self.inputs
+
+        def gather(store: Store) -> PolicyInputs:
+            store.record_policy(policy, budget, now=now)
+            return settings.load(store)
+
+        inputs = await self._store.call(gather)
+        result = await trio.to_thread.run_sync(
+            lambda: plan(inputs, policy, budget, explore=explore)
+        )
+        await self._store.call(lambda store: _save(store, inputs, result.target, now))
+        self._pages = int(inputs.page_ids.size)
+        self._unplaced = float(result.allocation.unplaced)
+        self._explored = result.explored
+        if self._pages:
+            self._freshness = policies.mean_freshness(inputs.rates, result.target)
+            self._age = policies.mean_age(inputs.rates, result.target)
+        self._solves += 1
+        self._last_solve = time.perf_counter() - t0
+        self._frontier.reset()
+        log.info(
+            "allocation solved",
+            policy=policy,
+            pages=self._pages,
+            budget=budget,
+            unplaced=round(self._unplaced, 6),
+            explored=self._explored,
+            expected_freshness=round(self._freshness, 4) if self._pages else None,
+            seconds=round(self._last_solve, 4),
+        )
+        if self._unplaced > 1e-9:
+            log.warning(
+                "budget unplaced: host politeness caps cannot absorb it",
+                unplaced=round(self._unplaced, 6),
+                budget=budget,
+            )
+
+    async def table(self, budget: float | None = None) -> dict[str, Any]:
+        """:func:`policy_table` of the current page set, at ``budget`` (default: B)."""
+        inputs = await self._store.call(self.inputs.load)
+        b = self.budget if budget is None else budget
+        return await trio.to_thread.run_sync(lambda: policy_table(inputs, b))
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        await self.solve()
+        task_status.started()
+        while True:
+            with trio.move_on_after(self.resolve_interval):
+                await self._wake.wait()
+            self._wake = trio.Event()
+            await self.solve()
+
+    def statistics(self) -> AllocatorStatistics:
+        return AllocatorStatistics(
+            policy=self.policy,
+            budget=self.budget,
+            pages=self._pages,
+            uniform_interval=self.uniform_interval,
+            solves=self._solves,
+            last_solve_seconds=self._last_solve,
+            unplaced=self._unplaced,
+            explored=self._explored,
+            expected_freshness=self._freshness,
+            expected_age=self._age,
+        )

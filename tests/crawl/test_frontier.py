@@ -1,0 +1,278 @@
+"""The Mercator frontier on trio's autojump clock: politeness, budget, priorities, windows."""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import math
+
+import pytest
+import trio
+
+from refresher.crawl._frontier import Frontier, next_allowed_after
+from refresher.store._duckdb import HostRow, PageRow
+
+EPOCH = 1.7e9  # the injected wall clock starts here
+
+
+def wall() -> float:
+    return EPOCH + trio.current_time()
+
+
+def host_row(i: int) -> HostRow:
+    return HostRow(
+        id=i,
+        name=f"h{i}.test",
+        scheme="http",
+        next_allowed=0.0,
+        delay=None,
+        backoff=0.0,
+        errors=0,
+        robots_status=None,
+        robots_body=None,
+        robots_expires_at=None,
+        paused=False,
+    )
+
+
+def page(i: int, host: int, due: float) -> PageRow:
+    return PageRow(
+        id=i,
+        url=f"http://h{host}.test/p{i}",
+        host_id=host,
+        host=f"h{host}.test",
+        due_at=due,
+        etag=None,
+        last_modified=None,
+        digest=None,
+        target_rate=None,
+    )
+
+
+class FakeStore:
+    """The frontier's page source over a list, with the store's keyset semantics."""
+
+    def __init__(self, pages: list[PageRow]) -> None:
+        self.pages = pages
+        self.queries = 0
+
+    async def __call__(self, after, until, limit, known):
+        self.queries += 1
+        rows = sorted(
+            (p for p in self.pages if (p.due_at, p.id) > after and p.due_at <= until),
+            key=lambda p: (p.due_at, p.id),
+        )[:limit]
+        return rows, {p.host_id: host_row(p.host_id) for p in rows if p.host_id not in known}
+
+
+def make(pages: list[PageRow], **kw) -> tuple[Frontier, FakeStore]:
+    source = FakeStore(pages)
+    kw.setdefault("budget", 1000.0)
+    return Frontier(source=source, wall_clock=wall, **kw), source
+
+
+async def run_workers(
+    frontier: Frontier, workers: int, *, seconds: float, delay: float, fetch_time: float, on_fetch
+) -> None:
+    async def worker() -> None:
+        while (lease := await frontier.acquire()) is not None:
+            start = wall()
+            on_fetch(lease, "start", start)
+            await trio.sleep(fetch_time)
+            end = wall()
+            on_fetch(lease, "end", end)
+            lease.host.next_allowed = end + delay
+            frontier.release(lease, next_due=end + 5.0)
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(frontier.run)
+        for _ in range(workers):
+            nursery.start_soon(worker)
+        await trio.sleep(seconds)
+        frontier.close()
+        nursery.cancel_scope.cancel()
+
+
+async def test_never_two_requests_in_flight_to_one_host_and_gaps_respect_the_delay(autojump_clock):
+    pages = [page(i, host=i % 3, due=EPOCH) for i in range(30)]
+    frontier, _ = make(pages, back_queues=9)
+    in_flight: collections.Counter[int] = collections.Counter()
+    events: dict[int, list[tuple[str, float]]] = collections.defaultdict(list)
+    overlaps = []
+
+    def on_fetch(lease, what, t):
+        h = lease.host.id
+        if what == "start":
+            in_flight[h] += 1
+            if in_flight[h] > 1:
+                overlaps.append(h)
+        else:
+            in_flight[h] -= 1
+        events[h].append((what, t))
+
+    await run_workers(frontier, 8, seconds=30, delay=1.0, fetch_time=0.3, on_fetch=on_fetch)
+    assert overlaps == []
+    for h, evs in events.items():
+        starts = [t for w, t in evs if w == "start"]
+        ends = [t for w, t in evs if w == "end"]
+        assert len(starts) >= 10, f"host {h} fetched only {len(starts)} times"
+        gaps = [s - e for e, s in zip(ends, starts[1:], strict=False)]
+        assert min(gaps) >= 1.0 - 1e-9
+
+
+async def test_the_budget_is_spent_and_no_more(autojump_clock):
+    pages = [page(i, host=i, due=EPOCH) for i in range(2000)]
+    frontier, _ = make(pages, budget=10.0, back_queues=300)
+    starts: list[float] = []
+    await run_workers(
+        frontier,
+        64,
+        seconds=60,
+        delay=0.0,
+        fetch_time=0.01,
+        on_fetch=lambda lease, what, t: starts.append(t) if what == "start" else None,
+    )
+    # 60 s at 10 fetches/s, plus at most one second of saved credit
+    assert 590 <= len(starts) <= 611
+    per_second = collections.Counter(int(t - EPOCH) for t in starts)
+    assert max(per_second.values()) <= 20
+
+
+async def test_the_biased_selector_prefers_high_priority_without_starving_low(autojump_clock):
+    # Two front queues' worth of work, far more than the budget can fetch.
+    pages = [page(i, host=i, due=EPOCH) for i in range(4000)]
+    frontier, _ = make(
+        pages,
+        budget=20.0,
+        back_queues=8,
+        front_queues=4,
+        prioritize=lambda p, now: 0 if p.id % 2 == 0 else 3,
+    )
+    levels = collections.Counter()
+    await run_workers(
+        frontier,
+        8,
+        seconds=30,
+        delay=0.0,
+        fetch_time=0.01,
+        on_fetch=lambda lease, w, t: (
+            levels.update(["high" if lease.page.id % 2 == 0 else "low"]) if w == "start" else None
+        ),
+    )
+    assert levels["low"] > 0, "the low-priority queue starved"
+    assert levels["high"] > 3 * levels["low"]
+
+
+async def test_only_pages_due_within_the_window_are_held_and_memory_is_capped(autojump_clock):
+    # 1000 pages due one per second over the next 1000 s
+    pages = [page(i, host=i % 50, due=EPOCH + i) for i in range(1000)]
+    frontier, source = make(pages, window=60.0, max_pages_in_memory=40, back_queues=10)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(frontier.run)
+        s = frontier.statistics()
+        assert s.in_memory == 40  # capped below the 61 pages the window covers
+        assert source.queries == 1
+        got = []
+        for _ in range(100):
+            lease = await frontier.acquire()
+            assert lease is not None
+            got.append(lease.page.id)
+            frontier.release(lease, next_due=None)
+            assert frontier.statistics().in_memory <= 40
+        # pages come out in due order, each no earlier than due
+        assert got == sorted(got) and got == list(range(100))
+        assert trio.current_time() >= 99
+        frontier.close()
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_page_due_again_inside_the_window_stays_in_memory(autojump_clock):
+    pages = [page(1, host=1, due=EPOCH)]
+    frontier, _source = make(pages, window=60.0)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(frontier.run)
+        times = []
+        for _ in range(5):
+            lease = await frontier.acquire()
+            assert lease is not None
+            times.append(wall())
+            frontier.release(lease, next_due=wall() + 2.0)
+        assert [round(b - a, 6) for a, b in itertools.pairwise(times)] == [2.0] * 4
+        frontier.close()
+        nursery.cancel_scope.cancel()
+
+
+async def test_reset_drops_held_pages_and_reloads_from_the_store(autojump_clock):
+    pages = [page(i, host=i, due=EPOCH + 30) for i in range(10)]
+    frontier, source = make(pages, window=60.0)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(frontier.run)
+        assert frontier.statistics().in_memory == 10
+        # the store moved every due time to now
+        source.pages = [page(i, host=i, due=EPOCH) for i in range(10)]
+        frontier.reset()
+        assert frontier.statistics().in_memory == 0
+        lease = await frontier.acquire()
+        assert lease is not None and lease.page.due_at == EPOCH
+        assert trio.current_time() < 30
+        frontier.close()
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_closed_frontier_hands_out_nothing(autojump_clock):
+    frontier, _ = make([page(1, host=1, due=EPOCH + 100)])
+    async with trio.open_nursery() as nursery:
+        await nursery.start(frontier.run)
+
+        async def close_later() -> None:
+            await trio.sleep(1)
+            frontier.close()
+
+        nursery.start_soon(close_later)
+        assert await frontier.acquire() is None
+        nursery.cancel_scope.cancel()
+
+
+def politeness(**kw):
+    args = dict(
+        finished_at=100.0,
+        response_time=0.1,
+        min_delay=1.0,
+        crawl_delay=None,
+        factor=10.0,
+        max_delay=60.0,
+        failed=False,
+        errors=0,
+        backoff_base=30.0,
+        max_backoff=3600.0,
+        retry_after=None,
+    )
+    args.update(kw)
+    return next_allowed_after(**args)
+
+
+@pytest.mark.parametrize(
+    ("kw", "delay"),
+    [
+        ({}, 1.0),  # k·t = 1.0 ties min_delay
+        ({"response_time": 0.5}, 5.0),  # Mercator: k × response time
+        ({"crawl_delay": 7.0}, 7.0),  # robots Crawl-delay
+        ({"response_time": 20.0}, 60.0),  # capped by max_delay
+        ({"min_delay": 2.0, "response_time": 0.0}, 2.0),
+    ],
+)
+def test_the_politeness_delay_is_the_largest_of_its_three_sources_capped(kw, delay):
+    next_allowed, d, backoff = politeness(**kw)
+    assert d == delay and backoff == 0.0 and next_allowed == 100.0 + delay
+
+
+def test_errors_back_off_exponentially_up_to_the_cap():
+    waits = [politeness(failed=True, errors=n)[2] for n in range(1, 10)]
+    assert waits[:4] == [30.0, 60.0, 120.0, 240.0]
+    assert max(waits) == 3600.0 and waits == sorted(waits)
+
+
+def test_retry_after_is_honoured_up_to_the_backoff_cap():
+    assert politeness(retry_after=120.0)[0] == 220.0
+    assert politeness(retry_after=1e9)[0] == 100.0 + 3600.0
+    assert math.isclose(politeness(retry_after=0.5)[0], 101.0)

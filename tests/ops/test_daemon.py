@@ -1,0 +1,337 @@
+"""End to end: a real `refresher run` process against a real site server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import signal
+
+import pytest
+from conftest import DaemonProcess, cli, daemon_config, query_db, wait_for
+
+from refresher.ops._control import request
+
+pytestmark = pytest.mark.slow
+
+
+async def test_the_daemon_is_polite_obeys_robots_and_uses_conditional_gets(
+    site, short_dir, daemons
+):
+    s, port = site
+    config = daemon_config(short_dir, port=port, seeds=s.urls())
+    d: DaemonProcess = daemons(config)
+    await d.ready()
+
+    def every_allowed_page_fetched_three_times() -> bool:
+        for url in s.urls():
+            if "/private/" in url:
+                continue
+            host, _, path = url.removeprefix("http://").partition("/")
+            pages = [r for r in s.requests.entries(host=host, path="/" + path)]
+            if len(pages) < 3:
+                return False
+        return True
+
+    await wait_for(every_allowed_page_fetched_three_times, what="three rounds of fetches")
+    d.signal(signal.SIGTERM)
+    assert await d.wait_exit() == 0
+
+    db = short_dir / "refresher.duckdb"
+    for host in ("a.sim.test", "b.sim.test", "c.sim.test"):
+        assert s.requests.overlapping(host) == [], f"two requests in flight to {host}"
+        # The server stamps a response's end when its last send returns, which a busy
+        # machine can delay past the moment the client had every byte: allow that jitter
+        # at the server, and check the delay exactly on the daemon's own clock.
+        gaps = s.requests.gaps(host)
+        assert gaps and min(gaps) >= 0.1, f"{host}: gap {min(gaps)} at the server"
+        times = query_db(
+            db,
+            "SELECT epoch(started_at), epoch(finished_at) FROM fetch_log "
+            f"WHERE host = '{host}' AND status IS NOT NULL ORDER BY started_at",
+        )
+        daemon_gaps = [b[0] - a[1] for a, b in itertools.pairwise(times)]
+        assert min(daemon_gaps) >= 0.2 - 1e-6, f"{host}: gap {min(daemon_gaps)} < min_delay"
+    # robots.txt first, and the disallowed page never requested
+    a = s.requests.by_start("a.sim.test")
+    assert a[0].path == "/robots.txt"
+    assert not [r for r in a if r.path.startswith("/private/")]
+    assert {r.user_agent for r in a} == {"refresher-test/1.0 (+http://127.0.0.1/)"}
+    # the honest hosts answered conditional GETs with 304 for pages that did not change
+    conditional = [r for r in s.requests.entries(host="a.sim.test") if r.if_none_match]
+    assert conditional and any(r.status == 304 for r in conditional)
+    assert not [r for r in s.requests.entries(host="b.sim.test") if r.if_none_match]
+
+    db = short_dir / "refresher.duckdb"
+    rows = query_db(
+        db,
+        "SELECT count(*) FILTER (WHERE not_modified), "
+        "count(*) FILTER (WHERE not_modified AND changed), "
+        "count(*) FILTER (WHERE status = 304) FROM fetch_log",
+    )
+    not_modified, not_modified_and_changed, status_304 = rows[0]
+    assert not_modified > 0 and not_modified == status_304
+    assert not_modified_and_changed == 0
+    denied = query_db(
+        db,
+        "SELECT count(*) FROM fetch_log WHERE url LIKE '%/private/%' "
+        "AND error_kind = 'denied' AND status IS NULL",
+    )
+    assert denied[0][0] >= 1
+    # the server's count of page responses equals the recorded fetches (nothing lost on SIGTERM)
+    served = [r for r in s.requests if r.path != "/robots.txt" and r.complete]
+    recorded = query_db(db, "SELECT count(*) FROM fetch_log WHERE status IS NOT NULL")[0][0]
+    assert recorded == len(served)
+    assert d.event("stopped") is not None
+
+
+async def test_a_changed_page_is_a_change_and_an_unchanged_one_is_not(site, short_dir, daemons):
+    s, port = site
+    config = daemon_config(short_dir, port=port, seeds=s.urls())
+    d = daemons(config)
+    await d.ready()
+    await wait_for(lambda: len(s.requests) > 60, what="60 requests")
+    d.signal(signal.SIGTERM)
+    assert await d.wait_exit() == 0
+    db = short_dir / "refresher.duckdb"
+    # pages with change_rate 0 (p0, p2, p9) never count as changed
+    never = query_db(
+        db,
+        "SELECT count(*) FROM fetch_log WHERE changed AND "
+        "(url LIKE '%/p0' OR url LIKE '%/p2' OR url LIKE '%/p9')",
+    )
+    assert never[0][0] == 0
+    # a "changed" fetch saw a body whose version differs from the previous fetch's
+    versions: dict[str, list[int]] = {}
+    for r in sorted(s.requests, key=lambda r: r.started):
+        if r.status == 200 and r.version is not None:
+            versions.setdefault(f"http://{r.host}{r.path}", []).append(r.version)
+    expected = sum(1 for v in versions.values() for a, b in itertools.pairwise(v) if a != b)
+    changed = query_db(db, "SELECT count(*) FROM fetch_log WHERE changed")[0][0]
+    assert changed == expected
+
+
+async def test_sigkill_loses_no_acknowledged_fetch_and_restart_resumes(site, short_dir, daemons):
+    s, port = site
+    config = daemon_config(short_dir, port=port, seeds=s.urls())
+    d = daemons(config)
+    await d.ready()
+    await wait_for(lambda: d.acknowledged() >= 30, what="30 acknowledged fetches")
+    acknowledged = d.acknowledged()
+    d.signal(signal.SIGKILL)
+    assert await d.wait_exit() == -signal.SIGKILL
+    db = short_dir / "refresher.duckdb"
+    recorded = query_db(db, "SELECT count(*) FROM fetch_log")[0][0]
+    assert recorded >= acknowledged
+    etags = query_db(db, "SELECT count(*) FROM pages WHERE etag IS NOT NULL")[0][0]
+    assert etags > 0
+
+    before = len(s.requests)
+    again = daemons(config)
+    await again.ready()
+    # the restarted daemon uses the stored validators: its first request for a page with a
+    # stored ETag is conditional
+    await wait_for(
+        lambda: any(r.if_none_match for r in list(s.requests)[before:]),
+        what="a conditional GET after restart",
+    )
+    # and it does not fetch robots.txt again: the cached copy has not expired
+    assert not [r for r in list(s.requests)[before:] if r.path == "/robots.txt"]
+    again.signal(signal.SIGTERM)
+    assert await again.wait_exit() == 0
+    total = query_db(db, "SELECT count(*), count(DISTINCT started_at) FROM fetch_log")[0]
+    assert total[0] > recorded
+
+
+async def test_seed_and_status_reach_the_running_daemon_and_the_file_when_stopped(
+    site, short_dir, daemons
+):
+    s, port = site
+    config = daemon_config(short_dir, port=port, seeds=s.urls()[:2])
+    d = daemons(config)
+    await d.ready()
+    result = cli(
+        "seed", "--config", str(config), "http://c.sim.test/p9", "ftp://nope/", "not a url"
+    )
+    assert result.returncode == 0, result.stderr
+    assert "1 added" in result.stdout and "running daemon" in result.stdout
+    assert "ftp://nope/" in result.stderr and "not a url" in result.stderr
+    await wait_for(
+        lambda: s.requests.entries(host="c.sim.test", path="/p9"), what="the seeded page fetched"
+    )
+    status = cli("status", "--config", str(config), "--json")
+    assert status.returncode == 0, status.stderr
+    answer = json.loads(status.stdout)
+    assert answer["running"] is True and answer["store"]["pages"] == 3
+    human = cli("status", "--config", str(config))
+    assert "running" in human.stdout and "pages" in human.stdout
+
+    d.signal(signal.SIGTERM)
+    assert await d.wait_exit() == 0
+    offline = cli("seed", "--config", str(config), "http://b.sim.test/p1")
+    assert offline.returncode == 0 and "1 added" in offline.stdout
+    status = json.loads(cli("status", "--config", str(config), "--json").stdout)
+    assert status["running"] is False and status["pages"] == 4
+
+
+async def test_hostile_pages_become_fetch_errors_with_a_kind(nursery, short_dir, daemons):
+    from refresher.sim._site import HostSpec, PageSpec, Site, serve_site
+
+    hostile = (
+        "/hostile/stall",
+        "/hostile/garbage",
+        "/hostile/reset",
+        "/hostile/endless",
+        "/hostile/redirect-loop",
+        "/hostile/huge?bytes=5000000",
+    )
+    s = Site(
+        [HostSpec(name=f"x{i}.sim.test", pages=(PageSpec(path=p),)) for i, p in enumerate(hostile)]
+    )
+    port = await nursery.start(serve_site, s)
+    urls = [f"http://x{i}.sim.test{p}" for i, p in enumerate(hostile)]
+    config = daemon_config(
+        short_dir, port=port, seeds=urls, fetch={"timeout": 1.0, "max_body_bytes": 1_000_000}
+    )
+    d = daemons(config)
+    await d.ready()
+    db = short_dir / "refresher.duckdb"
+
+    # Every page is due every N/B = 0.15 s and each host backs off at most 2 s: three
+    # acknowledged fetches per page mean every page has been tried.
+    await wait_for(lambda: d.acknowledged() >= 3 * len(urls), what="fetches of each page")
+    d.signal(signal.SIGTERM)
+    assert await d.wait_exit() == 0
+    rows = dict(query_db(db, "SELECT DISTINCT url, error_kind FROM fetch_log"))
+    assert len(rows) == len(urls), rows
+    assert rows[urls[0]] == "timeout"
+    assert rows[urls[1]] == "protocol"
+    assert rows[urls[2]] in ("read", "connect", "protocol")
+    assert rows[urls[3]] == "too_large"
+    assert rows[urls[4]] == "redirects"
+    assert rows[urls[5]] == "too_large"
+
+
+async def test_sigterm_lets_in_flight_fetches_finish_and_records_them(nursery, short_dir, daemons):
+    from refresher.sim._site import HostSpec, PageSpec, Site, serve_site
+
+    s = Site(
+        [
+            HostSpec(name=f"slow{i}.sim.test", pages=(PageSpec(path="/"),), response_delay=1.0)
+            for i in range(4)
+        ]
+    )
+    port = await nursery.start(serve_site, s)
+    config = daemon_config(short_dir, port=port, seeds=[u for u in s.urls()])
+    d = daemons(config)
+    await d.ready()
+    # wait until page fetches (not robots.txt) are in flight, then stop
+    await wait_for(
+        lambda: (
+            s.statistics().requests_in_flight >= 2
+            and len(s.requests.entries(path="/robots.txt")) == 4
+        ),
+        what="page fetches in flight",
+    )
+    d.signal(signal.SIGTERM)
+    assert await d.wait_exit() == 0
+    served = [r for r in s.requests if r.path == "/" and r.complete]
+    assert served, "nothing was in flight"
+    recorded = query_db(
+        short_dir / "refresher.duckdb", "SELECT count(*) FROM fetch_log WHERE status = 200"
+    )[0][0]
+    assert recorded == len(served)
+
+
+async def test_sighup_reloads_the_config_and_a_bad_one_is_refused(site, short_dir, daemons):
+    s, port = site
+    config = daemon_config(short_dir, port=port, seeds=s.urls())
+    d = daemons(config)
+    await d.ready()
+
+    def status() -> dict:
+        return request(short_dir / "control.sock", {"op": "status"})
+
+    assert status()["allocator"]["budget"] == 40.0
+
+    text = config.read_text()
+    config.write_text(text.replace("fetches_per_second = 40.0", "fetches_per_second = 7.5"))
+    d.signal(signal.SIGHUP)
+    await wait_for(lambda: d.event("configuration reloaded"), what="reload")
+    assert status()["allocator"]["budget"] == 7.5
+
+    config.write_text(text.replace("fetches_per_second = 40.0", "fetches_per_second = -1"))
+    d.signal(signal.SIGHUP)
+    failed = await wait_for(
+        lambda: d.event("reload failed; keeping the running configuration"), what="refused reload"
+    )
+    assert "budget.fetches_per_second" in failed["error"]
+    assert status()["allocator"]["budget"] == 7.5
+    d.signal(signal.SIGTERM)
+    assert await d.wait_exit() == 0
+
+
+def test_a_malformed_config_stops_the_daemon_with_the_key_named(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[politeness]\nmin_dely = 2\n")
+    result = cli("run", "--config", str(bad))
+    assert result.returncode == 2
+    assert "politeness.min_dely" in result.stderr and "min_delay" in result.stderr
+    bad.write_text('[crawl]\nworkers = "many"\n')
+    result = cli("run", "--config", str(bad))
+    assert result.returncode == 2 and "crawl.workers" in result.stderr
+    result = cli("run", "--config", str(bad), "--set", "crawl.workers=4", "--set", "nonsense")
+    assert result.returncode == 2 and "section.key=value" in result.stderr
+
+
+async def test_metrics_are_scraped_from_a_running_daemon(site, short_dir, daemons):
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    s, port = site
+    config = daemon_config(short_dir, port=port, seeds=s.urls(), metrics={"port": 0})
+    d = daemons(config)
+    await d.ready()
+    url = (await wait_for(lambda: d.event("metrics serving"), what="metrics"))["url"]
+    assert url.startswith("http://127.0.0.1:")
+    await wait_for(lambda: d.acknowledged() >= 10, what="some fetches")
+    async with httpx.AsyncClient() as client:
+        response = await client.get(url)
+    assert response.status_code == 200
+    samples = {
+        sample.name: sample.value
+        for family in text_string_to_metric_families(response.text)
+        for sample in family.samples
+    }
+    assert samples["refresher_crawler_fetches_total"] >= 10
+    assert samples["refresher_store_pages"] == len(s.urls())
+    assert "refresher_frontier_in_memory" in samples
+    d.signal(signal.SIGTERM)
+    assert await d.wait_exit() == 0
+
+
+async def test_a_paused_host_is_left_alone_until_resumed(site, short_dir, daemons):
+    s, port = site
+    config = daemon_config(short_dir, port=port, seeds=s.urls())
+    d = daemons(config)
+    await d.ready()
+    await wait_for(lambda: len(s.requests.entries(host="b.sim.test")) >= 3, what="b fetched")
+    result = cli("pause", "--config", str(config), "b.sim.test")
+    assert result.returncode == 0 and "paused (running daemon)" in result.stdout
+    # at most the one request in flight at the pause may still arrive
+    paused_at = len(s.requests.entries(host="b.sim.test")) + 1
+    await wait_for(
+        lambda: (
+            len(s.requests.entries(host="a.sim.test")) >= 15
+            and len(s.requests.entries(host="c.sim.test")) >= 15
+        ),
+        what="others go on",
+    )
+    assert len(s.requests.entries(host="b.sim.test")) <= paused_at
+    assert cli("pause", "--config", str(config), "nowhere.test").returncode == 1
+    result = cli("resume", "--config", str(config), "b.sim.test")
+    assert result.returncode == 0
+    await wait_for(
+        lambda: len(s.requests.entries(host="b.sim.test")) > paused_at + 2, what="b fetched again"
+    )
+    d.signal(signal.SIGTERM)
+    assert await d.wait_exit() == 0
