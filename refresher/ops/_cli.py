@@ -360,7 +360,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             from refresher.ops._daemon import run_daemon
 
             loader = _loader(args)
-            loader()  # fail fast, before any output, on a bad config
+            # Fail fast, before any output or file, on a bad config or seeds file.
+            loader().all_seeds()
             return run_daemon(loader)
         if args.command == "seed":
             return _cmd_seed(args)

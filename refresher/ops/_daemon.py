@@ -511,3 +511,27 @@ def run_daemon(config_loader: Callable[[], Config]) -> int:
     except RefresherError as e:
         log.error("cannot run", error=str(e))
         return 1
+    except BaseExceptionGroup as group:
+        # A service that cannot start (a port in use, a socket path refused) fails inside the
+        # nursery; the person at the terminal gets its one line, not the nursery's traceback.
+        cause = _refresher_error(group)
+        if cause is None:
+            raise
+        log.error("cannot run", error=str(cause))
+        return 1
+
+
+def _refresher_error(group: BaseExceptionGroup[Any]) -> RefresherError | None:
+    """The first RefresherError among ``group``'s leaves when every leaf is one, else None."""
+    leaves: list[BaseException] = []
+
+    def walk(e: BaseException) -> None:
+        if isinstance(e, BaseExceptionGroup):
+            for inner in e.exceptions:
+                walk(inner)
+        else:
+            leaves.append(e)
+
+    walk(group)
+    errors = [e for e in leaves if isinstance(e, RefresherError)]
+    return errors[0] if errors and len(errors) == len(leaves) else None
