@@ -463,7 +463,7 @@ class Daemon:
                     "ready",
                     workers=c.crawl.workers,
                     budget=c.budget.fetches_per_second,
-                    policy=c.policy.name,
+                    policy=allocator.policy,
                     control=str(c.control_socket),
                 )
                 async for signum in signals:
