@@ -40,6 +40,7 @@ from refresher.ops._metrics import MetricsServer
 from refresher.ops._notify import Notifier, format_status
 from refresher.refresh._allocate import Allocator, InputSettings, priority_level
 from refresher.store._duckdb import HostRow, NewPage, PageRow, Store, StoreService
+from refresher.store._hosts import host_summary
 from refresher.store._snapshot import Snapshotter, snapshot_path
 
 __all__ = ["Daemon", "check_seeds", "run_daemon"]
@@ -197,10 +198,22 @@ class Daemon:
             out["seen"] = _plain(self._discovery.seen.statistics())
         return out
 
+    async def _status_with_hosts(self, limit: Any) -> dict[str, Any]:
+        """:meth:`status` with the host list of ``refresher status`` (``limit`` busiest, or all
+        when None, and every paused host or host in backoff)."""
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
+            raise ValueError('"hosts_limit" must be a whole number or null')
+        out = self.status()
+        if self._store is not None:
+            now = self._wall()
+            rows = await self._store.call(lambda s: host_summary(s, now=now, limit=limit))
+            out["host_list"] = [asdict(h) for h in rows]
+        return out
+
     async def _handle(self, req: dict[str, Any]) -> dict[str, Any]:
         op = req["op"]
         if op == "status":
-            return self.status()
+            return await self._status_with_hosts(req.get("hosts_limit", 10))
         if op == "seed":
             urls = req.get("urls")
             if not isinstance(urls, list) or not all(isinstance(u, str) for u in urls):
@@ -239,7 +252,7 @@ class Daemon:
             self._frontier.set_paused(host, paused)
             found = await self._store.call(lambda s: s.set_paused(host, paused))
             if not found:
-                raise ValueError(f"unknown host {host!r}; see `refresher status` for hosts")
+                raise ValueError(f"unknown host {host!r}; `refresher status --hosts` lists them")
             # The loader skips paused hosts: reload so their held pages go, or come back.
             self._frontier.reset()
             return {"host": host, "paused": paused}
