@@ -42,6 +42,7 @@ so open the snapshot as the main database, not by ``ATTACH``.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import shutil
 import threading
@@ -423,11 +424,22 @@ def run_query(config: Config, sql: str, *, truth: Path | None = None) -> str:
     return format_table(columns, rows)
 
 
+def _cell(v: Any) -> str:
+    """A value as text: NULL for missing; a float to 6 significant digits, but to the
+    millisecond when it has more integer digits (unix seconds stay exact enough to join on)."""
+    if v is None:
+        return "NULL"
+    if isinstance(v, float) and math.isfinite(v) and v != 0:
+        whole = max(int(math.log10(abs(v))) + 1, 0)
+        return f"{v:.{max(6, whole + 3)}g}"
+    return str(v)
+
+
 def format_table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     """Aligned columns, a header rule and a row count; NULL for missing values."""
     if not columns:
         return ""
-    cells = [["NULL" if v is None else str(v) for v in row] for row in rows]
+    cells = [[_cell(v) for v in row] for row in rows]
     widths = [max([len(c), *(len(r[i]) for r in cells)]) for i, c in enumerate(columns)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip()]
     lines.append("  ".join("-" * w for w in widths))

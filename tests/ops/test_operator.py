@@ -96,3 +96,35 @@ async def test_a_policy_switched_while_stopped_is_the_one_the_ready_line_and_sta
     assert {h["host"] for h in answer["host_list"]} >= {"a.sim.test", "b.sim.test"}
     d.signal(signal.SIGTERM)
     assert await d.wait_exit() == 0
+
+
+@pytest.mark.parametrize("command", [[], ["run"], ["site"], ["status"], ["query"]])
+def test_every_help_text_is_plain_and_summarised(
+    command: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as done:
+        main([*command, "--help"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    assert "``" not in out
+    _usage, _, rest = out.partition("\n\n")
+    assert rest.strip() and not rest.lstrip().startswith(("positional", "options")), out
+
+
+def test_run_help_explains_the_log_flags(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "(log.format)" in out and "(log.level)" in out
+
+
+def test_query_output_prints_floats_short_and_unix_seconds_to_the_millisecond(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "r.duckdb"
+    _store_with_hosts(db, ["a.test"])
+    sql = "SELECT 2.0 / 3 AS share, 1763932800.1234567::DOUBLE AS t"
+    assert main(["query", "--store", str(db), sql]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    row = lines[lines.index(next(x for x in lines if x.startswith("share"))) + 2].split()
+    assert row == ["0.666667", "1763932800.123"]
