@@ -344,3 +344,34 @@ def test_on_the_default_simweb_an_optimal_plan_from_ten_fetches_a_page_beats_uni
     assert scores["log-normal"] > uniform + 0.012  # measured +0.020 (true λ: +0.041)
     assert scores["log-normal"] > scores["gamma"] + 0.005  # measured +0.010
     assert scores["log-normal"] < best
+
+
+class _NoFrontier:
+    """The allocator only tells the frontier to reload; nothing to reload here."""
+
+    def reset(self) -> None:
+        pass
+
+
+async def test_an_empty_store_is_reported_as_no_pages_not_as_unplaced_budget(
+    tmp_path: Path, nursery
+) -> None:
+    import structlog
+
+    from refresher.refresh._allocate import Allocator
+    from refresher.store._duckdb import StoreService
+
+    store = Store(tmp_path / "r.duckdb")
+    service = StoreService(store)
+    await nursery.start(service.run)
+    allocator = Allocator(
+        store=service,
+        frontier=_NoFrontier(),  # type: ignore[arg-type]
+        budget=10.0,
+        policy="optimal",
+    )
+    with structlog.testing.capture_logs() as logs:
+        await allocator.solve()
+    events = [e["event"] for e in logs if e["log_level"] == "warning"]
+    assert events == ["no pages to refresh yet; add seeds with `refresher seed URL`"]
+    service.close()
