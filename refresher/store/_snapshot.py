@@ -22,7 +22,8 @@ How a snapshot is made (every ``snapshot.interval`` seconds, and by :meth:`Snaps
    ``snapshot.duckdb.tmp``, synced and renamed over ``snapshot.duckdb`` (``os.replace``, atomic).
    A reader that opened the old file keeps reading the old inode, whole and unchanged; one that
    opens the path gets the old or the new file, never half of one. The staging file cannot be
-   published by rename itself: the next snapshot appends to it.
+   published by rename itself: the next snapshot appends to it. When the snapshotter stops
+   (the daemon stops) the staging file is deleted; ``snapshot.duckdb`` stays.
 
 Parquet segments were the alternative: readers would have to glob the segments and create the
 views themselves, and one reader would see a fetch segment newer than the pages file. One
@@ -179,10 +180,21 @@ class Snapshotter:
         task_status.started()
         if self.interval <= 0:
             return
-        while True:
-            with contextlib.suppress(RefresherError, OSError):
-                await self.write_now()  # failures are logged and counted there
-            await trio.sleep(self.interval)
+        try:
+            while True:
+                with contextlib.suppress(RefresherError, OSError):
+                    await self.write_now()  # failures are logged and counted there
+                await trio.sleep(self.interval)
+        finally:
+            self.remove_staging()
+
+    def remove_staging(self) -> None:
+        """Delete the staging file: the next process rebuilds it from nothing anyway, so on a
+        stop it is only dead weight beside the published snapshot, which stays."""
+        for name in (self.staging, self.staging.with_name(self.staging.name + ".wal")):
+            # missing, or a path that cannot be a file: nothing to remove
+            with contextlib.suppress(OSError):
+                name.unlink()
 
     async def write_now(self) -> Path:
         """Publish a snapshot holding every fetch queued before this call; returns its path.
