@@ -34,7 +34,7 @@ from numpy.typing import NDArray
 import policies
 from refresher.crawl._frontier import Frontier
 from refresher.ops._logging import get_logger
-from refresher.refresh._estimate import estimate_pages, last_modified_consistent
+from refresher.refresh._estimate import Estimate, estimate_pages, last_modified_consistent
 from refresher.store._duckdb import PageRow, Store, StoreService
 
 if TYPE_CHECKING:
@@ -58,6 +58,17 @@ log = get_logger("allocate")
 DEFAULT_PRIOR_RATE = 1.0 / 86_400
 #: seconds; a page the plan gives no fetches is still due after this long
 NEVER = 30 * 86_400.0
+#: how a plan treats uncertain rates (``policy.decide``)
+DECISIONS = ("plug-in", "expected")
+_Z95 = 1.959963984540054
+
+
+def posterior_sd(est: Estimate) -> NDArray[np.float64]:
+    """The sd of ln λ per page (natural-log units) from a log-normal estimate's 95 % interval,
+    which is θ̂ ± z·sd."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        sd = np.log(est.upper / est.lower) / (2.0 * _Z95)
+    return np.where(np.isfinite(sd) & (sd >= 0.0), sd, 0.0)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -85,6 +96,8 @@ class PolicyInputs:
     rates: NDArray[np.float64]  # λ̂
     rate_n: NDArray[np.float64]  # evidence (effective observed changes)
     weights: NDArray[np.float64]
+    # posterior sd of ln λ per page (natural-log units); None: the rates are taken as exact
+    rate_sd: NDArray[np.float64] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -202,8 +215,10 @@ def load_inputs(
             spread=spread,
         )
         rates, rate_n = np.asarray(est.rate), np.asarray(est.n_eff)
+        rate_sd = posterior_sd(est) if model == "log-normal" else None
     else:
         rates, rate_n = np.full(n, DEFAULT_PRIOR_RATE), np.zeros(n)
+        rate_sd = np.full(n, spread) if model == "log-normal" else None
     return PolicyInputs(
         page_ids=ids,
         host_index=host_index.astype(np.intp),
@@ -212,6 +227,7 @@ def load_inputs(
         rates=rates,
         rate_n=rate_n,
         weights=_weights(store, ids, weights),
+        rate_sd=rate_sd,
     )
 
 
@@ -233,21 +249,45 @@ def _weights(store: Store, ids: NDArray[np.int64], weights: str) -> NDArray[np.f
     return _pagerank(n, src[ok], dst[ok])
 
 
-def plan(inputs: PolicyInputs, policy: str, budget: float, *, explore: float) -> Plan:
-    """Target rates: the policy's split of B·(1 − explore), plus exploration."""
+def plan(
+    inputs: PolicyInputs, policy: str, budget: float, *, explore: float, decide: str = "plug-in"
+) -> Plan:
+    """Target rates: the policy's split of B·(1 − explore), plus exploration.
+
+    ``decide = "expected"``: the optimal policies maximise the expected value under each
+    rate's posterior (:func:`policies.solve_expected`) where ``inputs.rate_sd`` gives one;
+    "plug-in" takes λ̂ as exact."""
     n = inputs.page_ids.size
     if n == 0:
         alloc = policies.solve(policy, np.zeros(0), budget)
         return Plan(target=np.zeros(0), allocation=alloc, explored=0)
     share = budget * (1.0 - explore)
-    alloc = policies.solve(
-        policy,
-        inputs.rates,
-        share,
-        weights=inputs.weights,
-        hosts=inputs.host_index,
-        host_caps=inputs.host_caps,
-    )
+    if decide not in DECISIONS:
+        raise ValueError(f"decide must be one of {', '.join(DECISIONS)}, not {decide!r}")
+    if (
+        decide == "expected"
+        and inputs.rate_sd is not None
+        and policy in policies.EXPECTED_POLICIES
+        and (inputs.rates > 0).all()
+    ):
+        alloc = policies.solve_expected(
+            policy,
+            np.log(inputs.rates),
+            inputs.rate_sd,
+            share,
+            weights=inputs.weights,
+            hosts=inputs.host_index,
+            host_caps=inputs.host_caps,
+        )
+    else:
+        alloc = policies.solve(
+            policy,
+            inputs.rates,
+            share,
+            weights=inputs.weights,
+            hosts=inputs.host_index,
+            host_caps=inputs.host_caps,
+        )
     target = np.array(alloc.rates, dtype=np.float64)
     starved = target <= 0.0
     explored = int(starved.sum())
