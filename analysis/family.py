@@ -265,6 +265,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--set", choices=("tune", "report"), default="report")
     parser.add_argument("--webs", type=int, default=0, help="first N webs of the set (0: all)")
+    parser.add_argument("--seeds", default="", help="comma-separated web seeds (overrides --set)")
     parser.add_argument("--runs", type=int, default=3, help="draws of the change times")
     parser.add_argument("--horizon", type=float, default=HORIZONS[-1], help="seconds")
     parser.add_argument("--decide", choices=("plug-in", "expected"), default="expected")
@@ -275,6 +276,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("analysis.family: --runs must be ≥ 2 and --horizon ≥ 60 s", file=sys.stderr)
         return 2
     seeds = TUNE if args.set == "tune" else REPORT
+    if args.seeds:
+        seeds = tuple(int(x) for x in args.seeds.split(","))
     if args.webs:
         seeds = seeds[: args.webs]
     results = []

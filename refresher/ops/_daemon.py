@@ -274,6 +274,7 @@ class Daemon:
             policy=policy,
             explore=new.policy.explore,
             weights=new.policy.weights,
+            decide=new.policy.decide,
         )
         if seeds:
             await self.add_seeds(seeds)
@@ -398,6 +399,7 @@ class Daemon:
             policy=policy,
             resolve_interval=c.policy.resolve_interval,
             explore=c.policy.explore,
+            decide=c.policy.decide,
             inputs=InputSettings.from_config(c),
             wall_clock=self._wall,
         )

@@ -325,6 +325,22 @@ def _save(store: Store, inputs: PolicyInputs, target: NDArray[np.float64], now: 
         store.con.unregister("_plan")
 
 
+def expected_means(inputs: PolicyInputs, target: NDArray[np.float64]) -> tuple[float, float]:
+    """The plan's expected mean freshness and age (seconds): the posterior means where the
+    estimator gives a posterior (λ̂ is its mode, and F̄ at the mode overstates the freshness
+    of pages that changed before every fetch), else the values at λ̂."""
+    if inputs.rate_sd is None or not (inputs.rates > 0).all():
+        return (
+            policies.mean_freshness(inputs.rates, target),
+            policies.mean_age(inputs.rates, target),
+        )
+    theta = np.log(inputs.rates)
+    fresh = policies.expected_value("freshness", theta, inputs.rate_sd, target)
+    with np.errstate(invalid="ignore"):
+        age = policies.expected_value("age", theta, inputs.rate_sd, target)
+    return float(fresh.mean()), float(age.mean())
+
+
 def policy_table(inputs: PolicyInputs, budget: float) -> dict[str, Any]:
     """Expected mean freshness and age (seconds) of the page set under every policy."""
     table: dict[str, Any] = {}
@@ -396,6 +412,7 @@ class Allocator:
         policy: str,
         resolve_interval: float = 60.0,
         explore: float = 0.05,
+        decide: str = "expected",
         inputs: InputSettings = InputSettings(),
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
@@ -405,6 +422,7 @@ class Allocator:
         self.policy = policy
         self.resolve_interval = resolve_interval
         self.explore = explore
+        self.decide = decide
         self.inputs = inputs
         self._wall = wall_clock
         self._pages = 0
@@ -445,8 +463,11 @@ class Allocator:
         policy: str,
         explore: float | None = None,
         weights: str | None = None,
+        decide: str | None = None,
     ) -> None:
         changed = budget != self.budget or policy != self.policy
+        if decide is not None and decide != self.decide:
+            self.decide, changed = decide, True
         self.budget, self.policy = budget, policy
         if explore is not None:
             self.explore = explore
@@ -461,6 +482,7 @@ class Allocator:
         """One allocation pass (see the module docstring)."""
         t0 = time.perf_counter()
         policy, budget, explore, now = self.policy, self.budget, self.explore, self._wall()
+        decide = self.decide
         settings = self.inputs
 
         def gather(store: Store) -> PolicyInputs:
@@ -469,15 +491,14 @@ class Allocator:
 
         inputs = await self._store.call(gather)
         result = await trio.to_thread.run_sync(
-            lambda: plan(inputs, policy, budget, explore=explore)
+            lambda: plan(inputs, policy, budget, explore=explore, decide=decide)
         )
         await self._store.call(lambda store: _save(store, inputs, result.target, now))
         self._pages = int(inputs.page_ids.size)
         self._unplaced = float(result.allocation.unplaced)
         self._explored = result.explored
         if self._pages:
-            self._freshness = policies.mean_freshness(inputs.rates, result.target)
-            self._age = policies.mean_age(inputs.rates, result.target)
+            self._freshness, self._age = expected_means(inputs, result.target)
         self._solves += 1
         self._last_solve = time.perf_counter() - t0
         self._frontier.reset()
