@@ -170,7 +170,7 @@ def load_inputs(
         SELECT p.id, p.host_id, coalesce(p.last_fetch, 'NaN'::DOUBLE) AS last_fetch,
                coalesce(h.delay, 0) AS delay
         FROM pages p JOIN hosts h ON h.id = p.host_id
-        WHERE p.status <> 'gone' ORDER BY p.id
+        WHERE p.status NOT IN ('gone', 'denied') ORDER BY p.id
         """
     ).fetchnumpy()
     ids = np.asarray(pages["id"], dtype=np.int64)
