@@ -53,6 +53,9 @@ DEFAULT_CONFIG_FILE = Path("/etc/refresher/refresher.toml")
 POLICY_NAMES = ("uniform", "proportional", "optimal", "optimal-age")
 #: page weights for the optimal policies: PageRank over the stored links, or none (all 1)
 WEIGHTS = ("pagerank", "none")
+#: how the optimal policies treat uncertain rates: maximise the expected value under each
+#: rate's posterior, or plan for the point estimate as if it were exact
+DECISIONS = ("expected", "plug-in")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -93,6 +96,9 @@ class PolicyConfig:
     #: page weights wᵢ the optimal policies use: "pagerank" (over the stored link edges,
     #: mean 1) or "none" (every page 1: what unweighted mean freshness measures)
     weights: str = "pagerank"
+    #: "expected" (maximise expected freshness or age under each λ's posterior; log-normal
+    #: estimator only) or "plug-in" (treat λ̂ as exact)
+    decide: str = "expected"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -307,6 +313,7 @@ _CHECKS: dict[str, Callable[[Any], str | None]] = {
     "policy.resolve_interval": _positive,
     "policy.explore": lambda v: None if 0 <= v < 1 else "must be a share from 0 to below 1",
     "policy.weights": _one_of(*WEIGHTS),
+    "policy.decide": _one_of(*DECISIONS),
     "estimate.history": _positive,
     "estimate.model": _one_of("log-normal", "gamma"),
     "estimate.spread": _positive,

@@ -287,6 +287,7 @@ class Daemon:
             policy=policy,
             explore=new.policy.explore,
             weights=new.policy.weights,
+            decide=new.policy.decide,
         )
         if seeds:
             await self.add_seeds(seeds)
@@ -411,6 +412,7 @@ class Daemon:
             policy=policy,
             resolve_interval=c.policy.resolve_interval,
             explore=c.policy.explore,
+            decide=c.policy.decide,
             inputs=InputSettings.from_config(c),
             wall_clock=self._wall,
         )
