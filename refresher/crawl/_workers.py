@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import trio
 
 from refresher._config import Config
+from refresher.archive._keep import Keeper
 from refresher.crawl._fetch import Fetcher, FetchResult
 from refresher.crawl._frontier import Frontier, HostState, Lease, next_allowed_after
 from refresher.crawl._robots import RobotsRules, rules_for_response
@@ -85,6 +86,7 @@ class Crawler:
         allocator: Allocator,
         discovery: Discovery | None = None,
         wall_clock: Callable[[], float] = time.time,
+        keeper: Keeper | None = None,
     ) -> None:
         self.config = config
         self._frontier = frontier
@@ -106,6 +108,7 @@ class Crawler:
         self._wire: deque[float] = deque()
         self._wire_since: float | None = None  # when run() began
         self._discovery = discovery
+        self._keeper = keeper  # the archive and the change feed
         self._digests: OrderedDict[bytes, int] = OrderedDict()
         self.idle = trio.Event()  # set when every worker has stopped
 
@@ -359,7 +362,18 @@ class Crawler:
             last_modified_at=_http_date(last_modified) if ok or r.not_modified else None,
         )
         self._meaningful += bool(meaningful)
-        await self._store.record(record)
+        capture = None
+        if self._keeper is not None:
+            capture = await self._keeper.keep(
+                page_id=page.id,
+                url=page.url,
+                result=r,
+                previous_digest=page.digest,
+                etag=page.etag,
+                last_modified=page.last_modified,
+                meaningful=meaningful,
+            )
+        await self._store.record(record, capture)
         await self._store.update_host(self._host_update(host))
         lease = self._frontier.update_page(
             lease,
