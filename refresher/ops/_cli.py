@@ -295,7 +295,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
         )
         print(f"  policy     {a.get('policy')} at {a.get('budget'):g} fetches/s")
         print(
-            f"  fetching   {answer['fetches_per_second']} fetches/s, "
+            f"  fetching   {answer['fetches_per_second']} fetches/s "
+            f"({c.get('wire_rate', 0.0):.2f} requests/s on the wire, last 30 s), "
             f"{c.get('busy')}/{c.get('workers')} workers busy; {c.get('changed')} changed, "
             f"{c.get('not_modified')} not modified, "
             f"{c.get('errors')} errors, {c.get('denied')} denied by robots.txt"

@@ -25,6 +25,10 @@ import trio
 import policies
 from refresher._config import Config
 from refresher._errors import ConfigError, InvalidURL, RefresherError
+from refresher.archive._archive import open_writer
+from refresher.archive._keep import Keeper
+from refresher.archive._sinks import ChangeFeed, load_sinks
+from refresher.archive._warc import WarcWriter
 from refresher.crawl._dns import Resolver
 from refresher.crawl._fetch import Fetcher
 from refresher.crawl._frontier import Frontier
@@ -94,6 +98,8 @@ class Daemon:
         self._fetcher: Fetcher | None = None
         self._discovery: Discovery | None = None
         self._snapshotter: Snapshotter | None = None
+        self._warc: WarcWriter | None = None
+        self._feed: ChangeFeed | None = None
 
     @property
     def store(self) -> StoreService | None:
@@ -190,6 +196,8 @@ class Daemon:
             ("fetcher", self._fetcher),
             ("discovery", self._discovery),
             ("snapshot", self._snapshotter),
+            ("archive", self._warc),
+            ("sinks", self._feed),
         ):
             if part is not None:
                 out[name] = _plain(part.statistics())
@@ -271,7 +279,7 @@ class Daemon:
             self.notifier.ready()
             return
         old = self.config
-        for section in ("store", "frontier", "control", "dns", "metrics", "snapshot"):
+        for section in ("store", "frontier", "control", "dns", "metrics", "snapshot", "sinks"):
             if getattr(old, section) != getattr(new, section):
                 log.warning("config section changed; takes effect after a restart", section=section)
         if old.crawl.workers != new.crawl.workers:
@@ -287,6 +295,7 @@ class Daemon:
             policy=policy,
             explore=new.policy.explore,
             weights=new.policy.weights,
+            decide=new.policy.decide,
         )
         if seeds:
             await self.add_seeds(seeds)
@@ -304,6 +313,8 @@ class Daemon:
             "fetcher": lambda: self._fetcher,
             "allocator": lambda: self._allocator,
             "snapshot": lambda: self._snapshotter,
+            "archive": lambda: self._warc,
+            "sinks": lambda: self._feed,
         }
 
         def snapshot(get: Callable[[], Any]) -> Callable[[], object]:
@@ -368,8 +379,12 @@ class Daemon:
                 lambda: Store(c.store.path, memory_limit=c.store.memory_limit)
             )
             log.info("store opened", path=str(c.store.path), schema=store.schema_version())
+            self._warc = await trio.to_thread.run_sync(open_writer, c, store)
             service = StoreService(
-                store, flush_interval=c.store.flush_interval, batch_size=c.store.batch_size
+                store,
+                flush_interval=c.store.flush_interval,
+                batch_size=c.store.batch_size,
+                archive=self._warc,
             )
             self._store = service
             try:
@@ -381,6 +396,8 @@ class Daemon:
                         service.close()
             finally:
                 await trio.to_thread.run_sync(store.close)
+                if self._warc is not None:
+                    self._warc.close()
         log.info("stopped", acknowledged=service.statistics().acknowledged)
         return 0
 
@@ -411,6 +428,7 @@ class Daemon:
             policy=policy,
             resolve_interval=c.policy.resolve_interval,
             explore=c.policy.explore,
+            decide=c.policy.decide,
             inputs=InputSettings.from_config(c),
             wall_clock=self._wall,
         )
@@ -439,6 +457,8 @@ class Daemon:
             ) as fetcher,
         ):
             self._fetcher = fetcher
+            self._feed = ChangeFeed(load_sinks(c), queue=c.sinks.queue)
+            await services.start(self._feed.run)
             await services.start(allocator.run)
             await services.start(frontier.run)
             if self._discovery is not None:
@@ -451,6 +471,12 @@ class Daemon:
                 allocator=allocator,
                 discovery=self._discovery,
                 wall_clock=self._wall,
+                keeper=Keeper(
+                    writer=self._warc,
+                    listener=self._feed,
+                    user_agent=lambda: self.config.crawl.user_agent,
+                    revisits=c.archive.revisits,
+                ),
             )
             self._crawler = crawler
             async with trio.open_nursery() as work:

@@ -102,6 +102,7 @@ METRICS: Mapping[str, Mapping[str, MetricSpec]] = {
         "bytes": _c("Decoded body bytes of page fetches."),
         "meaningful": _c("Changes beyond the near-duplicate (simhash) threshold."),
         "duplicates": _c("Fetches whose body another page served recently (content-seen)."),
+        "wire_rate": _g("Requests per second on the wire (pages and robots.txt), last 30 s."),
     },
     "discovery": {
         "documents": _c("Documents whose links were processed."),
