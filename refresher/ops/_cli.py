@@ -148,6 +148,17 @@ def _parser() -> argparse.ArgumentParser:
         _common(host_cmd)
         host_cmd.add_argument("host", help='the host key, e.g. "example.org" or "example.org:8080"')
 
+    backup = sub.add_parser(
+        "backup",
+        help="copy the store consistently to a new file, while the daemon runs or not",
+        description="Write a consistent copy of the store to DEST (a new file): through the "
+        "running daemon's store queue, so every fetch acknowledged before is in it, without "
+        "stopping it; or from the file when no daemon runs. Restore: stop the daemon and copy "
+        "DEST to store.path.",
+    )
+    _common(backup)
+    backup.add_argument("dest", type=Path, metavar="DEST", help="the backup file to create")
+
     reload = sub.add_parser("reload", help="make the running daemon re-read its config (SIGHUP)")
     _common(reload)
 
@@ -394,6 +405,28 @@ def _cmd_policy(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_backup(args: argparse.Namespace) -> int:
+    from refresher.store._backup import backup_file
+
+    config = _loader(args)()
+    dest = args.dest.absolute()  # the daemon's working directory may differ
+    try:
+        # a large store takes a while to copy: wait for it
+        payload = {"op": "backup", "dest": str(dest)}
+        answer = request(config.control_socket, payload, timeout=24 * 3600.0)
+        where = "running daemon"
+    except ControlError as e:
+        if not str(e).startswith("no daemon answers"):
+            raise  # the daemon refused (DEST exists, disk full): not a reason to try the file
+        answer = dataclasses.asdict(backup_file(config.store.path, dest))
+        where = str(config.store.path)
+    print(
+        f"backup {answer['path']}: {answer['pages']} pages, {answer['fetches']} fetches, "
+        f"{answer['bytes'] / 1e6:.1f} MB in {answer['seconds']:.1f} s (from the {where})"
+    )
+    return 0
+
+
 def _cmd_reload(args: argparse.Namespace) -> int:
     config = _loader(args)()
     request(config.control_socket, {"op": "reload"})
@@ -444,6 +477,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _cmd_policy(args)
         if args.command == "reload":
             return _cmd_reload(args)
+        if args.command == "backup":
+            return _cmd_backup(args)
         if args.command == "simweb":
             from refresher.sim._simweb import run as run_simweb
 
