@@ -325,34 +325,65 @@ def _save(store: Store, inputs: PolicyInputs, target: NDArray[np.float64], now: 
         store.con.unregister("_plan")
 
 
-def expected_means(inputs: PolicyInputs, target: NDArray[np.float64]) -> tuple[float, float]:
-    """The plan's expected mean freshness and age (seconds): the posterior means where the
-    estimator gives a posterior (λ̂ is its mode, and F̄ at the mode overstates the freshness
-    of pages that changed before every fetch), else the values at λ̂."""
+def _expected_per_page(
+    inputs: PolicyInputs, target: NDArray[np.float64]
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """Each page's expected freshness and age (seconds) under ``target``: posterior means where
+    the estimator gives a posterior, else the values at λ̂."""
     if inputs.rate_sd is None or not (inputs.rates > 0).all():
         return (
-            policies.mean_freshness(inputs.rates, target),
-            policies.mean_age(inputs.rates, target),
+            np.asarray(policies.freshness(inputs.rates, target), dtype=np.float64),
+            np.asarray(policies.age(inputs.rates, target), dtype=np.float64),
         )
     theta = np.log(inputs.rates)
     fresh = policies.expected_value("freshness", theta, inputs.rate_sd, target)
     with np.errstate(invalid="ignore"):
         age = policies.expected_value("age", theta, inputs.rate_sd, target)
+    return np.asarray(fresh, dtype=np.float64), np.asarray(age, dtype=np.float64)
+
+
+def expected_means(inputs: PolicyInputs, target: NDArray[np.float64]) -> tuple[float, float]:
+    """The plan's expected mean freshness and age (seconds): the posterior means where the
+    estimator gives a posterior (λ̂ is its mode, and F̄ at the mode overstates the freshness
+    of pages that changed before every fetch), else the values at λ̂."""
+    fresh, age = _expected_per_page(inputs, target)
     return float(fresh.mean()), float(age.mean())
 
 
-def policy_table(inputs: PolicyInputs, budget: float) -> dict[str, Any]:
-    """Expected mean freshness and age (seconds) of the page set under every policy."""
+#: what every freshness and age of :func:`policy_table`, the allocator's statistics and the
+#: metrics mean: one definition, printed with the table
+DEFINITION = (
+    "expected freshness and age per page (posterior means where the estimator gives a "
+    "posterior, else at the estimated rate), host politeness caps applied; 'freshness' and "
+    "'age' average pages equally, 'weighted' weighs them by the policy's page weights"
+)
+
+
+def policy_table(inputs: PolicyInputs, budget: float, *, decide: str = "plug-in") -> dict[str, Any]:
+    """Expected mean freshness and age (seconds) of the page set under every policy, planned
+    as the daemon plans (``decide``, host caps, weights); see :data:`DEFINITION`."""
     table: dict[str, Any] = {}
+    weights = inputs.weights
     for name in policies.available():
-        p = plan(inputs, name, budget, explore=0.0)
-        age = policies.mean_age(inputs.rates, p.target)
+        p = plan(inputs, name, budget, explore=0.0, decide=decide)
+        fresh, age = _expected_per_page(inputs, p.target)
+        mean_age = float(age.mean()) if age.size else math.nan
         table[name] = {
-            "freshness": policies.mean_freshness(inputs.rates, p.target),
-            "age": age if math.isfinite(age) else None,  # None: a changing page never fetched
+            "freshness": float(fresh.mean()) if fresh.size else math.nan,
+            "weighted": float(np.average(fresh, weights=weights))
+            if fresh.size and weights.sum() > 0
+            else math.nan,
+            # None: a changing page never fetched
+            "age": mean_age if math.isfinite(mean_age) else None,
             "unplaced": p.allocation.unplaced,
         }
-    return {"budget": budget, "pages": int(inputs.page_ids.size), "policies": table}
+    return {
+        "budget": budget,
+        "pages": int(inputs.page_ids.size),
+        "decide": decide,
+        "definition": DEFINITION,
+        "policies": table,
+    }
 
 
 def priority_level(page: PageRow, now: float, levels: int) -> int:
@@ -525,7 +556,8 @@ class Allocator:
         """:func:`policy_table` of the current page set, at ``budget`` (default: B)."""
         inputs = await self._store.call(self.inputs.load)
         b = self.budget if budget is None else budget
-        return await trio.to_thread.run_sync(lambda: policy_table(inputs, b))
+        decide = self.decide
+        return await trio.to_thread.run_sync(lambda: policy_table(inputs, b, decide=decide))
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         await self.solve()

@@ -400,3 +400,27 @@ async def test_an_empty_store_is_reported_as_no_pages_not_as_unplaced_budget(
     events = [e["event"] for e in logs if e["log_level"] == "warning"]
     assert events == ["no pages to refresh yet; add seeds with `refresher seed URL`"]
     service.close()
+
+
+def test_the_policy_table_uses_the_allocators_definition_and_shows_weighted_freshness():
+    from dataclasses import replace
+
+    from refresher.refresh._allocate import expected_means
+
+    rng = np.random.default_rng(3)
+    rates = np.geomspace(1e-4, 1e-1, 40)
+    weighted = replace(
+        inputs(rates, hosts=[i % 4 for i in range(40)], caps=[0.2, 0.2, 0.2, 0.2]),
+        weights=rng.gamma(0.5, 2.0, 40),
+        rate_sd=np.full(40, 0.8),
+    )
+    table = policy_table(weighted, 0.5, decide="expected")
+    rows = table["policies"]
+    for name in ("uniform", "optimal"):
+        target = plan(weighted, name, 0.5, explore=0.0, decide="expected").target
+        assert rows[name]["freshness"] == pytest.approx(expected_means(weighted, target)[0])
+    # the optimal policy maximises weighted freshness: its weighted column beats uniform's
+    assert rows["optimal"]["weighted"] >= rows["uniform"]["weighted"]
+    assert rows["optimal"]["weighted"] != pytest.approx(rows["optimal"]["freshness"])
+    assert table["decide"] == "expected" and "host politeness caps" in table["definition"]
+    json.dumps(table, allow_nan=False)
