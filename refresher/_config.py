@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import ipaddress
 import json
 import math
+import re
 import tomllib
 import types
 import typing
@@ -53,6 +55,9 @@ DEFAULT_CONFIG_FILE = Path("/etc/refresher/refresher.toml")
 POLICY_NAMES = ("uniform", "proportional", "optimal", "optimal-age")
 #: page weights for the optimal policies: PageRank over the stored links, or none (all 1)
 WEIGHTS = ("pagerank", "none")
+#: how the optimal policies treat uncertain rates: maximise the expected value under each
+#: rate's posterior, or plan for the point estimate as if it were exact
+DECISIONS = ("expected", "plug-in")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -93,6 +98,9 @@ class PolicyConfig:
     #: page weights wᵢ the optimal policies use: "pagerank" (over the stored link edges,
     #: mean 1) or "none" (every page 1: what unweighted mean freshness measures)
     weights: str = "pagerank"
+    #: "expected" (maximise expected freshness or age under each λ's posterior; log-normal
+    #: estimator only) or "plug-in" (treat λ̂ as exact)
+    decide: str = "expected"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -362,6 +370,7 @@ _CHECKS: dict[str, Callable[[Any], str | None]] = {
     "policy.resolve_interval": _positive,
     "policy.explore": lambda v: None if 0 <= v < 1 else "must be a share from 0 to below 1",
     "policy.weights": _one_of(*WEIGHTS),
+    "policy.decide": _one_of(*DECISIONS),
     "estimate.history": _positive,
     "estimate.model": _one_of("log-normal", "gamma"),
     "estimate.spread": _positive,
@@ -485,13 +494,17 @@ def _build(cls: Any, raw: Mapping[str, Any], prefix: str) -> Any:
         tp = hints[k]
         if dataclasses.is_dataclass(tp):
             if not isinstance(v, dict):
-                raise ConfigError(f"expected a table [{k}], got {v!r}", key=key)
+                raise ConfigError(
+                    f"expected a table [{k}], got {v!r}; write it as a table", key=key
+                )
             kwargs[k] = _build(tp, v, f"{key}.")
             continue
         value = _coerce(v, tp, key)
         check = _CHECKS.get(key)
         if check is not None and (problem := check(value)) is not None:
-            raise ConfigError(f"{problem}, got {value!r}", key=key)
+            raise ConfigError(
+                f"{problem}, got {value!r}; fix it in the config file or the --set flag", key=key
+            )
         kwargs[k] = value
     return cls(**kwargs)
 
@@ -559,13 +572,71 @@ def load_config(
         raw = _relative_to(raw, source.parent)
     raw = merge_tables(raw, overrides or {})
     config: Config = _build(Config, raw, "")
+    _check_whole(config)
+    return config
+
+
+#: DuckDB's memory_limit syntax: a number and a unit, e.g. "256MB", "1.5GiB"
+_MEMORY = re.compile(r"^\s*\d+(\.\d+)?\s*(B|[KMGT]i?B)\s*$", re.IGNORECASE)
+#: sun_path holds 108 bytes on Linux, one of them the terminating NUL
+_UNIX_PATH_MAX = 107
+
+
+def metrics_address_problem(host: str, allow_remote: bool) -> str | None:
+    """Why ``metrics.host`` cannot be listened on, or None."""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return f"{host!r} is not an IP address; use 127.0.0.1 or ::1"
+    if not address.is_loopback and not allow_remote:
+        return (
+            f"{host} is not a loopback address, and /metrics has no authentication; "
+            "use 127.0.0.1 or ::1 and let a local agent scrape it, or set "
+            "metrics.allow_remote = true behind a firewall"
+        )
+    return None
+
+
+def _check_whole(config: Config) -> None:
+    """Checks that need more than one key, or more than the type: all of them run at load
+    time, so that a bad value stops ``refresher run`` before any file is created."""
+    from refresher.crawl._dns import parse_static
+
     if config.politeness.max_delay < config.politeness.min_delay:
         raise ConfigError(
             f"must be at least politeness.min_delay ({config.politeness.min_delay}); "
             "raise max_delay or lower min_delay",
             key="politeness.max_delay",
         )
-    return config
+    if not _MEMORY.match(config.store.memory_limit):
+        raise ConfigError(
+            f"{config.store.memory_limit!r} is not a size; write a number and a unit "
+            "such as '256MB' or '2GB'",
+            key="store.memory_limit",
+        )
+    if config.store.path.is_dir():
+        raise ConfigError(
+            f"{str(config.store.path)!r} is a directory; name the DuckDB file, "
+            "e.g. /var/lib/refresher/refresher.duckdb",
+            key="store.path",
+        )
+    if config.snapshot.path is not None and config.snapshot.path == config.store.path:
+        raise ConfigError(
+            "is the store file itself; name another file or leave it unset",
+            key="snapshot.path",
+        )
+    socket_path = str(config.control_socket).encode()
+    if len(socket_path) > _UNIX_PATH_MAX:
+        raise ConfigError(
+            f"the control socket path is {len(socket_path)} bytes, unix sockets take at most "
+            f"{_UNIX_PATH_MAX}; set a shorter control.socket",
+            key="control.socket",
+        )
+    if config.metrics.port is not None:
+        problem = metrics_address_problem(config.metrics.host, config.metrics.allow_remote)
+        if problem is not None:
+            raise ConfigError(problem, key="metrics.host")
+    parse_static(config.dns.static)
 
 
 _PATH_KEYS = (

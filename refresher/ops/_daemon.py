@@ -46,6 +46,7 @@ from refresher.ops._metrics import MetricsServer
 from refresher.ops._notify import Notifier, format_status
 from refresher.refresh._allocate import Allocator, InputSettings, priority_level
 from refresher.store._duckdb import HostRow, NewPage, PageRow, Store, StoreService
+from refresher.store._hosts import host_summary
 from refresher.store._snapshot import Snapshotter, snapshot_path
 
 __all__ = ["Daemon", "check_seeds", "run_daemon"]
@@ -208,10 +209,22 @@ class Daemon:
             out["seen"] = _plain(self._discovery.seen.statistics())
         return out
 
+    async def _status_with_hosts(self, limit: Any) -> dict[str, Any]:
+        """:meth:`status` with the host list of ``refresher status`` (``limit`` busiest, or all
+        when None, and every paused host or host in backoff)."""
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
+            raise ValueError('"hosts_limit" must be a whole number or null')
+        out = self.status()
+        if self._store is not None:
+            now = self._wall()
+            rows = await self._store.call(lambda s: host_summary(s, now=now, limit=limit))
+            out["host_list"] = [asdict(h) for h in rows]
+        return out
+
     async def _handle(self, req: dict[str, Any]) -> dict[str, Any]:
         op = req["op"]
         if op == "status":
-            return self.status()
+            return await self._status_with_hosts(req.get("hosts_limit", 10))
         if op == "seed":
             urls = req.get("urls")
             if not isinstance(urls, list) or not all(isinstance(u, str) for u in urls):
@@ -250,7 +263,7 @@ class Daemon:
             self._frontier.set_paused(host, paused)
             found = await self._store.call(lambda s: s.set_paused(host, paused))
             if not found:
-                raise ValueError(f"unknown host {host!r}; see `refresher status` for hosts")
+                raise ValueError(f"unknown host {host!r}; `refresher status --hosts` lists them")
             # The loader skips paused hosts: reload so their held pages go, or come back.
             self._frontier.reset()
             return {"host": host, "paused": paused}
@@ -286,6 +299,7 @@ class Daemon:
             policy=policy,
             explore=new.policy.explore,
             weights=new.policy.weights,
+            decide=new.policy.decide,
         )
         if seeds:
             await self.add_seeds(seeds)
@@ -446,6 +460,7 @@ class Daemon:
             policy=policy,
             resolve_interval=c.policy.resolve_interval,
             explore=c.policy.explore,
+            decide=c.policy.decide,
             inputs=InputSettings.from_config(c),
             wall_clock=self._wall,
         )
@@ -521,7 +536,7 @@ class Daemon:
                     "ready",
                     workers=c.crawl.workers,
                     budget=c.budget.fetches_per_second,
-                    policy=c.policy.name,
+                    policy=allocator.policy,
                     control=str(c.control_socket),
                 )
                 async for signum in signals:
@@ -569,3 +584,27 @@ def run_daemon(config_loader: Callable[[], Config]) -> int:
     except RefresherError as e:
         log.error("cannot run", error=str(e))
         return 1
+    except BaseExceptionGroup as group:
+        # A service that cannot start (a port in use, a socket path refused) fails inside the
+        # nursery; the person at the terminal gets its one line, not the nursery's traceback.
+        cause = _refresher_error(group)
+        if cause is None:
+            raise
+        log.error("cannot run", error=str(cause))
+        return 1
+
+
+def _refresher_error(group: BaseExceptionGroup[Any]) -> RefresherError | None:
+    """The first RefresherError among ``group``'s leaves when every leaf is one, else None."""
+    leaves: list[BaseException] = []
+
+    def walk(e: BaseException) -> None:
+        if isinstance(e, BaseExceptionGroup):
+            for inner in e.exceptions:
+                walk(inner)
+        else:
+            leaves.append(e)
+
+    walk(group)
+    errors = [e for e in leaves if isinstance(e, RefresherError)]
+    return errors[0] if errors and len(errors) == len(leaves) else None
