@@ -167,7 +167,15 @@ class ChangeFeed:
                     await sink.send(change)
                 except Exception as e:  # a sink's bug must not stop the feed
                     self._failed[name] += 1
-                    log.error("sink failed a change", sink=name, url=change.url, error=repr(e))
+                    n = self._failed[name]
+                    if n & (n - 1) == 0:  # a log line per doubling, not per failure
+                        log.error(
+                            "sink failed a change",
+                            sink=name,
+                            url=change.url,
+                            error=repr(e),
+                            failed=n,
+                        )
                 else:
                     self._delivered[name] += 1
         finally:
@@ -229,7 +237,10 @@ class JsonlSink:
         if self._file.tell() + len(line) > self.max_bytes and self._file.tell() > 0:
             self._file.close()
             stamp = time.strftime("%Y%m%d%H%M%S", time.gmtime())
-            os.replace(self.path, self.path.with_name(f"{self.path.name}.{stamp}"))
+            n = 0
+            while (old := self.path.with_name(f"{self.path.name}.{stamp}-{n}")).exists():
+                n += 1
+            os.replace(self.path, old)
             self._file = self.path.open("ab")
         self._file.write(line)
         self._file.flush()
