@@ -228,11 +228,14 @@ def prune_candidates(con: Any, *, keep_versions: int | None, max_bytes: int | No
                        ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS newer_responses
             FROM warc_records
         )
-        SELECT id, span, newer_responses > ? AS over, captured_at,
+        SELECT id, span,
+               -- a revisit belongs to the version before it: it goes when that version goes
+               CASE WHEN kind = 'response' THEN newer_responses > ? ELSE newer_responses >= ?
+               END AS over, captured_at,
                kind = 'response' AND newer_responses = 1 AS latest
         FROM ranked ORDER BY captured_at, id
         """,
-        [keep],
+        [keep, keep],
     ).fetchall()
     drop = [int(r[0]) for r in rows if r[2] and not r[4]]
     if max_bytes is not None:
