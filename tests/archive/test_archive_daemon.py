@@ -10,9 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import trio
 
+from refresher._config import load_config
 from refresher.archive._archive import Archive
 from refresher.archive._warc import read_record, scan_file
+from refresher.ops._control import request
 from tests.conftest import cli, daemon_config, query_db, wait_for
 
 
@@ -132,3 +135,48 @@ async def test_get_cdx_and_export_work_while_the_daemon_runs(site, short_dir, da
     assert rows[0][0] > 0 and rows[0][1] > 0
     missing = cli("get", "--config", str(config), "http://a.sim.test/nowhere")
     assert missing.returncode == 1 and "no archived version" in missing.stderr
+
+
+async def stalled_server(*, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    """Accepts connections and never answers: a webhook receiver that hangs."""
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    task_status.started(listeners[0].socket.getsockname()[1])
+
+    async def hang(stream: trio.SocketStream) -> None:
+        await trio.sleep_forever()
+
+    await trio.serve_listeners(hang, listeners)
+
+
+async def test_the_change_feed_gets_every_change_and_a_hung_webhook_only_drops(
+    site, short_dir, daemons, nursery
+):
+    s, port = site
+    hook = await nursery.start(stalled_server)
+    config = daemon_config(
+        short_dir,
+        port=port,
+        seeds=s.urls(),
+        sinks={
+            "names": ["jsonl", "webhook"],
+            "queue": 2,
+            "webhook_url": f"http://127.0.0.1:{hook}/hook",
+            "webhook_timeout": 600.0,
+        },
+    )
+    d = daemons(config)
+    await d.ready()
+    await wait_for(lambda: d.acknowledged() >= 60, what="60 acknowledged fetches")
+    status = await trio.to_thread.run_sync(
+        request, load_config(config).control_socket, {"op": "status"}
+    )
+    d.signal(signal.SIGTERM)
+    assert await d.wait_exit() == 0
+    sinks = status["sinks"]
+    assert sinks["dropped"]["webhook"] > 0 and sinks["dropped"]["jsonl"] == 0
+    db = short_dir / "refresher.duckdb"
+    responses = query_db(db, "SELECT url, digest FROM warc_records WHERE kind = 'response'")
+    lines = [json.loads(x) for x in (short_dir / "changes.jsonl").read_text().splitlines()]
+    assert sorted((x["url"], x["digest"]) for x in lines) == sorted(
+        (u, bytes(dg).hex()) for u, dg in responses
+    )
