@@ -360,6 +360,16 @@ def _port(v: Any) -> str | None:
     return None if 0 < v < 65536 else "must be a TCP port between 1 and 65535"
 
 
+def _installed_sinks(names: tuple[str, ...]) -> str | None:
+    import importlib.metadata
+
+    found = {ep.name for ep in importlib.metadata.entry_points(group="refresher.sinks")}
+    missing = [n for n in names if n not in found]
+    if not missing:
+        return None
+    return f"no sink {missing[0]!r}; installed: {', '.join(sorted(found)) or 'none'}"
+
+
 _CHECKS: dict[str, Callable[[Any], str | None]] = {
     "store.flush_interval": _positive,
     "store.batch_size": _positive,
@@ -403,6 +413,12 @@ _CHECKS: dict[str, Callable[[Any], str | None]] = {
     "archive.max_bytes": _positive,
     "archive.keep_versions": _positive,
     "archive.prune_interval": _positive,
+    "sinks.names": lambda v: _installed_sinks(v),
+    "sinks.webhook_url": lambda v: (
+        None
+        if v is None or v.startswith(("http://", "https://"))
+        else "must be an http:// or https:// URL"
+    ),
     "sinks.queue": _positive,
     "sinks.jsonl_max_bytes": _positive,
     "sinks.webhook_timeout": _positive,
