@@ -6,6 +6,7 @@ daemon prunes by itself every ``archive.prune_interval``)."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from collections.abc import Callable
@@ -18,7 +19,7 @@ from refresher._config import Config
 from refresher._errors import ArchiveError
 from refresher.archive._archive import Archive
 from refresher.archive._export import export
-from refresher.archive._retention import prune_now
+from refresher.archive._retention import HistoryRetention, prune_now
 from refresher.store._duckdb import Store
 
 __all__ = ["COMMANDS", "add_commands", "run_command"]
@@ -44,11 +45,16 @@ def add_commands(sub: Any, common: Callable[[argparse.ArgumentParser], None]) ->
     exp.add_argument("--bodies", action="store_true", help="include the raw bodies")
 
     prune = sub.add_parser(
-        "prune", help="apply archive.keep_versions and archive.max_bytes (daemon stopped)"
+        "prune",
+        help="apply archive.keep_versions, archive.max_bytes, store.history_retention "
+        "(daemon stopped)",
     )
     common(prune)
     prune.add_argument("--keep-versions", type=int, help="override archive.keep_versions")
     prune.add_argument("--max-bytes", type=int, help="override archive.max_bytes")
+    prune.add_argument(
+        "--history-retention", type=float, help="override store.history_retention (seconds)"
+    )
     prune.add_argument("--dry-run", action="store_true", help="report only")
 
 
@@ -107,10 +113,13 @@ def _prune(args: argparse.Namespace, config: Config) -> int:
     a = config.archive
     keep = args.keep_versions if args.keep_versions is not None else a.keep_versions
     max_bytes = args.max_bytes if args.max_bytes is not None else a.max_bytes
-    if keep is None and max_bytes is None:
+    history = HistoryRetention.from_config(config)
+    if args.history_retention is not None:
+        history = dataclasses.replace(history, seconds=args.history_retention)
+    if keep is None and max_bytes is None and history.seconds is None:
         print(
-            "refresher prune: nothing to do; set archive.keep_versions or archive.max_bytes "
-            "(or --keep-versions/--max-bytes)",
+            "refresher prune: nothing to do; set archive.keep_versions, archive.max_bytes or "
+            "store.history_retention (or --keep-versions/--max-bytes/--history-retention)",
             file=sys.stderr,
         )
         return 2
@@ -122,6 +131,7 @@ def _prune(args: argparse.Namespace, config: Config) -> int:
             keep_versions=keep,
             max_bytes=max_bytes,
             dry_run=args.dry_run,
+            history=history,
         )
     finally:
         store.close()

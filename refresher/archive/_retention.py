@@ -16,6 +16,7 @@ whose rows moved), which costs space and nothing else.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections.abc import Callable, Collection
@@ -25,6 +26,7 @@ from typing import Any
 
 import trio
 
+from refresher._config import Config
 from refresher.archive._warc import WARC_SUFFIX, first_record_end
 from refresher.ops._logging import get_logger
 from refresher.store._captures import (
@@ -34,8 +36,17 @@ from refresher.store._captures import (
     records_in_files,
     rename_file,
 )
+from refresher.store._history import prune_history
 
-__all__ = ["PrunePlan", "PruneReport", "Pruner", "apply_plan", "plan_prune", "prune_now"]
+__all__ = [
+    "HistoryRetention",
+    "PrunePlan",
+    "PruneReport",
+    "Pruner",
+    "apply_plan",
+    "plan_prune",
+    "prune_now",
+]
 
 log = get_logger("retention")
 
@@ -66,6 +77,8 @@ class PruneReport:
     deleted: tuple[str, ...] = ()  # WARC files deleted whole
     rewritten: tuple[tuple[str, str], ...] = ()  # (old, new) file names
     seconds: float = 0.0
+    history_rows: int = 0  # fetches deleted by the history retention
+    history_export: str | None = None  # the Parquet file they went to
 
 
 def plan_prune(
@@ -163,9 +176,13 @@ def prune_now(
     max_bytes: int | None,
     protect: Collection[str] = (),
     dry_run: bool = False,
+    history: HistoryRetention | None = None,
 ) -> PruneReport:
     """A whole pass on a store connection nobody else writes to (``refresher prune``)."""
     t0 = time.perf_counter()
+    rows, exported = (0, None)
+    if history is not None and not dry_run:
+        rows, exported = history.apply(con, time.time())
     plan = plan_prune(con, keep_versions=keep_versions, max_bytes=max_bytes, protect=protect)
     if dry_run:
         return PruneReport(
@@ -173,7 +190,39 @@ def prune_now(
         )
     copies = rewrite_files(directory, plan)
     apply_plan(con, plan, copies)
-    return _finish(directory, plan, copies, t0)
+    report = _finish(directory, plan, copies, t0)
+    return dataclasses.replace(report, history_rows=rows, history_export=exported)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HistoryRetention:
+    """``store.history_retention``: fetches older than ``seconds`` go (each page's latest
+    ``keep_per_page`` stay), exported to ``export_dir`` first when set."""
+
+    seconds: float | None
+    keep_per_page: int
+    export_dir: Path | None = None
+
+    @classmethod
+    def from_config(cls, config: Config) -> HistoryRetention:
+        return cls(
+            seconds=config.store.history_retention,
+            keep_per_page=config.estimate.history,
+            export_dir=config.store.history_export_dir,
+        )
+
+    def apply(self, con: Any, now: float) -> tuple[int, str | None]:
+        if self.seconds is None:
+            return 0, None
+        n, path = prune_history(
+            con,
+            before=now - self.seconds,
+            keep_per_page=self.keep_per_page,
+            export_dir=self.export_dir,
+        )
+        if n:
+            log.info("history pruned", fetches=n, exported=str(path) if path else None)
+        return n, str(path) if path else None
 
 
 @dataclass(slots=True)
@@ -187,6 +236,8 @@ class Pruner:
     max_bytes: int | None
     interval: float  # seconds
     protect: Callable[[], Collection[str]]  # the file being written
+    history: HistoryRetention | None = None
+    archive: bool = True  # False: no archive, only the history is pruned
     passes: int = field(default=0)
     last: PruneReport | None = None
 
@@ -194,7 +245,8 @@ class Pruner:
         task_status.started()
         while True:
             await trio.sleep(self.interval)
-            if self.keep_versions is None and self.max_bytes is None:
+            history = self.history is not None and self.history.seconds is not None
+            if self.keep_versions is None and self.max_bytes is None and not history:
                 continue
             try:
                 await self.prune()
@@ -203,6 +255,15 @@ class Pruner:
 
     async def prune(self) -> PruneReport:
         t0 = time.perf_counter()
+        history = self.history
+        rows, exported = (0, None)
+        if history is not None:
+            rows, exported = await self.call(lambda s: history.apply(s.con, time.time()))
+        if not self.archive:
+            self.last = PruneReport(
+                records=0, bytes_freed=0, history_rows=rows, history_export=exported
+            )
+            return self.last
         protect = set(self.protect())
         plan: PrunePlan = await self.call(
             lambda s: plan_prune(
@@ -212,6 +273,7 @@ class Pruner:
         copies = await trio.to_thread.run_sync(rewrite_files, self.directory, plan)
         await self.call(lambda s: apply_plan(s.con, plan, copies))
         report = await trio.to_thread.run_sync(_finish, self.directory, plan, copies, t0)
+        report = dataclasses.replace(report, history_rows=rows, history_export=exported)
         self.passes += 1
         self.last = report
         return report

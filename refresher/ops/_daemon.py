@@ -28,7 +28,7 @@ from refresher._config import Config
 from refresher._errors import ConfigError, InvalidURL, RefresherError
 from refresher.archive._archive import open_writer
 from refresher.archive._keep import Keeper
-from refresher.archive._retention import Pruner
+from refresher.archive._retention import HistoryRetention, Pruner
 from refresher.archive._sinks import ChangeFeed, load_sinks
 from refresher.archive._warc import WarcWriter
 from refresher.crawl._dns import Resolver
@@ -319,6 +319,7 @@ class Daemon:
             self._prune.keep_versions = new.archive.keep_versions
             self._prune.max_bytes = new.archive.max_bytes
             self._prune.interval = new.archive.prune_interval
+            self._prune.history = HistoryRetention.from_config(new)
         if self._warc is not None:
             self._warc.min_free_bytes = new.archive.min_free_bytes
 
@@ -351,7 +352,7 @@ class Daemon:
             sources=sources,
         )
 
-    def _pruner(self, c: Config, writer: WarcWriter) -> Pruner:
+    def _pruner(self, c: Config, writer: WarcWriter | None) -> Pruner:
         assert self._store is not None
         self._prune = Pruner(
             call=self._store.call,
@@ -359,7 +360,9 @@ class Daemon:
             keep_versions=c.archive.keep_versions,
             max_bytes=c.archive.max_bytes,
             interval=c.archive.prune_interval,
-            protect=lambda: [f for f in (writer.current_file,) if f],
+            protect=lambda: [writer.current_file or ""] if writer is not None else [],
+            history=HistoryRetention.from_config(c),
+            archive=writer is not None,
         )
         return self._prune
 
@@ -523,8 +526,7 @@ class Daemon:
                         store=self._store, path=snapshot_path(c), interval=c.snapshot.interval
                     )
                     await services.start(self._snapshotter.run)
-                if self._warc is not None:
-                    await services.start(self._pruner(c, self._warc).run)
+                await services.start(self._pruner(c, self._warc).run)
                 await services.start(self._heartbeat)
                 await services.start(self._progress)
                 # The watchdog pings while both the event loop and the frontier's loader turn.

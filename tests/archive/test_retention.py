@@ -5,12 +5,14 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import duckdb
+
 from refresher.archive._archive import Archive
-from refresher.archive._retention import prune_now
+from refresher.archive._retention import HistoryRetention, prune_now
 from refresher.archive._warc import WarcWriter, scan_file
-from refresher.store._duckdb import Store
+from refresher.store._duckdb import NewPage, Store
 from tests.archive.test_warc import capture, result
-from tests.conftest import cli, query_db, write_config
+from tests.conftest import cli, fetch_record, query_db, write_config
 
 
 def archive_of(tmp: Path, versions: dict[int, int]) -> tuple[Path, Path]:
@@ -90,3 +92,37 @@ def test_refresher_prune_reports_what_it_removed(tmp_path):
     done = cli("prune", "--config", str(config))
     assert done.returncode == 0, done.stderr
     assert query_db(db, "SELECT count(*) FROM warc_records")[0][0] == 4
+
+
+def test_history_retention_exports_then_deletes_old_fetches_but_keeps_each_pages_latest(tmp_path):
+    db = tmp_path / "refresher.duckdb"
+    store = Store(db)
+    pages = store.add_pages(
+        [NewPage(url=f"http://a.example/{i}", host="a.example", scheme="http") for i in range(3)],
+        now=1000.0,
+    )
+    records = [fetch_record(p.id, p.host_id, 1000.0 + 10 * k) for p in pages for k in range(10)]
+    store.write(records, [])
+    retention = HistoryRetention(seconds=50.0, keep_per_page=4, export_dir=tmp_path / "old")
+    # now = 1100: fetches before 1050 go, but each page keeps its latest 4 (t = 1060 … 1090)
+    n, path = retention.apply(store.con, 1100.0)
+    store.close()
+    assert n == 3 * 5  # t = 1000 … 1040 of each page
+    assert path is not None and Path(path).exists()
+    exported = duckdb.sql(f"SELECT count(*), max(finished_at) FROM read_parquet('{path}')")
+    assert exported.fetchall() == [(15, 1040.0)]
+    left = query_db(db, "SELECT page_id, count(*), min(finished_at) FROM fetches GROUP BY ALL")
+    assert sorted((c, t) for _, c, t in left) == [(5, 1050.0)] * 3
+
+
+def test_history_retention_never_drops_below_what_the_estimator_reads(tmp_path):
+    db = tmp_path / "refresher.duckdb"
+    store = Store(db)
+    [page] = store.add_pages(
+        [NewPage(url="http://a.example/", host="a.example", scheme="http")], now=0.0
+    )
+    store.write([fetch_record(page.id, page.host_id, float(t)) for t in range(1, 7)], [])
+    n, path = HistoryRetention(seconds=1.0, keep_per_page=32).apply(store.con, 1e9)
+    store.close()
+    assert (n, path) == (0, None)
+    assert query_db(db, "SELECT count(*) FROM fetches")[0][0] == 6
