@@ -325,22 +325,6 @@ def _save(store: Store, inputs: PolicyInputs, target: NDArray[np.float64], now: 
         store.con.unregister("_plan")
 
 
-def expected_means(inputs: PolicyInputs, target: NDArray[np.float64]) -> tuple[float, float]:
-    """The plan's expected mean freshness and age (seconds): the posterior means where the
-    estimator gives a posterior (λ̂ is its mode, and F̄ at the mode overstates the freshness
-    of pages that changed before every fetch), else the values at λ̂."""
-    if inputs.rate_sd is None or not (inputs.rates > 0).all():
-        return (
-            policies.mean_freshness(inputs.rates, target),
-            policies.mean_age(inputs.rates, target),
-        )
-    theta = np.log(inputs.rates)
-    fresh = policies.expected_value("freshness", theta, inputs.rate_sd, target)
-    with np.errstate(invalid="ignore"):
-        age = policies.expected_value("age", theta, inputs.rate_sd, target)
-    return float(fresh.mean()), float(age.mean())
-
-
 def policy_table(inputs: PolicyInputs, budget: float) -> dict[str, Any]:
     """Expected mean freshness and age (seconds) of the page set under every policy."""
     table: dict[str, Any] = {}
@@ -498,7 +482,11 @@ class Allocator:
         self._unplaced = float(result.allocation.unplaced)
         self._explored = result.explored
         if self._pages:
-            self._freshness, self._age = expected_means(inputs, result.target)
+            # F̄ at λ̂, not the posterior mean: in the offline model over the family the
+            # posterior mean under the Laplace posterior read 0.02–0.03 low at steady state
+            # (its symmetric tail towards fast rates), the value at λ̂ within 0.011.
+            self._freshness = policies.mean_freshness(inputs.rates, result.target)
+            self._age = policies.mean_age(inputs.rates, result.target)
         self._solves += 1
         self._last_solve = time.perf_counter() - t0
         self._frontier.reset()
