@@ -71,6 +71,11 @@ class StoreConfig:
     batch_size: int = 5000
     #: DuckDB's memory_limit, e.g. "256MB"
     memory_limit: str = "256MB"
+    #: history retention: seconds of fetches kept (each page's latest estimate.history always
+    #: are); absent: everything. Applied with the archive's retention (archive.prune_interval)
+    history_retention: float | None = None
+    #: deleted fetches are first exported here as Parquet files; absent: not exported
+    history_export_dir: Path | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -363,6 +368,7 @@ def _port(v: Any) -> str | None:
 _CHECKS: dict[str, Callable[[Any], str | None]] = {
     "store.flush_interval": _positive,
     "store.batch_size": _positive,
+    "store.history_retention": _positive,
     "crawl.workers": _positive,
     "crawl.user_agent": lambda v: None if v.strip() else "must not be empty",
     "budget.fetches_per_second": _positive,
@@ -671,6 +677,7 @@ def _check_sinks(s: SinksConfig) -> None:
 
 _PATH_KEYS = (
     ("store", "path"),
+    ("store", "history_export_dir"),
     ("crawl", "seeds_file"),
     ("control", "socket"),
     ("snapshot", "path"),

@@ -181,6 +181,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     simweb_arguments(simweb)
 
+    from refresher.archive._cli import add_commands as archive_commands
+
+    archive_commands(sub, _common)
+
     demo = sub.add_parser("demo", help="run the daemon against the local demo web (make run)")
     _common(demo)
     demo.add_argument("--hosts", type=int, default=5)
@@ -491,6 +495,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_simweb(args)
         if args.command == "site":
             return _cmd_site(args)
+        from refresher.archive._cli import COMMANDS as ARCHIVE_COMMANDS
+
+        if args.command in ARCHIVE_COMMANDS:
+            from refresher.archive._cli import run_command
+
+            return run_command(args, _loader(args)())
         if args.command == "demo":
             from refresher.sim._demo import run_demo
 

@@ -12,6 +12,7 @@ seeds, log level); the rest needs a restart and is logged as such.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import signal
 import time
@@ -28,6 +29,7 @@ from refresher._config import Config
 from refresher._errors import ConfigError, InvalidURL, RefresherError
 from refresher.archive._archive import open_writer
 from refresher.archive._keep import Keeper
+from refresher.archive._retention import HistoryRetention, Pruner
 from refresher.archive._sinks import ChangeFeed, load_sinks
 from refresher.archive._warc import WarcWriter
 from refresher.crawl._dns import Resolver
@@ -102,6 +104,7 @@ class Daemon:
         self._snapshotter: Snapshotter | None = None
         self._warc: WarcWriter | None = None
         self._feed: ChangeFeed | None = None
+        self._prune: Pruner | None = None
 
     @property
     def store(self) -> StoreService | None:
@@ -298,6 +301,7 @@ class Daemon:
         configure_logging(format=new.log.format, level=new.log.level)
         assert self._allocator is not None and self._crawler is not None
         self._crawler.configure(new)
+        self._configure_archive(old, new)
         # A policy named anew in the config wins over an earlier switch; otherwise it stays.
         policy = self._allocator.policy if old.policy.name == new.policy.name else new.policy.name
         self._allocator.configure(
@@ -311,6 +315,23 @@ class Daemon:
             await self.add_seeds(seeds)
         log.info("configuration reloaded")
         self.notifier.ready()
+
+    def _configure_archive(self, old: Config, new: Config) -> None:
+        """Retention and the free-space floor are live; the rest of [archive] restart-only."""
+        live = ("max_bytes", "keep_versions", "prune_interval", "min_free_bytes")
+        if any(
+            getattr(old.archive, f.name) != getattr(new.archive, f.name)
+            for f in dataclasses.fields(new.archive)
+            if f.name not in live
+        ):
+            log.warning("config section changed; takes effect after a restart", section="archive")
+        if self._prune is not None:
+            self._prune.keep_versions = new.archive.keep_versions
+            self._prune.max_bytes = new.archive.max_bytes
+            self._prune.interval = new.archive.prune_interval
+            self._prune.history = HistoryRetention.from_config(new)
+        if self._warc is not None:
+            self._warc.min_free_bytes = new.archive.min_free_bytes
 
     # -- services ----------------------------------------------------------------------------
 
@@ -340,6 +361,20 @@ class Daemon:
             allow_remote=c.metrics.allow_remote,
             sources=sources,
         )
+
+    def _pruner(self, c: Config, writer: WarcWriter | None) -> Pruner:
+        assert self._store is not None
+        self._prune = Pruner(
+            call=self._store.call,
+            directory=c.archive_dir,
+            keep_versions=c.archive.keep_versions,
+            max_bytes=c.archive.max_bytes,
+            interval=c.archive.prune_interval,
+            protect=lambda: [writer.current_file or ""] if writer is not None else [],
+            history=HistoryRetention.from_config(c),
+            archive=writer is not None,
+        )
+        return self._prune
 
     async def _heartbeat(
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
@@ -501,6 +536,7 @@ class Daemon:
                         store=self._store, path=snapshot_path(c), interval=c.snapshot.interval
                     )
                     await services.start(self._snapshotter.run)
+                await services.start(self._pruner(c, self._warc).run)
                 await services.start(self._heartbeat)
                 await services.start(self._progress)
                 # The watchdog pings while both the event loop and the frontier's loader turn.

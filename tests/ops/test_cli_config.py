@@ -79,6 +79,8 @@ BAD: dict[str, str] = {
     "log.level": "loud",
     "log.progress_interval": "0",
     "daemon.drain_timeout": "-1",
+    "store.history_retention": "0",
+    "store.history_export_dir": "''",
     "policy.decide": "maybe",
     "archive.enabled": '"yes"',
     "archive.dir": '""',

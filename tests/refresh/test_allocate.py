@@ -402,10 +402,41 @@ async def test_an_empty_store_is_reported_as_no_pages_not_as_unplaced_budget(
     service.close()
 
 
+def test_the_first_copys_last_modified_on_an_honest_host_counts_as_quiet_time(tmp_path: Path):
+    from refresher.store._first_fetch import first_fetch_quiet
+
+    store = Store(tmp_path / "s.duckdb")
+    try:
+        rows, ids = _three_pages(store)
+        host = rows[0].host_id
+        day = 86_400.0
+        # page 0 shows the host's Last-Modified moving exactly with its content
+        lm = [NOW - day, NOW - day, NOW + 15, NOW + 15]
+        times = [NOW + 10, NOW + 11, NOW + 20, NOW + 30]
+        store.write(
+            [
+                fetch_record(ids[0], host, t, changed=i == 2, last_modified_at=m)
+                for i, (t, m) in enumerate(zip(times, lm, strict=True))
+            ],
+            [],
+        )
+        # pages 1 and 2 were fetched once, unchanged for a day before that fetch (page 1)
+        store.write([fetch_record(ids[1], host, NOW + 12, last_modified_at=NOW - day)], [])
+        store.write([fetch_record(ids[2], host, NOW + 13)], [])
+        pages, quiet = first_fetch_quiet(store, history=32)
+        got = load_inputs(store, min_delay=1.0)
+    finally:
+        store.close()
+    assert dict(zip(pages.tolist(), quiet.tolist(), strict=True)) == {
+        ids[0]: pytest.approx(day + 10),
+        ids[1]: pytest.approx(day + 12),
+    }
+    rate = dict(zip(got.page_ids.tolist(), got.rates.tolist(), strict=True))
+    assert rate[ids[1]] < rate[ids[2]] / 2  # a day without a change: slower
+
+
 def test_the_policy_table_uses_the_allocators_definition_and_shows_weighted_freshness():
     from dataclasses import replace
-
-    from refresher.refresh._allocate import expected_means
 
     rng = np.random.default_rng(3)
     rates = np.geomspace(1e-4, 1e-1, 40)
@@ -418,7 +449,8 @@ def test_the_policy_table_uses_the_allocators_definition_and_shows_weighted_fres
     rows = table["policies"]
     for name in ("uniform", "optimal"):
         target = plan(weighted, name, 0.5, explore=0.0, decide="expected").target
-        assert rows[name]["freshness"] == pytest.approx(expected_means(weighted, target)[0])
+        # scored as the allocator's statistics and the metrics score a plan: F̄ at λ̂
+        assert rows[name]["freshness"] == pytest.approx(policies.mean_freshness(rates, target))
     # the optimal policy maximises weighted freshness: its weighted column beats uniform's
     assert rows["optimal"]["weighted"] >= rows["uniform"]["weighted"]
     assert rows["optimal"]["weighted"] != pytest.approx(rows["optimal"]["freshness"])
