@@ -290,3 +290,12 @@ def test_a_seeds_file_that_is_not_utf8_is_a_config_error(tmp_path: Path) -> None
     config = load(tmp_path, crawl={"seeds_file": str(seeds)})
     with pytest.raises(ConfigError, match="encoding"):
         config.all_seeds()
+
+
+def test_a_store_path_too_long_for_the_file_system_is_a_config_error(tmp_path: Path) -> None:
+    # found by fuzz/fuzz.py config: Path.is_dir() raised OSError (ENAMETOOLONG)
+    with pytest.raises(ConfigError, match=r"^store\.path: .*cannot be a file name"):
+        load_config(
+            overrides={"store": {"path": str(tmp_path / ("x" * 300) / "r.duckdb")}},
+            default_file=tmp_path / "none.toml",
+        )
