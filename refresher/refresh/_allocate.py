@@ -34,7 +34,7 @@ from numpy.typing import NDArray
 import policies
 from refresher.crawl._frontier import Frontier
 from refresher.ops._logging import get_logger
-from refresher.refresh._estimate import estimate_pages, last_modified_consistent
+from refresher.refresh._estimate import Estimate, estimate_pages, last_modified_consistent
 from refresher.store._duckdb import PageRow, Store, StoreService
 
 if TYPE_CHECKING:
@@ -58,6 +58,17 @@ log = get_logger("allocate")
 DEFAULT_PRIOR_RATE = 1.0 / 86_400
 #: seconds; a page the plan gives no fetches is still due after this long
 NEVER = 30 * 86_400.0
+#: how a plan treats uncertain rates (``policy.decide``)
+DECISIONS = ("plug-in", "expected")
+_Z95 = 1.959963984540054
+
+
+def posterior_sd(est: Estimate) -> NDArray[np.float64]:
+    """The sd of ln λ per page (natural-log units) from a log-normal estimate's 95 % interval,
+    which is θ̂ ± z·sd."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        sd = np.log(est.upper / est.lower) / (2.0 * _Z95)
+    return np.where(np.isfinite(sd) & (sd >= 0.0), sd, 0.0)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -85,6 +96,8 @@ class PolicyInputs:
     rates: NDArray[np.float64]  # λ̂
     rate_n: NDArray[np.float64]  # evidence (effective observed changes)
     weights: NDArray[np.float64]
+    # posterior sd of ln λ per page (natural-log units); None: the rates are taken as exact
+    rate_sd: NDArray[np.float64] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -157,7 +170,7 @@ def load_inputs(
         SELECT p.id, p.host_id, coalesce(p.last_fetch, 'NaN'::DOUBLE) AS last_fetch,
                coalesce(h.delay, 0) AS delay
         FROM pages p JOIN hosts h ON h.id = p.host_id
-        WHERE p.status <> 'gone' ORDER BY p.id
+        WHERE p.status NOT IN ('gone', 'denied') ORDER BY p.id
         """
     ).fetchnumpy()
     ids = np.asarray(pages["id"], dtype=np.int64)
@@ -202,8 +215,10 @@ def load_inputs(
             spread=spread,
         )
         rates, rate_n = np.asarray(est.rate), np.asarray(est.n_eff)
+        rate_sd = posterior_sd(est) if model == "log-normal" else None
     else:
         rates, rate_n = np.full(n, DEFAULT_PRIOR_RATE), np.zeros(n)
+        rate_sd = np.full(n, spread) if model == "log-normal" else None
     return PolicyInputs(
         page_ids=ids,
         host_index=host_index.astype(np.intp),
@@ -212,6 +227,7 @@ def load_inputs(
         rates=rates,
         rate_n=rate_n,
         weights=_weights(store, ids, weights),
+        rate_sd=rate_sd,
     )
 
 
@@ -233,21 +249,45 @@ def _weights(store: Store, ids: NDArray[np.int64], weights: str) -> NDArray[np.f
     return _pagerank(n, src[ok], dst[ok])
 
 
-def plan(inputs: PolicyInputs, policy: str, budget: float, *, explore: float) -> Plan:
-    """Target rates: the policy's split of B·(1 − explore), plus exploration."""
+def plan(
+    inputs: PolicyInputs, policy: str, budget: float, *, explore: float, decide: str = "plug-in"
+) -> Plan:
+    """Target rates: the policy's split of B·(1 − explore), plus exploration.
+
+    ``decide = "expected"``: the optimal policies maximise the expected value under each
+    rate's posterior (:func:`policies.solve_expected`) where ``inputs.rate_sd`` gives one;
+    "plug-in" takes λ̂ as exact."""
     n = inputs.page_ids.size
     if n == 0:
         alloc = policies.solve(policy, np.zeros(0), budget)
         return Plan(target=np.zeros(0), allocation=alloc, explored=0)
     share = budget * (1.0 - explore)
-    alloc = policies.solve(
-        policy,
-        inputs.rates,
-        share,
-        weights=inputs.weights,
-        hosts=inputs.host_index,
-        host_caps=inputs.host_caps,
-    )
+    if decide not in DECISIONS:
+        raise ValueError(f"decide must be one of {', '.join(DECISIONS)}, not {decide!r}")
+    if (
+        decide == "expected"
+        and inputs.rate_sd is not None
+        and policy in policies.EXPECTED_POLICIES
+        and (inputs.rates > 0).all()
+    ):
+        alloc = policies.solve_expected(
+            policy,
+            np.log(inputs.rates),
+            inputs.rate_sd,
+            share,
+            weights=inputs.weights,
+            hosts=inputs.host_index,
+            host_caps=inputs.host_caps,
+        )
+    else:
+        alloc = policies.solve(
+            policy,
+            inputs.rates,
+            share,
+            weights=inputs.weights,
+            hosts=inputs.host_index,
+            host_caps=inputs.host_caps,
+        )
     target = np.array(alloc.rates, dtype=np.float64)
     starved = target <= 0.0
     explored = int(starved.sum())
@@ -283,6 +323,22 @@ def _save(store: Store, inputs: PolicyInputs, target: NDArray[np.float64], now: 
         )
     finally:
         store.con.unregister("_plan")
+
+
+def expected_means(inputs: PolicyInputs, target: NDArray[np.float64]) -> tuple[float, float]:
+    """The plan's expected mean freshness and age (seconds): the posterior means where the
+    estimator gives a posterior (λ̂ is its mode, and F̄ at the mode overstates the freshness
+    of pages that changed before every fetch), else the values at λ̂."""
+    if inputs.rate_sd is None or not (inputs.rates > 0).all():
+        return (
+            policies.mean_freshness(inputs.rates, target),
+            policies.mean_age(inputs.rates, target),
+        )
+    theta = np.log(inputs.rates)
+    fresh = policies.expected_value("freshness", theta, inputs.rate_sd, target)
+    with np.errstate(invalid="ignore"):
+        age = policies.expected_value("age", theta, inputs.rate_sd, target)
+    return float(fresh.mean()), float(age.mean())
 
 
 def policy_table(inputs: PolicyInputs, budget: float) -> dict[str, Any]:
@@ -356,6 +412,7 @@ class Allocator:
         policy: str,
         resolve_interval: float = 60.0,
         explore: float = 0.05,
+        decide: str = "expected",
         inputs: InputSettings = InputSettings(),
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
@@ -365,6 +422,7 @@ class Allocator:
         self.policy = policy
         self.resolve_interval = resolve_interval
         self.explore = explore
+        self.decide = decide
         self.inputs = inputs
         self._wall = wall_clock
         self._pages = 0
@@ -405,8 +463,11 @@ class Allocator:
         policy: str,
         explore: float | None = None,
         weights: str | None = None,
+        decide: str | None = None,
     ) -> None:
         changed = budget != self.budget or policy != self.policy
+        if decide is not None and decide != self.decide:
+            self.decide, changed = decide, True
         self.budget, self.policy = budget, policy
         if explore is not None:
             self.explore = explore
@@ -421,6 +482,7 @@ class Allocator:
         """One allocation pass (see the module docstring)."""
         t0 = time.perf_counter()
         policy, budget, explore, now = self.policy, self.budget, self.explore, self._wall()
+        decide = self.decide
         settings = self.inputs
 
         def gather(store: Store) -> PolicyInputs:
@@ -429,15 +491,14 @@ class Allocator:
 
         inputs = await self._store.call(gather)
         result = await trio.to_thread.run_sync(
-            lambda: plan(inputs, policy, budget, explore=explore)
+            lambda: plan(inputs, policy, budget, explore=explore, decide=decide)
         )
         await self._store.call(lambda store: _save(store, inputs, result.target, now))
         self._pages = int(inputs.page_ids.size)
         self._unplaced = float(result.allocation.unplaced)
         self._explored = result.explored
         if self._pages:
-            self._freshness = policies.mean_freshness(inputs.rates, result.target)
-            self._age = policies.mean_age(inputs.rates, result.target)
+            self._freshness, self._age = expected_means(inputs, result.target)
         self._solves += 1
         self._last_solve = time.perf_counter() - t0
         self._frontier.reset()
