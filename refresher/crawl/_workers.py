@@ -11,6 +11,7 @@ links to discovery.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections import deque
 from collections.abc import Callable
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 
 import trio
 
-from refresher._config import Config
+from refresher._config import Config, DiscoveryConfig
 from refresher.archive._keep import Keeper
 from refresher.crawl._fetch import Fetcher, FetchResult
 from refresher.crawl._frontier import (
@@ -33,7 +34,7 @@ from refresher.crawl._outcome import Outcome, classify, meaningful
 from refresher.crawl._robots import RobotsRules, rules_for_response
 from refresher.discover._content import ContentSeen, document_key
 from refresher.discover._discovery import Discovery, Found, sitemap_links
-from refresher.discover._parse import Document, Extracted, Link, process
+from refresher.discover._parse import Document, Extracted, HtmlLinks, Link, Processor, process
 from refresher.discover._url import canonicalize
 from refresher.ops._logging import get_logger
 from refresher.refresh._allocate import Allocator
@@ -47,6 +48,16 @@ log = get_logger("crawl")
 #: documents remembered for the content-seen test
 _DOCUMENTS_REMEMBERED = 100_000
 _NOTHING = Extracted()
+
+
+def processors(discovery: DiscoveryConfig) -> dict[str, Processor]:
+    """The built-in processors as ``[discovery]`` configures them (replacing the defaults)."""
+    html = HtmlLinks(
+        include_media=discovery.include_media,
+        max_links=discovery.max_links_per_page,
+        max_url_length=discovery.max_url_length,
+    )
+    return {html.name: html}
 
 
 def _host_update(host_id: int, timing: HostTiming) -> HostUpdate:
@@ -119,11 +130,13 @@ class Crawler:
         self._discovery = discovery
         self._keeper = keeper  # the archive and the change feed
         self._seen = ContentSeen(_DOCUMENTS_REMEMBERED)
+        self._builtins = processors(config.discovery)
         self.idle = trio.Event()  # set when every worker has stopped
 
     def configure(self, config: Config) -> None:
-        """Take new politeness, fetch and robots settings (SIGHUP)."""
+        """Take new politeness, robots, user agent and link-extraction settings (SIGHUP)."""
         self.config = config
+        self._builtins = processors(config.discovery)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         self._wire_since = trio.current_time()
@@ -363,9 +376,13 @@ class Crawler:
 
     async def _process(self, r: FetchResult) -> Extracted:
         assert r.body is not None
-        doc = Document(url=r.final_url, content_type=r.content_type, body=r.body)
+        doc = Document(
+            url=r.final_url, content_type=r.content_type, body=r.body, robots_tag=r.robots_tag
+        )
         # lxml work is CPU-bound: off the event loop.
-        return await trio.to_thread.run_sync(process, doc)
+        return await trio.to_thread.run_sync(
+            functools.partial(process, doc, builtins=self._builtins)
+        )
 
     def _content_seen(
         self, page_id: int, r: FetchResult, o: Outcome, extracted: Extracted | None

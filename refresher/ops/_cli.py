@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import policies
 from refresher import __version__
 from refresher._config import Config, load_config, merge_tables, parse_override, read_seeds_file
 from refresher._errors import ControlError, RefresherError, StoreError
@@ -108,7 +109,7 @@ def _parser() -> argparse.ArgumentParser:
     policy.add_argument("--budget", type=float, help="what-if budget, fetches per second")
     policy.add_argument("--json", action="store_true", help="machine-readable output")
     switch = policy.add_mutually_exclusive_group()
-    for name in ("uniform", "proportional", "optimal", "optimal-age"):
+    for name in policies.available():  # the registry: plug-in policies get a flag too
         switch.add_argument(
             f"--{name}",
             dest="switch",
@@ -297,7 +298,7 @@ def _cmd_pause(args: argparse.Namespace) -> int:
         request(config.control_socket, {"op": args.command, "host": args.host})
         where = "running daemon"
     except ControlError as e:
-        if "unknown host" in str(e):
+        if e.kind != "unreachable":  # a daemon answered: its refusal stands
             raise
         store = _open_existing(config)
         try:
@@ -329,7 +330,7 @@ def _cmd_policy(args: argparse.Namespace) -> int:
             request(config.control_socket, {"op": "policy", "name": args.switch})
             where = "running daemon"
         except ControlError as e:
-            if "unknown policy" in str(e):
+            if e.kind != "unreachable":  # a daemon answered: its refusal stands
                 raise
             store = Store(config.store.path, memory_limit=config.store.memory_limit)
             try:

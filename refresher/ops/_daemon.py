@@ -24,7 +24,7 @@ import trio
 
 import policies
 from refresher._config import Config
-from refresher._errors import ConfigError, InvalidURL, RefresherError
+from refresher._errors import ConfigError, ControlError, InvalidURL, RefresherError
 from refresher.archive._archive import open_writer
 from refresher.archive._keep import Keeper
 from refresher.archive._sinks import ChangeFeed, load_sinks
@@ -239,8 +239,9 @@ class Daemon:
         if op == "policy":
             name = req.get("name")
             if name not in policies.available():
-                raise ValueError(
-                    f"unknown policy {name!r}; known: {', '.join(policies.available())}"
+                raise ControlError(
+                    f"unknown policy {name!r}; known: {', '.join(policies.available())}",
+                    kind="unknown_policy",
                 )
             assert self._allocator is not None and self._store is not None
             configured, budget, now = self.config.policy.name, self._allocator.budget, self._wall()
@@ -260,7 +261,10 @@ class Daemon:
             self._frontier.set_paused(host, paused)
             found = await self._store.call(lambda s: s.set_paused(host, paused))
             if not found:
-                raise ValueError(f"unknown host {host!r}; `refresher status --hosts` lists them")
+                raise ControlError(
+                    f"unknown host {host!r}; `refresher status --hosts` lists them",
+                    kind="unknown_host",
+                )
             # The loader skips paused hosts: reload so their held pages go, or come back.
             self._frontier.reset()
             return {"host": host, "paused": paused}

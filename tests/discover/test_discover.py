@@ -219,3 +219,57 @@ async def test_twenty_hosts_with_byte_identical_pages_are_each_crawled_whole(sho
     # every other page names links on its own host.
     dups = query_db(db, "SELECT url FROM pages WHERE duplicate_of IS NOT NULL")
     assert len(dups) == 19 and {url.rsplit("/", 1)[1] for (url,) in dups} == {"p8"}
+
+
+def _settings_app(request: Request) -> Reply:
+    """x: its home page says X-Robots-Tag: nofollow; y: an image and more links than allowed."""
+    host = request.headers.get("host", "").split(":")[0]
+    path = request.target
+    if path == "/robots.txt":
+        return Reply(status=404)
+    headers = [("content-type", "text/html")]
+    if (host, path) == ("x.sim.test", "/"):
+        headers.append(("X-Robots-Tag", "nofollow"))
+        body = '<a href="/secret">s</a>'
+    elif (host, path) == ("y.sim.test", "/"):
+        body = '<img src="/pic.png"><a href="/a">a</a><a href="/b">b</a><a href="/c">c</a>'
+    elif path == "/pic.png":
+        return Reply(headers=[("content-type", "image/png")], body=b"\x89PNG")
+    else:
+        body = "leaf"
+    return Reply(headers=headers, body=f"<html><body>{body}</body></html>".encode())
+
+
+async def test_link_settings_and_the_x_robots_tag_reach_the_parser(short_dir, daemons):
+    async with raw_server(http_handler(_settings_app)) as server:
+        config = daemon_config(
+            short_dir,
+            port=server.port,
+            seeds=["http://x.sim.test/", "http://y.sim.test/"],
+            discovery={"include_media": True, "max_links_per_page": 3},
+        )
+        d = daemons(config)
+        await d.ready()
+
+        def fetched(host: str, path: str) -> int:
+            return sum(
+                1
+                for r in server.requests
+                if r.target == path and r.headers.get("host", "").startswith(host)
+            )
+
+        await wait_for(
+            lambda: fetched("y.sim.test", "/pic.png") and fetched("x.sim.test", "/") >= 2,
+            what="the image fetched and x's home page refreshed",
+        )
+        d.signal(signal.SIGTERM)
+        assert await d.wait_exit() == 0
+    urls = {u for (u,) in query_db(short_dir / "refresher.duckdb", "SELECT url FROM pages")}
+    assert "http://x.sim.test/secret" not in urls  # the header's nofollow is honoured
+    # include_media: the image is a page; max_links_per_page = 3: the img and two links of three
+    assert {u for u in urls if u.startswith("http://y.sim.test/")} == {
+        "http://y.sim.test/",
+        "http://y.sim.test/pic.png",
+        "http://y.sim.test/a",
+        "http://y.sim.test/b",
+    }
