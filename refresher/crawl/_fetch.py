@@ -36,6 +36,7 @@ from typing import Any
 import httpx
 import trio
 
+from refresher._config import FetchConfig
 from refresher._errors import (
     BodyTooLarge,
     ConfigError,
@@ -453,6 +454,22 @@ class Fetcher:
         self._bytes = 0
         self._evictions = 0
         self._outcomes: dict[str, int] = {}
+
+    def configure(self, fetch: FetchConfig, *, user_agent: str) -> None:
+        """Take new ``[fetch]`` settings and ``crawl.user_agent`` (SIGHUP): every fetch that
+        starts from now on uses them. Raises :class:`ConfigError` and changes nothing when one
+        is impossible."""
+        _check_settings(
+            user_agent=user_agent,
+            timeout=fetch.timeout,
+            max_body_bytes=fetch.max_body_bytes,
+            max_redirects=fetch.max_redirects,
+            max_open_hosts=self._max_open_hosts,
+        )
+        self._user_agent = user_agent.encode("latin-1", errors="replace")
+        self._timeout = fetch.timeout
+        self._max_body = fetch.max_body_bytes
+        self._max_redirects = fetch.max_redirects
 
     async def __aenter__(self) -> Fetcher:
         return self

@@ -34,7 +34,13 @@ from numpy.typing import NDArray
 import policies
 from refresher.crawl._frontier import Frontier
 from refresher.ops._logging import get_logger
-from refresher.refresh._estimate import Estimate, estimate_pages, last_modified_consistent
+from refresher.refresh._estimate import (
+    DEFAULT_SPREAD,
+    MODELS,
+    Estimate,
+    estimate_pages,
+    last_modified_consistent,
+)
 from refresher.store._duckdb import PageRow, Store, StoreService
 
 if TYPE_CHECKING:
@@ -157,8 +163,8 @@ def load_inputs(
     meaningful: bool = False,
     history: int = 32,
     weights: str = "pagerank",
-    model: str = "log-normal",
-    spread: float = 2.0,
+    model: str = MODELS[0],
+    spread: float = DEFAULT_SPREAD,
 ) -> PolicyInputs:
     """Everything a plan needs, read and estimated in the store thread.
 
@@ -375,8 +381,8 @@ class InputSettings:
     meaningful: bool = False
     history: int = 32
     weights: str = "pagerank"
-    model: str = "log-normal"
-    spread: float = 2.0
+    model: str = MODELS[0]
+    spread: float = DEFAULT_SPREAD
 
     @classmethod
     def from_config(cls, config: Config) -> InputSettings:
@@ -464,8 +470,17 @@ class Allocator:
         explore: float | None = None,
         weights: str | None = None,
         decide: str | None = None,
+        resolve_interval: float | None = None,
+        inputs: InputSettings | None = None,
     ) -> None:
+        """New settings (a policy switch, SIGHUP); a change that alters the plan re-solves at
+        once. ``inputs`` replaces how the estimator reads the history ([estimate],
+        politeness.min_delay, policy.weights)."""
         changed = budget != self.budget or policy != self.policy
+        if resolve_interval is not None:
+            self.resolve_interval = resolve_interval
+        if inputs is not None and inputs != self.inputs:
+            self.inputs, changed = inputs, True
         if decide is not None and decide != self.decide:
             self.decide, changed = decide, True
         self.budget, self.policy = budget, policy

@@ -626,3 +626,17 @@ def test_bad_fetcher_settings_name_keys_that_exist() -> None:
     with pytest.raises(ConfigError) as hosts:
         Fetcher(user_agent=UA, resolver=resolver, max_open_hosts=0)
     assert hosts.value.key is None and "max_open_hosts=0" in str(hosts.value)
+
+
+async def test_configure_changes_the_user_agent_and_limits_of_the_next_fetch() -> None:
+    from refresher._config import FetchConfig
+
+    async with site(http_handler(app_of({"/": html()}))) as (server, f):
+        await f.fetch("http://a.fetch.test/")
+        f.configure(FetchConfig(max_body_bytes=10), user_agent="newbot/2.0")
+        cut = await f.fetch("http://a.fetch.test/")
+        with pytest.raises(ConfigError) as bad:
+            f.configure(FetchConfig(timeout=0.0), user_agent="newbot/2.0")
+    assert [r.headers["user-agent"] for r in server.requests] == [UA, "newbot/2.0"]
+    assert cut.error_kind == "too_large"
+    assert bad.value.key == "fetch.timeout"

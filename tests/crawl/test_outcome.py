@@ -171,3 +171,19 @@ def test_meaningful_compares_fingerprints_only_for_changes() -> None:
     assert meaningful(same, 0, (1 << 64) - 1) is False
     failed: Outcome = classify(stored(), result(status=None, error_kind="timeout", body=None))
     assert meaningful(failed, 0, 1) is None
+
+
+def test_the_crawlers_html_processor_follows_the_discovery_settings() -> None:
+    from refresher._config import DiscoveryConfig
+    from refresher.crawl._workers import processors
+    from refresher.discover._parse import Document, process
+
+    body = b'<html><body><img src="/i.png"><a href="/a">a</a><a href="/b">b</a></body></html>'
+    doc = Document(url="http://a.test/", content_type="text/html", body=body)
+    default = process(doc, builtins=processors(DiscoveryConfig()))
+    assert [link.url for link in default.links] == ["http://a.test/a", "http://a.test/b"]
+    wide = process(
+        doc, builtins=processors(DiscoveryConfig(include_media=True, max_links_per_page=2))
+    )
+    assert [link.url for link in wide.links] == ["http://a.test/i.png", "http://a.test/a"]
+    assert wide.skipped["too_many_links"] == 1
