@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import trio
 
 from refresher._config import Config, DiscoveryConfig
+from refresher._errors import DNSFailure, FetchError
 from refresher.archive._keep import Keeper
 from refresher.crawl._fetch import Fetcher, FetchResult
 from refresher.crawl._frontier import (
@@ -190,9 +191,11 @@ class Crawler:
                     expires_at=host.robots_expires_at,
                 )
             else:
-                timing, robots = await self._fetch_robots(lease)
-                # The robots request counts against the host's politeness; the page waits.
-                self._frontier.requeue(lease, timing=timing, robots=robots)
+                fetched = await self._fetch_robots(lease)
+                if fetched is not None:
+                    # The robots request counts against the host's politeness; the page waits.
+                    timing, robots = fetched
+                    self._frontier.requeue(lease, timing=timing, robots=robots)
                 return
         assert rules is not None
         if not rules.allowed(page.url):
@@ -204,15 +207,25 @@ class Crawler:
         )
         await self._record(lease, result, robots)
 
-    async def _fetch_robots(self, lease: Lease) -> tuple[HostTiming, HostRobots]:
+    async def _fetch_robots(self, lease: Lease) -> tuple[HostTiming, HostRobots] | None:
+        """Fetch the host's robots.txt: the host's new timing and robots. None when the host
+        name does not resolve, which is recorded as the page's failed fetch (kind "dns", the
+        host backs off, the lease is released) rather than as an unreachable robots.txt, which
+        would deny every page."""
         host, page = lease.host, lease.page
         c = self.config
         target = canonicalize(page.url)
-        t0 = trio.current_time()
+        t0, started = trio.current_time(), self._wall()
         self._on_wire()
-        status, body = await self._fetcher.fetch_robots(target.scheme, target.host, target.port)
+        status, body, error = await self._fetcher.fetch_robots_or_error(
+            target.scheme, target.host, target.port
+        )
         elapsed = trio.current_time() - t0
         self._robots += 1
+        if isinstance(error, DNSFailure):
+            failed = _failed(page.url, error, started, self._wall(), elapsed)
+            await self._record(lease, failed, None)
+            return None
         rules = rules_for_response(status, body, c.crawl.user_agent)
         now = self._wall()
         ok = status is not None and status < 500
@@ -488,3 +501,26 @@ class Crawler:
             duplicates=self._seen.statistics().duplicates,
             wire_rate=self.wire_rate(),
         )
+
+
+def _failed(
+    url: str, error: FetchError, started: float, finished: float, took: float
+) -> FetchResult:
+    """A fetch of ``url`` that ``error`` ended before any response (times: unix seconds)."""
+    return FetchResult(
+        url=url,
+        final_url=url,
+        status=None,
+        started_at=started,
+        finished_at=finished,
+        duration=took,
+        bytes=0,
+        digest=None,
+        body=None,
+        content_type=None,
+        etag=None,
+        last_modified=None,
+        not_modified=False,
+        error_kind=error.kind,
+        error=str(error),
+    )

@@ -33,6 +33,9 @@ RELOAD: Mapping[str, Apply] = {
     "store.flush_interval": _RESTART,
     "store.batch_size": _RESTART,
     "store.memory_limit": _RESTART,
+    # history retention is applied by the daemon's retention pass, reconfigured on reload
+    "store.history_retention": _LIVE,
+    "store.history_export_dir": _LIVE,
     # seeds are added on reload; the user agent reaches requests (Fetcher.configure) and robots
     # matching (rules re-matched for the new agent); workers are tasks started once
     "crawl.seeds": _LIVE,
@@ -101,11 +104,11 @@ RELOAD: Mapping[str, Apply] = {
     "archive.prefix": _RESTART,
     "archive.max_file_bytes": _RESTART,
     "archive.revisits": _RESTART,
-    "archive.min_free_bytes": _RESTART,
+    "archive.min_free_bytes": _LIVE,  # the pruner and the writer's free-space floor
     "archive.compress_level": _RESTART,
-    "archive.max_bytes": _RESTART,
-    "archive.keep_versions": _RESTART,
-    "archive.prune_interval": _RESTART,
+    "archive.max_bytes": _LIVE,  # the pruner and the writer's free-space floor
+    "archive.keep_versions": _LIVE,  # the pruner and the writer's free-space floor
+    "archive.prune_interval": _LIVE,  # the pruner and the writer's free-space floor
     "sinks.names": _RESTART,
     "sinks.queue": _RESTART,
     "sinks.jsonl_path": _RESTART,
