@@ -134,3 +134,26 @@ async def test_sighup_applies_live_keys_and_names_restart_only_ones(short_dir, d
     assert private("newbot") == 0
     assert status["estimator"]["model"] == "gamma"
     assert status["crawler"]["workers"] == 8  # restart-only: the running value stays
+
+
+def test_politeness_keys_are_read_at_each_request_after_configure() -> None:
+    from typing import Any
+
+    from refresher.crawl._frontier import HostState
+    from refresher.crawl._workers import Crawler
+
+    none: Any = None
+    crawler = Crawler(config=Config(), frontier=none, fetcher=none, store=none, allocator=none)
+    host = HostState(id=1, name="a.test", scheme="http")
+    before = crawler._timing(
+        host, None, finished_at=100.0, response_time=0.0, failed=False, retry_after=None
+    )
+    slower = load_config(
+        overrides={"politeness": {"min_delay": 7.0, "max_delay": 9.0}},
+        default_file=Config().store.path.parent / "none.toml",
+    )
+    crawler.configure(slower)
+    after = crawler._timing(
+        host, None, finished_at=100.0, response_time=0.0, failed=False, retry_after=None
+    )
+    assert (before.delay, after.delay) == (1.0, 7.0) and after.next_allowed == 107.0
