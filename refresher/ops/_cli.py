@@ -85,7 +85,7 @@ def _parser() -> argparse.ArgumentParser:
     _common(run)
     run.add_argument("--budget", type=float, help="fetches per second (budget.fetches_per_second)")
     run.add_argument("--workers", type=int, help="concurrent fetches (crawl.workers)")
-    run.add_argument("--policy", help="uniform | proportional | optimal | optimal-age")
+    run.add_argument("--policy", help=f"a policy name: {' | '.join(policies.available())}")
     run.add_argument("--seed", action="append", help="a seed URL (repeatable)")
     run.add_argument(
         "--log-format",
