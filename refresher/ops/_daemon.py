@@ -18,6 +18,7 @@ import signal
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -45,6 +46,7 @@ from refresher.ops._logging import configure_logging, get_logger
 from refresher.ops._metrics import MetricsServer
 from refresher.ops._notify import Notifier, format_status
 from refresher.refresh._allocate import Allocator, InputSettings, priority_level
+from refresher.store._backup import backup_service
 from refresher.store._duckdb import HostRow, NewPage, PageRow, Store, StoreService
 from refresher.store._hosts import host_summary
 from refresher.store._snapshot import Snapshotter, snapshot_path
@@ -230,6 +232,14 @@ class Daemon:
             if not isinstance(urls, list) or not all(isinstance(u, str) for u in urls):
                 raise ValueError('seed needs "urls": a list of strings')
             return await self.add_seeds(urls)
+        if op == "backup":
+            dest = req.get("dest")
+            if not isinstance(dest, str) or not dest:
+                raise ValueError('backup needs "dest": the path of the new backup file')
+            assert self._store is not None
+            result = await backup_service(self._store, Path(dest))
+            log.info("backup written", **asdict(result))
+            return asdict(result)
         if op == "reload":
             await self.reload()
             return {}
