@@ -285,7 +285,8 @@ class Daemon:
             self._frontier.reset()
             return {"host": host, "paused": paused}
         raise ValueError(
-            f"unknown op {op!r}; known: status, seed, reload, pause, resume, policy, policy_table"
+            f"unknown op {op!r}; known: status, seed, reload, pause, resume, policy, "
+            "policy_table, backup"
         )
 
     async def reload(self) -> None:

@@ -379,18 +379,36 @@ def _save(store: Store, inputs: PolicyInputs, target: NDArray[np.float64], now: 
         store.con.unregister("_plan")
 
 
-def policy_table(inputs: PolicyInputs, budget: float) -> dict[str, Any]:
-    """Expected mean freshness and age (seconds) of the page set under every policy."""
+#: what every freshness and age of :func:`policy_table`, the allocator's statistics and the
+#: metrics mean: one definition, printed with the table
+DEFINITION = (
+    "expected freshness and age per page at its estimated rate, under the plan made as the "
+    "daemon makes it (host politeness caps, policy.decide, page weights); 'freshness' and "
+    "'age' average pages equally, 'weighted' weighs them by the page weights"
+)
+
+
+def policy_table(inputs: PolicyInputs, budget: float, *, decide: str = "plug-in") -> dict[str, Any]:
+    """Expected mean freshness and age (seconds) of the page set under every policy, planned
+    as the daemon plans (``decide``, host caps, weights); see :data:`DEFINITION`."""
     table: dict[str, Any] = {}
+    weights = inputs.weights
     for name in policies.available():
-        p = plan(inputs, name, budget, explore=0.0)
+        p = plan(inputs, name, budget, explore=0.0, decide=decide)
         age = policies.mean_age(inputs.rates, p.target)
         table[name] = {
             "freshness": policies.mean_freshness(inputs.rates, p.target),
+            "weighted": policies.mean_freshness(inputs.rates, p.target, weights),
             "age": age if math.isfinite(age) else None,  # None: a changing page never fetched
             "unplaced": p.allocation.unplaced,
         }
-    return {"budget": budget, "pages": int(inputs.page_ids.size), "policies": table}
+    return {
+        "budget": budget,
+        "pages": int(inputs.page_ids.size),
+        "decide": decide,
+        "definition": DEFINITION,
+        "policies": table,
+    }
 
 
 def priority_level(page: PageRow, now: float, levels: int) -> int:
@@ -576,7 +594,8 @@ class Allocator:
         """:func:`policy_table` of the current page set, at ``budget`` (default: B)."""
         inputs = await self._store.call(self.inputs.load)
         b = self.budget if budget is None else budget
-        return await trio.to_thread.run_sync(lambda: policy_table(inputs, b))
+        decide = self.decide
+        return await trio.to_thread.run_sync(lambda: policy_table(inputs, b, decide=decide))
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         await self.solve()
