@@ -165,6 +165,7 @@ def run_web(
     decide: str,
     resolve_interval: float,
     static: bool = True,
+    explore: float = 0.05,
 ) -> dict[str, Any]:
     """Every policy of ``RUNS`` on ``web``: per label, freshness and age per horizon per run."""
     horizons = [h for h in HORIZONS if h <= horizon]
@@ -175,6 +176,7 @@ def run_web(
         min_delay=web.min_delay,
         resolve_interval=resolve_interval,
         static=static,
+        explore=explore,
     )
     mweb: ModelWeb = model_web(web.simweb)
     out: dict[str, Any] = {"seed": web.seed, "label": web.label, "pages": int(mweb.rates.size)}
@@ -277,6 +279,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--horizon", type=float, default=HORIZONS[-1], help="seconds")
     parser.add_argument("--decide", choices=("plug-in", "expected"), default="expected")
     parser.add_argument("--resolve-interval", type=float, default=5.0)
+    parser.add_argument("--explore", type=float, default=0.05, help="policy.explore")
     parser.add_argument(
         "--no-static", action="store_true", help="plan without P(page never changes)"
     )
@@ -300,6 +303,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             decide=args.decide,
             resolve_interval=args.resolve_interval,
             static=not args.no_static,
+            explore=args.explore,
         )
         results.append(result)
         print(format_row(result, summarize(result)), flush=True)
