@@ -166,7 +166,6 @@ def run_web(
     resolve_interval: float,
     static: bool = True,
     explore: float = 0.05,
-    fit_spread: bool = False,
 ) -> dict[str, Any]:
     """Every policy of ``RUNS`` on ``web``: per label, freshness and age per horizon per run."""
     horizons = [h for h in HORIZONS if h <= horizon]
@@ -178,7 +177,6 @@ def run_web(
         resolve_interval=resolve_interval,
         static=static,
         explore=explore,
-        fit_spread=fit_spread,
     )
     mweb: ModelWeb = model_web(web.simweb)
     out: dict[str, Any] = {"seed": web.seed, "label": web.label, "pages": int(mweb.rates.size)}
@@ -285,7 +283,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--decide", choices=("plug-in", "expected"), default="expected")
     parser.add_argument("--resolve-interval", type=float, default=5.0)
     parser.add_argument("--explore", type=float, default=0.05, help="policy.explore")
-    parser.add_argument("--fit-spread", action="store_true", help="estimate.fit_spread")
     parser.add_argument(
         "--no-static", action="store_true", help="plan without P(page never changes)"
     )
@@ -319,7 +316,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             resolve_interval=args.resolve_interval,
             static=not args.no_static,
             explore=args.explore,
-            fit_spread=args.fit_spread,
         )
         results.append(result)
         print(format_row(result, summarize(result)), flush=True)

@@ -750,27 +750,6 @@ def _log_normal_rounds(
     return LogNormalPrior(mean=means, sd=sd), rates
 
 
-#: pages with at least this many changes' worth of evidence measure the spread of ln λ
-_FIT_EVIDENCE = 3.0
-_MIN_SPREAD = 0.25
-
-
-def fitted_spread(est: Estimate, prior: LogNormalPrior) -> float:
-    """Empirical Bayes sd of ln λ around the host centres: over pages with enough evidence
-    (n_eff ≥ 3, where the prior barely shrinks), the mean squared residual less the mean
-    sampling variance 1/n_eff, un-shrunk; at least 0.25, and the prior's sd if too few pages
-    qualify."""
-    well = est.n_eff >= _FIT_EVIDENCE
-    if well.sum() < 10:
-        return prior.sd
-    theta = np.log(est.rate[well])
-    m = np.broadcast_to(np.asarray(prior.mean, np.float64), est.rate.shape)[well]
-    info = est.n_eff[well]
-    keep = info / (info + 1.0 / prior.sd**2)  # how much of the residual the prior left
-    var = float(np.mean(((theta - m) / keep) ** 2) - np.mean(1.0 / info))
-    return float(np.clip(math.sqrt(max(var, 0.0)), _MIN_SPREAD, prior.sd))
-
-
 def estimate_pages(
     page_index: ArrayLike,
     intervals: ArrayLike,
@@ -785,7 +764,6 @@ def estimate_pages(
     model: str = "log-normal",
     spread: float = 2.0,
     confidence: float = 0.95,
-    fit_spread: bool = False,
 ) -> Estimate:
     """The estimate for every page, choosing the method per page.
 
@@ -815,12 +793,6 @@ def estimate_pages(
         )
         z = _z(confidence)
         est = _log_normal_map(p, t, c, timed, quiet_after, n_pages, ln_prior, rates, z)
-        fitted = fitted_spread(est, ln_prior) if fit_spread else spread
-        if fitted < 0.9 * spread:  # the rates spread less than the prior allows: narrow it
-            ln_prior, rates = _log_normal_rounds(
-                p, t, c, timed, quiet_after, host_of, max(n_hosts, 1), fitted, None, 3, rates
-            )
-            est = _log_normal_map(p, t, c, timed, quiet_after, n_pages, ln_prior, rates, z)
         return replace(est, prior_mean=np.asarray(ln_prior.mean, dtype=np.float64))
     p, t, c = _observations(page_index, intervals, changed, n_pages)
     if prior is None and page_host is not None:
