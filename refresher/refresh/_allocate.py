@@ -590,7 +590,9 @@ class Allocator:
             expected_freshness=round(self._freshness, 4) if self._pages else None,
             seconds=round(self._last_solve, 4),
         )
-        if self._unplaced > 1e-9:
+        if self._pages == 0:
+            log.warning("no pages to refresh yet; add seeds with `refresher seed URL`")
+        elif self._unplaced > 1e-9:
             log.warning(
                 "budget unplaced: host politeness caps cannot absorb it",
                 unplaced=round(self._unplaced, 6),

@@ -385,6 +385,37 @@ def test_pages_robots_txt_denies_leave_the_plan(tmp_path: Path):
     assert got.rate_sd is not None and (got.rate_sd > 0).all()
 
 
+class _NoFrontier:
+    """The allocator only tells the frontier to reload; nothing to reload here."""
+
+    def reset(self) -> None:
+        pass
+
+
+async def test_an_empty_store_is_reported_as_no_pages_not_as_unplaced_budget(
+    tmp_path: Path, nursery
+) -> None:
+    import structlog
+
+    from refresher.refresh._allocate import Allocator
+    from refresher.store._duckdb import StoreService
+
+    store = Store(tmp_path / "r.duckdb")
+    service = StoreService(store)
+    await nursery.start(service.run)
+    allocator = Allocator(
+        store=service,
+        frontier=_NoFrontier(),  # type: ignore[arg-type]
+        budget=10.0,
+        policy="optimal",
+    )
+    with structlog.testing.capture_logs() as logs:
+        await allocator.solve()
+    events = [e["event"] for e in logs if e["log_level"] == "warning"]
+    assert events == ["no pages to refresh yet; add seeds with `refresher seed URL`"]
+    service.close()
+
+
 def test_the_first_copys_last_modified_on_an_honest_host_counts_as_quiet_time(tmp_path: Path):
     from refresher.store._first_fetch import first_fetch_quiet
 
