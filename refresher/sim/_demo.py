@@ -100,7 +100,8 @@ async def _show(daemon: Daemon, site: Site, interval: float) -> None:
 
 
 def start_fresh(config: Config) -> list[Path]:
-    """Remove the previous demo run (history, truth beside it, snapshot); returns the removed.
+    """Remove the previous demo run (history, truth beside it, snapshot, WARC files); returns
+    the removed.
 
     A history and its truth only make sense together: the simulated web is new every run, so
     a second run appended to the first history would pair it with the wrong truth. A store
@@ -120,6 +121,10 @@ def start_fresh(config: Config) -> list[Path]:
             if part.exists():
                 part.unlink()
                 gone.append(part)
+    if gone:  # the WARC files of that run go with its history (their index was in it)
+        for warc in sorted(config.archive_dir.glob("*.warc.gz")):
+            warc.unlink()
+            gone.append(warc)
     return gone
 
 
