@@ -56,7 +56,7 @@ sys.path.insert(0, str(ROOT))
 from refresher.ops._daemon import check_seeds  # noqa: E402
 from refresher.ops._logging import configure_logging  # noqa: E402
 from refresher.sim._site import Site, make_demo_site  # noqa: E402
-from refresher.store._duckdb import Store  # noqa: E402
+from refresher.store import DuckDBStore  # noqa: E402
 
 #: the log line of one robots.txt request
 ROBOTS_LINE = '"robots.txt fetched"'
@@ -385,10 +385,10 @@ def warm_store(path: Path, site: Site) -> None:
     if rejected:
         raise SystemExit(f"the demo site's own URLs were rejected: {rejected[:3]}")
     now = time.time()
-    store = Store(path)
+    store = DuckDBStore(path)
     try:
         store.add_pages(pages, now=now)
-        store.con.executemany(
+        store._con.executemany(
             "UPDATE hosts SET robots_status = ?, robots_body = ?, robots_fetched_at = ?, "
             "robots_expires_at = ? WHERE name = ?",
             [
@@ -522,7 +522,7 @@ def build_store(path: Path, *, pages: int, hosts: int, due_now: bool) -> float:
     never fetched, hence due at once.
     """
     t0 = time.perf_counter()
-    Store(path).close()  # the schema, migrated exactly as the daemon does it
+    DuckDBStore(path).close()  # the schema, migrated exactly as the daemon does it
     con = duckdb.connect(str(path))
     try:
         now = time.time()

@@ -19,7 +19,7 @@ import pytest
 import trio
 
 from refresher.sim._site import HostSpec, PageSpec, Site, serve_site
-from refresher.store._duckdb import FetchRecord
+from refresher.store import FetchRecord
 
 #: Generous deadlines: a loaded 2-core CI machine must not fail a correct daemon.
 DEADLINE = 60.0

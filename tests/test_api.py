@@ -9,6 +9,16 @@ from refresher import _errors
 
 # The public API, as intended. Changing it is a decision: update this list with it.
 PUBLIC_API = [
+    "open_store",
+    "StoreService",
+    "RobotsUpdate",
+    "Resolver",
+    "PageRow",
+    "NewPage",
+    "HostUpdate",
+    "HostRow",
+    "FetchRecord",
+    "DuckDBStore",
     "SCHEMA_VERSION",
     "BodyTooLarge",
     "Config",

@@ -27,7 +27,7 @@ from refresher.discover._parse import Document, Extracted, Link, meaningful_chan
 from refresher.discover._url import canonicalize
 from refresher.ops._logging import get_logger
 from refresher.refresh._allocate import Allocator
-from refresher.store._duckdb import FetchRecord, HostUpdate, RobotsUpdate, StoreService
+from refresher.store._interface import FetchRecord, HostUpdate, RobotsUpdate, Store
 
 __all__ = ["Crawler", "CrawlerStatistics"]
 
@@ -72,7 +72,7 @@ class Crawler:
         config: Config,
         frontier: Frontier,
         fetcher: Fetcher,
-        store: StoreService,
+        store: Store,
         allocator: Allocator,
         discovery: Discovery | None = None,
         wall_clock: Callable[[], float] = time.time,

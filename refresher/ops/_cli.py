@@ -11,16 +11,21 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from refresher import __version__
 from refresher._config import Config, load_config, merge_tables, parse_override, read_seeds_file
 from refresher._errors import ControlError, RefresherError
 from refresher.ops._control import request
 
+if TYPE_CHECKING:
+    from refresher.store import Store
+
 __all__ = ["main"]
+
+T = TypeVar("T")
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -151,13 +156,25 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _offline(config: Config, op: Callable[[Store], Awaitable[T]]) -> T:
+    """``op`` on the configured store itself, when no daemon holds it."""
+    import trio
+
+    from refresher.store import open_store
+
+    async def run() -> T:
+        async with open_store(config) as store:
+            return await op(store)
+
+    return trio.run(run)
+
+
 def _print_json(obj: Any) -> None:
     print(json.dumps(obj, indent=2, default=str))
 
 
 def _cmd_seed(args: argparse.Namespace) -> int:
     from refresher.ops._daemon import check_seeds
-    from refresher.store._duckdb import Store
 
     urls = list(args.urls)
     if args.file is not None:
@@ -171,11 +188,7 @@ def _cmd_seed(args: argparse.Namespace) -> int:
         where = "running daemon"
     except ControlError:
         pages, rejected = check_seeds(urls, strip_params=config.discovery.strip_tracking_params)
-        store = Store(config.store.path, memory_limit=config.store.memory_limit)
-        try:
-            added = store.add_pages(pages, now=time.time())
-        finally:
-            store.close()
+        added, _ = _offline(config, lambda store: store.add_pages(pages, now=time.time()))
         answer = {"added": len(added), "known": len(pages) - len(added), "rejected": rejected}
         where = str(config.store.path)
     for r in answer["rejected"]:
@@ -185,29 +198,16 @@ def _cmd_seed(args: argparse.Namespace) -> int:
 
 
 def _offline_status(config: Config) -> dict[str, Any]:
-    from refresher.store._duckdb import Store, first_row
-
-    store = Store(config.store.path, memory_limit=config.store.memory_limit)
-    try:
-        pages, hosts, fetches = store.counts()
-        row = first_row(
-            store.con.execute(
-                "SELECT min(due_at), max(last_fetch), count(*) FILTER (WHERE due_at <= ?)"
-                " FROM pages",
-                [time.time()],
-            )
-        )
-    finally:
-        store.close()
+    status = _offline(config, lambda store: store.status(now=time.time()))
     return {
         "running": False,
         "store_path": str(config.store.path),
-        "pages": pages,
-        "hosts": hosts,
-        "fetches": fetches,
-        "next_due": row[0] if row else None,
-        "last_fetch": row[1] if row else None,
-        "due_now": row[2] if row else 0,
+        "pages": status.pages,
+        "hosts": status.hosts,
+        "fetches": status.fetches,
+        "next_due": status.next_due,
+        "last_fetch": status.last_fetch,
+        "due_now": status.due_now,
     }
 
 
@@ -253,8 +253,6 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 
 def _cmd_pause(args: argparse.Namespace) -> int:
-    from refresher.store._duckdb import Store
-
     config = _loader(args)()
     paused = args.command == "pause"
     try:
@@ -263,11 +261,7 @@ def _cmd_pause(args: argparse.Namespace) -> int:
     except ControlError as e:
         if "unknown host" in str(e):
             raise
-        store = Store(config.store.path, memory_limit=config.store.memory_limit)
-        try:
-            found = store.set_paused(args.host, paused)
-        finally:
-            store.close()
+        found = _offline(config, lambda store: store.set_paused(args.host, paused))
         if not found:
             print(f"refresher {args.command}: unknown host {args.host!r}", file=sys.stderr)
             return 1
@@ -278,7 +272,6 @@ def _cmd_pause(args: argparse.Namespace) -> int:
 
 def _cmd_policy(args: argparse.Namespace) -> int:
     from refresher.refresh._allocate import InputSettings, policy_table
-    from refresher.store._duckdb import Store
 
     config = _loader(args)()
     if args.budget is not None and not args.budget > 0:
@@ -291,16 +284,15 @@ def _cmd_policy(args: argparse.Namespace) -> int:
         except ControlError as e:
             if "unknown policy" in str(e):
                 raise
-            store = Store(config.store.path, memory_limit=config.store.memory_limit)
-            try:
-                store.switch_policy(
+            _offline(
+                config,
+                lambda store: store.switch_policy(
                     args.switch,
                     configured=config.policy.name,
                     budget=config.budget.fetches_per_second,
                     now=time.time(),
-                )
-            finally:
-                store.close()
+                ),
+            )
             where = str(config.store.path)
         print(f"policy switched to {args.switch} ({where})")
         return 0
@@ -311,11 +303,7 @@ def _cmd_policy(args: argparse.Namespace) -> int:
         table = request(config.control_socket, payload)
         table.pop("ok", None)
     except ControlError:
-        store = Store(config.store.path, memory_limit=config.store.memory_limit)
-        try:
-            inputs = InputSettings.from_config(config).load(store)
-        finally:
-            store.close()
+        inputs = _offline(config, InputSettings.from_config(config).load)
         table = policy_table(inputs, args.budget or config.budget.fetches_per_second)
     if args.json:
         _print_json(table)

@@ -27,7 +27,6 @@ from refresher._config import Config, load_config, merge_tables
 from refresher.ops._daemon import Daemon
 from refresher.sim._simweb import SimwebConfig, build_site, serve_simweb, write_truth
 from refresher.sim._site import Site
-from refresher.store._duckdb import Store
 
 __all__ = ["DEMO_STORE", "DEMO_TRUTH", "run_demo"]
 
@@ -59,18 +58,6 @@ def _freshness(
     return sum(est) / len(est), sum(true) / len(true)
 
 
-def _last_successful(store: Store) -> list[tuple[str, float | None, float | None]]:
-    rows = store.con.execute(
-        """
-        SELECT p.url, max(f.finished_at), any_value(p.rate)
-        FROM pages p LEFT JOIN fetches f
-          ON f.page_id = p.id AND (f.status BETWEEN 200 AND 299 OR f.not_modified)
-        GROUP BY p.url
-        """
-    ).fetchall()
-    return [(str(u), t, r) for u, t, r in rows]
-
-
 async def _show(daemon: Daemon, site: Site, interval: float) -> None:
     started = time.monotonic()
     while True:
@@ -79,7 +66,7 @@ async def _show(daemon: Daemon, site: Site, interval: float) -> None:
         store = daemon.store
         if store is None or "crawler" not in status:
             continue
-        rows = await store.call(_last_successful)
+        rows = await store.last_refreshes()
         est, true = _freshness(site, rows, time.time())
         c, s = status["crawler"], status.get("store", {})
         print(

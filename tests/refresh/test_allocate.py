@@ -24,7 +24,7 @@ from refresher.refresh._allocate import (
 from refresher.refresh._estimate import estimate_pages
 from refresher.sim._simweb import SimwebConfig, plan_web
 from refresher.sim._site import HostSpec, PageSpec, Site, serve_site
-from refresher.store._duckdb import NewPage, PageRow, Store
+from refresher.store import NEVER, DuckDBStore, NewPage, PageRow, PlanUpdate, next_due
 
 NOW = 1_700_000_000.0
 
@@ -79,7 +79,17 @@ def test_the_policy_table_ranks_optimal_over_uniform_over_proportional():
     json.dumps(table, allow_nan=False)  # machines get strict JSON
 
 
-def _history(store: Store, page_id: int, host_id: int, times: list[float], changed: list[bool]):
+def inputs_of(store: DuckDBStore, *, min_delay: float, **settings: str) -> PolicyInputs:
+    """:func:`load_inputs` over the store's raw history, as the allocator reads it."""
+    raw = store.estimator_inputs(
+        meaningful=False, history=32, links=settings.get("weights", "pagerank") == "pagerank"
+    )
+    return load_inputs(raw, min_delay=min_delay, **settings)
+
+
+def _history(
+    store: DuckDBStore, page_id: int, host_id: int, times: list[float], changed: list[bool]
+):
     records = [
         fetch_record(page_id, host_id, t, duration=0.1, body_bytes=10, changed=c)
         for t, c in zip(times, changed, strict=True)
@@ -88,7 +98,7 @@ def _history(store: Store, page_id: int, host_id: int, times: list[float], chang
 
 
 def test_inputs_from_a_real_store_order_pages_by_how_often_they_changed(tmp_path: Path):
-    store = Store(tmp_path / "s.duckdb")
+    store = DuckDBStore(tmp_path / "s.duckdb")
     try:
         rows = store.add_pages(
             [
@@ -107,12 +117,12 @@ def test_inputs_from_a_real_store_order_pages_by_how_often_they_changed(tmp_path
             _history(store, ids[url], host[url], times, changed)
         store.add_links(ids["http://h.example/p0"], ["http://g.example/"], now=NOW)
         store.add_links(ids["http://h.example/p1"], ["http://g.example/"], now=NOW)
-        store.con.execute("UPDATE hosts SET delay = 4.0 WHERE name = 'h.example'")
-        got = load_inputs(store, min_delay=1.0)
-        unweighted = load_inputs(store, min_delay=1.0, weights="none")
-        gamma = load_inputs(store, min_delay=1.0, model="gamma")
+        store._con.execute("UPDATE hosts SET delay = 4.0 WHERE name = 'h.example'")
+        got = inputs_of(store, min_delay=1.0)
+        unweighted = inputs_of(store, min_delay=1.0, weights="none")
+        gamma = inputs_of(store, min_delay=1.0, model="gamma")
         with pytest.raises(ValueError, match="'pagerank' or 'none'"):
-            load_inputs(store, min_delay=1.0, weights="indegree")
+            inputs_of(store, min_delay=1.0, weights="indegree")
     finally:
         store.close()
     # the gamma prior orders the pages the same way
@@ -244,7 +254,7 @@ def test_last_modified_times_reveal_a_page_that_changes_before_every_fetch(tmp_p
     # Both pages changed before every one of 20 fetches a minute apart: without change times
     # they look alike. Honest Last-Modified values say one changed 2 s before each fetch
     # (λ ≈ 0.5/s) and the other 50 s before (λ ≈ 0.02/s).
-    store = Store(tmp_path / "s.duckdb")
+    store = DuckDBStore(tmp_path / "s.duckdb")
     try:
         rows = store.add_pages(
             [
@@ -269,7 +279,7 @@ def test_last_modified_times_reveal_a_page_that_changes_before_every_fetch(tmp_p
                 for k, t in enumerate(NOW + 60.0 * k for k in range(21))
             ]
             store.write(records, [])
-        got = load_inputs(store, min_delay=1.0)
+        got = inputs_of(store, min_delay=1.0)
     finally:
         store.close()
     fast, slow = got.rates  # ids in insertion order: fast, slow
@@ -277,9 +287,7 @@ def test_last_modified_times_reveal_a_page_that_changes_before_every_fetch(tmp_p
 
 
 def test_a_plan_makes_pages_due_one_interval_after_their_last_fetch(tmp_path: Path):
-    from refresher.refresh._allocate import NEVER, _save
-
-    store = Store(tmp_path / "s.duckdb")
+    store = DuckDBStore(tmp_path / "s.duckdb")
     try:
         rows = store.add_pages(
             [
@@ -291,14 +299,25 @@ def test_a_plan_makes_pages_due_one_interval_after_their_last_fetch(tmp_path: Pa
         ids = sorted(r.id for r in rows)
         _history(store, ids[0], rows[0].host_id, [NOW + 10], [False])
         _history(store, ids[2], rows[0].host_id, [NOW + 20], [False])
-        got = load_inputs(store, min_delay=1.0)
-        _save(store, got, np.array([0.01, 0.5, 0.0]), NOW + 60)
-        due = dict(store.con.execute("SELECT id, due_at FROM pages").fetchall())
+        got = inputs_of(store, min_delay=1.0)
+        target = np.array([0.01, 0.5, 0.0])
+        update = PlanUpdate(
+            page_ids=got.page_ids,
+            rates=got.rates,
+            rate_n=got.rate_n,
+            weights=got.weights,
+            target=target,
+        )
+        store.save_plan(update, now=NOW + 60)
+        due = dict(store._con.execute("SELECT id, due_at FROM pages").fetchall())
     finally:
         store.close()
     assert due[ids[0]] == pytest.approx(NOW + 10 + 100)  # last fetch + 1/f
     assert due[ids[1]] == NOW  # never fetched: stays due
     assert due[ids[2]] == pytest.approx(NOW + 20 + NEVER)  # no fetches planned: re-checked late
+    # the store applies the one definition of a due time
+    expected = next_due(got.last_fetch, target, now=NOW)
+    assert [due[i] for i in got.page_ids] == pytest.approx(expected.tolist())
 
 
 def test_on_the_default_simweb_an_optimal_plan_from_ten_fetches_a_page_beats_uniform() -> None:
