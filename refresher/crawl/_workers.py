@@ -27,7 +27,7 @@ from refresher.discover._parse import Document, Extracted, Link, meaningful_chan
 from refresher.discover._url import canonicalize
 from refresher.ops._logging import get_logger
 from refresher.refresh._allocate import Allocator
-from refresher.store._interface import FetchRecord, HostUpdate, RobotsUpdate, Store
+from refresher.store._interface import FetchRecord, HostUpdate, RobotsUpdate, Store, is_change
 
 __all__ = ["Crawler", "CrawlerStatistics"]
 
@@ -263,8 +263,14 @@ class Crawler:
         page, host = lease.page, lease.host
         self._fetches += 1
         self._bytes += r.bytes
-        ok = r.status is not None and 200 <= r.status < 300
-        changed = ok and page.digest is not None and r.digest != page.digest
+        ok = r.ok and not r.not_modified  # a complete 2xx answer: a new copy of the body
+        changed = is_change(
+            r.status,
+            not_modified=r.not_modified,
+            error_kind=r.error_kind,
+            digest=r.digest,
+            previous=page.digest,
+        )
         failed = r.error_kind is not None or (
             r.status is not None and (r.status >= 500 or r.status == 429)
         )

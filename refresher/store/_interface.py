@@ -11,7 +11,7 @@ allocator import no database.
 The interface also holds the three definitions every part must agree on, each written once:
 
 - a *successful* fetch (a refresh of the copy): :func:`is_success` and its SQL twin
-  :data:`SUCCESS_SQL`;
+  :func:`success_sql`;
 - a *change*: :func:`is_change` (a successful fetch whose body digest differs from the copy's;
   a 304 is never a change), stored as ``fetches.changed``;
 - a page's *due time*: :func:`next_due` (and :func:`due_interval`), which the store's
@@ -48,6 +48,7 @@ __all__ = [
     "is_change",
     "is_success",
     "next_due",
+    "success_sql",
 ]
 
 # -- the definitions ---------------------------------------------------------------------------
@@ -67,8 +68,15 @@ def is_success(status: int | None, *, not_modified: bool, error_kind: str | None
     return 200 <= status < 300 or not_modified
 
 
-#: :func:`is_success` over the columns of ``fetches`` (unqualified: alias the table as needed).
-SUCCESS_SQL = "(error_kind IS NULL AND (status BETWEEN 200 AND 299 OR not_modified))"
+def success_sql(table: str = "") -> str:
+    """:func:`is_success` as a SQL condition over the columns of ``fetches`` (named through
+    ``table``, an alias, when given)."""
+    t = f"{table}." if table else ""
+    return f"({t}error_kind IS NULL AND ({t}status BETWEEN 200 AND 299 OR {t}not_modified))"
+
+
+#: :func:`success_sql` over unqualified columns
+SUCCESS_SQL = success_sql()
 
 
 def is_change(

@@ -11,10 +11,12 @@ from pathlib import Path
 import duckdb
 import numpy as np
 import pytest
+import trio
 from conftest import cli, daemon_config, fetch_record, wait_for
 
 import policies
 from refresher.refresh._allocate import (
+    Allocator,
     PolicyInputs,
     load_inputs,
     plan,
@@ -24,7 +26,15 @@ from refresher.refresh._allocate import (
 from refresher.refresh._estimate import estimate_pages
 from refresher.sim._simweb import SimwebConfig, plan_web
 from refresher.sim._site import HostSpec, PageSpec, Site, serve_site
-from refresher.store import NEVER, DuckDBStore, NewPage, PageRow, PlanUpdate, next_due
+from refresher.store import (
+    NEVER,
+    DuckDBStore,
+    NewPage,
+    PageRow,
+    PlanUpdate,
+    StoreService,
+    next_due,
+)
 
 NOW = 1_700_000_000.0
 
@@ -363,3 +373,61 @@ def test_on_the_default_simweb_an_optimal_plan_from_ten_fetches_a_page_beats_uni
     assert scores["log-normal"] > uniform + 0.012  # measured +0.020 (true λ: +0.041)
     assert scores["log-normal"] > scores["gamma"] + 0.005  # measured +0.010
     assert scores["log-normal"] < best
+
+
+class _Frontier:
+    """Stands in for the frontier: the allocator only asks it to reload its window."""
+
+    resets = 0
+
+    def reset(self) -> None:
+        self.resets += 1
+
+    def set_budget(self, budget: float) -> None:
+        pass
+
+
+async def test_without_exploration_a_starved_page_is_due_alike_in_the_store_and_after_a_fetch(
+    tmp_path: Path,
+) -> None:
+    # One page changes at every fetch, nine never do; at a tiny budget the optimal policy gives
+    # the hopeless one nothing. Its due time saved with the plan and the one a worker sets
+    # after fetching it (Allocator.interval) must agree: both come from due_interval.
+    store = DuckDBStore(tmp_path / "s.duckdb")
+    rows = store.add_pages(
+        [
+            NewPage(url=f"http://h{i}.example/", host=f"h{i}.example", scheme="http")
+            for i in range(10)
+        ],
+        now=NOW,
+    )
+    rows.sort(key=lambda r: r.id)
+    times = [NOW + 60.0 * k for k in range(30)]
+    for i, row in enumerate(rows):
+        _history(store, row.id, row.host_id, times, [i == 0 and k > 0 for k in range(30)])
+    service = StoreService(store)
+    frontier = _Frontier()
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(service.run)
+            allocator = Allocator(
+                store=service,
+                frontier=frontier,  # type: ignore[arg-type]
+                budget=0.002,
+                policy="optimal",
+                explore=0.0,
+                wall_clock=lambda: times[-1] + 1,
+            )
+            await allocator.solve()
+            pages, _ = await service.load_due(
+                after=(-math.inf, 0), until=math.inf, limit=100, known_hosts=frozenset()
+            )
+            service.close()
+    finally:
+        store.close()
+    assert frontier.resets == 1
+    starved = [p for p in pages if p.target_rate == 0]
+    assert [p.id for p in starved] == [rows[0].id]
+    for p in pages:
+        assert p.due_at == pytest.approx(times[-1] + allocator.interval(p))
+    assert allocator.interval(starved[0]) == NEVER
