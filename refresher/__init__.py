@@ -6,6 +6,7 @@ __version__ = "0.1.0"
 
 from refresher._config import Config, load_config
 from refresher._errors import (
+    ArchiveError,
     BodyTooLarge,
     ConfigError,
     ConnectFailure,
@@ -20,6 +21,8 @@ from refresher._errors import (
     StoreError,
     TooManyRedirects,
 )
+from refresher.archive._archive import Archive, Version
+from refresher.archive._sinks import Change, Sink
 from refresher.crawl._dns import Resolver
 from refresher.crawl._fetch import Fetcher, FetchResult
 from refresher.crawl._frontier import Frontier
@@ -42,7 +45,10 @@ from refresher.store import (
 
 __all__ = [
     "SCHEMA_VERSION",
+    "Archive",
+    "ArchiveError",
     "BodyTooLarge",
+    "Change",
     "Config",
     "ConfigError",
     "ConnectFailure",
@@ -67,10 +73,12 @@ __all__ = [
     "Resolver",
     "RobotsRules",
     "RobotsUpdate",
+    "Sink",
     "Store",
     "StoreError",
     "StoreService",
     "TooManyRedirects",
+    "Version",
     "__version__",
     "load_config",
     "open_store",

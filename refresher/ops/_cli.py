@@ -8,6 +8,7 @@ demo web, ``demo`` runs the daemon against it (what ``make run`` does).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -17,11 +18,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from refresher import __version__
 from refresher._config import Config, load_config, merge_tables, parse_override, read_seeds_file
-from refresher._errors import ControlError, RefresherError
+from refresher._errors import ControlError, RefresherError, StoreError
 from refresher.ops._control import request
 
 if TYPE_CHECKING:
-    from refresher.store import Store
+    from refresher.store import HostSummary, Store, StoreStatus
 
 __all__ = ["main"]
 
@@ -94,6 +95,11 @@ def _parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", help="what the daemon is doing (or what the file holds)")
     _common(status)
     status.add_argument("--json", action="store_true", help="machine-readable output")
+    status.add_argument(
+        "--hosts",
+        action="store_true",
+        help="list every host (default: the 10 busiest, and every paused host or in backoff)",
+    )
 
     policy = sub.add_parser(
         "policy",
@@ -156,11 +162,18 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _offline(config: Config, op: Callable[[Store], Awaitable[T]]) -> T:
-    """``op`` on the configured store itself, when no daemon holds it."""
+def _offline(config: Config, op: Callable[[Store], Awaitable[T]], *, existing: bool = False) -> T:
+    """``op`` on the configured store itself, when no daemon holds it. ``existing``: a command
+    that only reads or adjusts a store never creates one."""
     import trio
 
     from refresher.store import open_store
+
+    if existing and not config.store.path.exists():
+        raise StoreError(
+            f"no daemon runs and there is no store at {str(config.store.path)!r}; "
+            "give the daemon's --store FILE or --config FILE"
+        )
 
     async def run() -> T:
         async with open_store(config) as store:
@@ -197,8 +210,13 @@ def _cmd_seed(args: argparse.Namespace) -> int:
     return 1 if answer["rejected"] and not answer["added"] and not answer["known"] else 0
 
 
-def _offline_status(config: Config) -> dict[str, Any]:
-    status = _offline(config, lambda store: store.status(now=time.time()))
+def _offline_status(config: Config, *, hosts_limit: int | None) -> dict[str, Any]:
+    now = time.time()
+
+    async def read(store: Store) -> tuple[StoreStatus, list[HostSummary]]:
+        return await store.status(now=now), await store.host_summary(now=now, limit=hosts_limit)
+
+    status, host_rows = _offline(config, read, existing=True)
     return {
         "running": False,
         "store_path": str(config.store.path),
@@ -208,20 +226,33 @@ def _offline_status(config: Config) -> dict[str, Any]:
         "next_due": status.next_due,
         "last_fetch": status.last_fetch,
         "due_now": status.due_now,
+        "host_list": [dataclasses.asdict(h) for h in host_rows],
     }
+
+
+def _print_hosts(rows: list[dict[str, Any]]) -> None:
+    if not rows:
+        print("  hosts      none yet")
+        return
+    print(f"  {'host':<32}{'pages':>8}{'fetches':>10}{'errors':>8}  state")
+    for h in rows:
+        state = "paused" if h["paused"] else ""
+        if h["backoff_left"] > 0:
+            state = f"{state} backoff {h['backoff_left']:.0f} s".strip()
+        print(
+            f"  {h['host']:<32}{h['pages']:>8}{h['fetches']:>10}{h['errors']:>8}  {state or 'ok'}"
+        )
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
     config = _loader(args)()
+    limit = None if args.hosts else 10
     try:
-        answer = request(config.control_socket, {"op": "status"})
+        answer = request(config.control_socket, {"op": "status", "hosts_limit": limit})
         answer.pop("ok", None)
         answer["running"] = True
     except ControlError:
-        if not config.store.path.exists():
-            print(f"no daemon runs and there is no store at {config.store.path}", file=sys.stderr)
-            return 1
-        answer = _offline_status(config)
+        answer = _offline_status(config, hosts_limit=limit)
     if args.json:
         _print_json(answer)
         return 0
@@ -235,7 +266,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
         )
         print(f"  policy     {a.get('policy')} at {a.get('budget')} fetches/s")
         print(
-            f"  fetching   {answer['fetches_per_second']} fetches/s, "
+            f"  fetching   {answer['fetches_per_second']} fetches/s "
+            f"({c.get('wire_rate', 0.0):.2f} requests/s on the wire, last 30 s), "
             f"{c.get('busy')}/{c.get('workers')} workers busy; {c.get('changed')} changed, "
             f"{c.get('not_modified')} not modified, "
             f"{c.get('errors')} errors, {c.get('denied')} denied by robots.txt"
@@ -244,11 +276,13 @@ def _cmd_status(args: argparse.Namespace) -> int:
             f"  frontier   {f.get('in_memory')} pages in memory, "
             f"{f.get('active_hosts')} active hosts, {f.get('ready_hosts')} waiting their turn"
         )
+        _print_hosts(answer.get("host_list", []))
     else:
         print(
             f"refresher: not running; {answer['store_path']}: {answer['pages']} pages, "
             f"{answer['hosts']} hosts, {answer['fetches']} fetches, {answer['due_now']} due now"
         )
+        _print_hosts(answer["host_list"])
     return 0
 
 
@@ -261,9 +295,13 @@ def _cmd_pause(args: argparse.Namespace) -> int:
     except ControlError as e:
         if "unknown host" in str(e):
             raise
-        found = _offline(config, lambda store: store.set_paused(args.host, paused))
+        found = _offline(config, lambda store: store.set_paused(args.host, paused), existing=True)
         if not found:
-            print(f"refresher {args.command}: unknown host {args.host!r}", file=sys.stderr)
+            print(
+                f"refresher {args.command}: unknown host {args.host!r}; "
+                "`refresher status --hosts` lists them",
+                file=sys.stderr,
+            )
             return 1
         where = str(config.store.path)
     print(f"{args.host}: {'paused' if paused else 'resumed'} ({where})")
@@ -303,7 +341,7 @@ def _cmd_policy(args: argparse.Namespace) -> int:
         table = request(config.control_socket, payload)
         table.pop("ok", None)
     except ControlError:
-        inputs = _offline(config, InputSettings.from_config(config).load)
+        inputs = _offline(config, InputSettings.from_config(config).load, existing=True)
         table = policy_table(inputs, args.budget or config.budget.fetches_per_second)
     if args.json:
         _print_json(table)
@@ -348,7 +386,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             from refresher.ops._daemon import run_daemon
 
             loader = _loader(args)
-            loader()  # fail fast, before any output, on a bad config
+            # Fail fast, before any output or file, on a bad config or seeds file.
+            loader().all_seeds()
             return run_daemon(loader)
         if args.command == "seed":
             return _cmd_seed(args)

@@ -24,6 +24,10 @@ import trio
 import policies
 from refresher._config import Config
 from refresher._errors import ConfigError, InvalidURL, RefresherError
+from refresher.archive._archive import open_writer
+from refresher.archive._keep import Keeper
+from refresher.archive._sinks import ChangeFeed, load_sinks
+from refresher.archive._warc import WarcWriter
 from refresher.crawl._dns import Resolver
 from refresher.crawl._fetch import Fetcher
 from refresher.crawl._frontier import Frontier
@@ -93,6 +97,8 @@ class Daemon:
         self._fetcher: Fetcher | None = None
         self._discovery: Discovery | None = None
         self._snapshotter: Snapshotter | None = None
+        self._warc: WarcWriter | None = None
+        self._feed: ChangeFeed | None = None
 
     @property
     def store(self) -> StoreService | None:
@@ -163,6 +169,8 @@ class Daemon:
             ("fetcher", self._fetcher),
             ("discovery", self._discovery),
             ("snapshot", self._snapshotter),
+            ("archive", self._warc),
+            ("sinks", self._feed),
         ):
             if part is not None:
                 out[name] = _plain(part.statistics())
@@ -171,10 +179,22 @@ class Daemon:
             out["seen"] = _plain(self._discovery.seen.statistics())
         return out
 
+    async def _status_with_hosts(self, limit: Any) -> dict[str, Any]:
+        """:meth:`status` with the host list of ``refresher status`` (``limit`` busiest, or all
+        when None, and every paused host or host in backoff)."""
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
+            raise ValueError('"hosts_limit" must be a whole number or null')
+        out = self.status()
+        if self._store is not None:
+            now = self._wall()
+            rows = await self._store.host_summary(now=now, limit=limit)
+            out["host_list"] = [asdict(h) for h in rows]
+        return out
+
     async def _handle(self, req: dict[str, Any]) -> dict[str, Any]:
         op = req["op"]
         if op == "status":
-            return self.status()
+            return await self._status_with_hosts(req.get("hosts_limit", 10))
         if op == "seed":
             urls = req.get("urls")
             if not isinstance(urls, list) or not all(isinstance(u, str) for u in urls):
@@ -211,7 +231,7 @@ class Daemon:
             self._frontier.set_paused(host, paused)
             found = await self._store.set_paused(host, paused)
             if not found:
-                raise ValueError(f"unknown host {host!r}; see `refresher status` for hosts")
+                raise ValueError(f"unknown host {host!r}; `refresher status --hosts` lists them")
             # The loader skips paused hosts: reload so their held pages go, or come back.
             self._frontier.reset()
             return {"host": host, "paused": paused}
@@ -230,7 +250,7 @@ class Daemon:
             self.notifier.ready()
             return
         old = self.config
-        for section in ("store", "frontier", "control", "dns", "metrics", "snapshot"):
+        for section in ("store", "frontier", "control", "dns", "metrics", "snapshot", "sinks"):
             if getattr(old, section) != getattr(new, section):
                 log.warning("config section changed; takes effect after a restart", section=section)
         if old.crawl.workers != new.crawl.workers:
@@ -246,6 +266,7 @@ class Daemon:
             policy=policy,
             explore=new.policy.explore,
             weights=new.policy.weights,
+            decide=new.policy.decide,
         )
         if seeds:
             await self.add_seeds(seeds)
@@ -263,6 +284,8 @@ class Daemon:
             "fetcher": lambda: self._fetcher,
             "allocator": lambda: self._allocator,
             "snapshot": lambda: self._snapshotter,
+            "archive": lambda: self._warc,
+            "sinks": lambda: self._feed,
         }
 
         def snapshot(get: Callable[[], Any]) -> Callable[[], object]:
@@ -327,8 +350,12 @@ class Daemon:
                 lambda: DuckDBStore(c.store.path, memory_limit=c.store.memory_limit)
             )
             log.info("store opened", path=str(c.store.path), schema=store.schema_version())
+            self._warc = await trio.to_thread.run_sync(open_writer, c, store)
             service = StoreService(
-                store, flush_interval=c.store.flush_interval, batch_size=c.store.batch_size
+                store,
+                flush_interval=c.store.flush_interval,
+                batch_size=c.store.batch_size,
+                archive=self._warc,
             )
             self._store = service
             try:
@@ -340,6 +367,8 @@ class Daemon:
                         service.close()
             finally:
                 await trio.to_thread.run_sync(store.close)
+                if self._warc is not None:
+                    self._warc.close()
         log.info("stopped", acknowledged=service.statistics().acknowledged)
         return 0
 
@@ -370,6 +399,7 @@ class Daemon:
             policy=policy,
             resolve_interval=c.policy.resolve_interval,
             explore=c.policy.explore,
+            decide=c.policy.decide,
             inputs=InputSettings.from_config(c),
             wall_clock=self._wall,
         )
@@ -398,6 +428,8 @@ class Daemon:
             ) as fetcher,
         ):
             self._fetcher = fetcher
+            self._feed = ChangeFeed(load_sinks(c), queue=c.sinks.queue)
+            await services.start(self._feed.run)
             await services.start(allocator.run)
             await services.start(frontier.run)
             if self._discovery is not None:
@@ -410,6 +442,12 @@ class Daemon:
                 allocator=allocator,
                 discovery=self._discovery,
                 wall_clock=self._wall,
+                keeper=Keeper(
+                    writer=self._warc,
+                    listener=self._feed,
+                    user_agent=lambda: self.config.crawl.user_agent,
+                    revisits=c.archive.revisits,
+                ),
             )
             self._crawler = crawler
             async with trio.open_nursery() as work:
@@ -435,7 +473,7 @@ class Daemon:
                     "ready",
                     workers=c.crawl.workers,
                     budget=c.budget.fetches_per_second,
-                    policy=c.policy.name,
+                    policy=allocator.policy,
                     control=str(c.control_socket),
                 )
                 async for signum in signals:
@@ -483,3 +521,27 @@ def run_daemon(config_loader: Callable[[], Config]) -> int:
     except RefresherError as e:
         log.error("cannot run", error=str(e))
         return 1
+    except BaseExceptionGroup as group:
+        # A service that cannot start (a port in use, a socket path refused) fails inside the
+        # nursery; the person at the terminal gets its one line, not the nursery's traceback.
+        cause = _refresher_error(group)
+        if cause is None:
+            raise
+        log.error("cannot run", error=str(cause))
+        return 1
+
+
+def _refresher_error(group: BaseExceptionGroup[Any]) -> RefresherError | None:
+    """The first RefresherError among ``group``'s leaves when every leaf is one, else None."""
+    leaves: list[BaseException] = []
+
+    def walk(e: BaseException) -> None:
+        if isinstance(e, BaseExceptionGroup):
+            for inner in e.exceptions:
+                walk(inner)
+        else:
+            leaves.append(e)
+
+    walk(group)
+    errors = [e for e in leaves if isinstance(e, RefresherError)]
+    return errors[0] if errors and len(errors) == len(leaves) else None

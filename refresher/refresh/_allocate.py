@@ -36,7 +36,7 @@ from numpy.typing import NDArray
 import policies
 from refresher.crawl._frontier import Frontier
 from refresher.ops._logging import get_logger
-from refresher.refresh._estimate import estimate_pages, last_modified_consistent
+from refresher.refresh._estimate import Estimate, estimate_pages, last_modified_consistent
 from refresher.store._interface import (
     EstimatorInputs,
     PageRow,
@@ -64,6 +64,17 @@ log = get_logger("allocate")
 
 #: λ for pages with no history at all and no prior to pool: one change a day
 DEFAULT_PRIOR_RATE = 1.0 / 86_400
+#: how a plan treats uncertain rates (``policy.decide``)
+DECISIONS = ("plug-in", "expected")
+_Z95 = 1.959963984540054
+
+
+def posterior_sd(est: Estimate) -> NDArray[np.float64]:
+    """The sd of ln λ per page (natural-log units) from a log-normal estimate's 95 % interval,
+    which is θ̂ ± z·sd."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        sd = np.log(est.upper / est.lower) / (2.0 * _Z95)
+    return np.where(np.isfinite(sd) & (sd >= 0.0), sd, 0.0)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -91,6 +102,8 @@ class PolicyInputs:
     rates: NDArray[np.float64]  # λ̂
     rate_n: NDArray[np.float64]  # evidence (effective observed changes)
     weights: NDArray[np.float64]
+    # posterior sd of ln λ per page (natural-log units); None: the rates are taken as exact
+    rate_sd: NDArray[np.float64] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -174,8 +187,10 @@ def load_inputs(
             spread=spread,
         )
         rates, rate_n = np.asarray(est.rate), np.asarray(est.n_eff)
+        rate_sd = posterior_sd(est) if model == "log-normal" else None
     else:
         rates, rate_n = np.full(n, DEFAULT_PRIOR_RATE), np.zeros(n)
+        rate_sd = np.full(n, spread) if model == "log-normal" else None
     return PolicyInputs(
         page_ids=ids,
         host_index=host_index.astype(np.intp),
@@ -184,6 +199,7 @@ def load_inputs(
         rates=rates,
         rate_n=rate_n,
         weights=_weights(raw, weights),
+        rate_sd=rate_sd,
     )
 
 
@@ -203,21 +219,45 @@ def _weights(raw: EstimatorInputs, weights: str) -> NDArray[np.float64]:
     return _pagerank(n, src[ok], dst[ok])
 
 
-def plan(inputs: PolicyInputs, policy: str, budget: float, *, explore: float) -> Plan:
-    """Target rates: the policy's split of B·(1 − explore), plus exploration."""
+def plan(
+    inputs: PolicyInputs, policy: str, budget: float, *, explore: float, decide: str = "plug-in"
+) -> Plan:
+    """Target rates: the policy's split of B·(1 − explore), plus exploration.
+
+    ``decide = "expected"``: the optimal policies maximise the expected value under each
+    rate's posterior (:func:`policies.solve_expected`) where ``inputs.rate_sd`` gives one;
+    "plug-in" takes λ̂ as exact."""
     n = inputs.page_ids.size
     if n == 0:
         alloc = policies.solve(policy, np.zeros(0), budget)
         return Plan(target=np.zeros(0), allocation=alloc, explored=0)
     share = budget * (1.0 - explore)
-    alloc = policies.solve(
-        policy,
-        inputs.rates,
-        share,
-        weights=inputs.weights,
-        hosts=inputs.host_index,
-        host_caps=inputs.host_caps,
-    )
+    if decide not in DECISIONS:
+        raise ValueError(f"decide must be one of {', '.join(DECISIONS)}, not {decide!r}")
+    if (
+        decide == "expected"
+        and inputs.rate_sd is not None
+        and policy in policies.EXPECTED_POLICIES
+        and (inputs.rates > 0).all()
+    ):
+        alloc = policies.solve_expected(
+            policy,
+            np.log(inputs.rates),
+            inputs.rate_sd,
+            share,
+            weights=inputs.weights,
+            hosts=inputs.host_index,
+            host_caps=inputs.host_caps,
+        )
+    else:
+        alloc = policies.solve(
+            policy,
+            inputs.rates,
+            share,
+            weights=inputs.weights,
+            hosts=inputs.host_index,
+            host_caps=inputs.host_caps,
+        )
     target = np.array(alloc.rates, dtype=np.float64)
     starved = target <= 0.0
     explored = int(starved.sum())
@@ -227,6 +267,22 @@ def plan(inputs: PolicyInputs, policy: str, budget: float, *, explore: float) ->
     elif spare > 0:
         target *= budget / max(float(target.sum()), 1e-300)
     return Plan(target=target, allocation=alloc, explored=explored)
+
+
+def expected_means(inputs: PolicyInputs, target: NDArray[np.float64]) -> tuple[float, float]:
+    """The plan's expected mean freshness and age (seconds): the posterior means where the
+    estimator gives a posterior (λ̂ is its mode, and F̄ at the mode overstates the freshness
+    of pages that changed before every fetch), else the values at λ̂."""
+    if inputs.rate_sd is None or not (inputs.rates > 0).all():
+        return (
+            policies.mean_freshness(inputs.rates, target),
+            policies.mean_age(inputs.rates, target),
+        )
+    theta = np.log(inputs.rates)
+    fresh = policies.expected_value("freshness", theta, inputs.rate_sd, target)
+    with np.errstate(invalid="ignore"):
+        age = policies.expected_value("age", theta, inputs.rate_sd, target)
+    return float(fresh.mean()), float(age.mean())
 
 
 def policy_table(inputs: PolicyInputs, budget: float) -> dict[str, Any]:
@@ -305,6 +361,7 @@ class Allocator:
         policy: str,
         resolve_interval: float = 60.0,
         explore: float = 0.05,
+        decide: str = "expected",
         inputs: InputSettings = InputSettings(),
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
@@ -314,6 +371,7 @@ class Allocator:
         self.policy = policy
         self.resolve_interval = resolve_interval
         self.explore = explore
+        self.decide = decide
         self.inputs = inputs
         self._wall = wall_clock
         self._pages = 0
@@ -352,8 +410,11 @@ class Allocator:
         policy: str,
         explore: float | None = None,
         weights: str | None = None,
+        decide: str | None = None,
     ) -> None:
         changed = budget != self.budget or policy != self.policy
+        if decide is not None and decide != self.decide:
+            self.decide, changed = decide, True
         self.budget, self.policy = budget, policy
         if explore is not None:
             self.explore = explore
@@ -369,9 +430,10 @@ class Allocator:
         t0 = time.perf_counter()
         policy, budget, explore, now = self.policy, self.budget, self.explore, self._wall()
         await self._store.record_policy(policy, budget, now=now)
+        decide = self.decide
         inputs = await self.inputs.load(self._store)
         result = await trio.to_thread.run_sync(
-            lambda: plan(inputs, policy, budget, explore=explore)
+            lambda: plan(inputs, policy, budget, explore=explore, decide=decide)
         )
         update = PlanUpdate(
             page_ids=inputs.page_ids,
@@ -385,8 +447,7 @@ class Allocator:
         self._unplaced = float(result.allocation.unplaced)
         self._explored = result.explored
         if self._pages:
-            self._freshness = policies.mean_freshness(inputs.rates, result.target)
-            self._age = policies.mean_age(inputs.rates, result.target)
+            self._freshness, self._age = expected_means(inputs, result.target)
         self._solves += 1
         self._last_solve = time.perf_counter() - t0
         self._frontier.reset()

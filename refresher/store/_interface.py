@@ -24,10 +24,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
 from numpy.typing import NDArray
+
+if TYPE_CHECKING:
+    from refresher.store._captures import CaptureRow
 
 __all__ = [
     "NEVER",
@@ -36,6 +39,7 @@ __all__ = [
     "EstimatorInputs",
     "FetchRecord",
     "HostRow",
+    "HostSummary",
     "HostUpdate",
     "NewPage",
     "PageRow",
@@ -278,6 +282,19 @@ class StoreStatistics:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class HostSummary:
+    """One host's line in ``refresher status``."""
+
+    host: str
+    pages: int
+    fetches: int  # fetches recorded for its pages, all time
+    errors: int  # consecutive failed fetches now
+    paused: bool
+    #: seconds until the host may be fetched again after errors or Retry-After; 0 when not
+    backoff_left: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class StoreStatus:
     """A summary of the stored state, for ``refresher status`` on a stopped daemon."""
 
@@ -311,8 +328,9 @@ class Store(Protocol):
         ``known_hosts``."""
         ...
 
-    async def record(self, record: FetchRecord) -> None:
-        """Queue one finished fetch (and the page state it leaves)."""
+    async def record(self, record: FetchRecord, capture: CaptureRow | None = None) -> None:
+        """Queue one finished fetch (and the page state it leaves), with where the archive
+        wrote its copy (``capture``) if it did."""
         ...
 
     async def update_host(self, update: HostUpdate | RobotsUpdate) -> None:
@@ -379,6 +397,11 @@ class Store(Protocol):
 
     async def status(self, *, now: float) -> StoreStatus:
         """Counts and due times of the stored pages."""
+        ...
+
+    async def host_summary(self, *, now: float, limit: int | None) -> list[HostSummary]:
+        """The ``limit`` busiest hosts (all when None), and every paused host or host in
+        backoff; paused first, then those in backoff, then by fetches."""
         ...
 
     async def last_refreshes(self) -> list[tuple[str, float | None, float | None]]:

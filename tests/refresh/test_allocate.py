@@ -296,17 +296,19 @@ def test_last_modified_times_reveal_a_page_that_changes_before_every_fetch(tmp_p
     assert fast > 0.2 and slow < 0.05 and fast > 10 * slow
 
 
+def _three_pages(store: DuckDBStore) -> tuple[list[PageRow], list[int]]:
+    """Three new pages of one host, and their ids in order."""
+    rows = store.add_pages(
+        [NewPage(url=f"http://a.example/{i}", host="a.example", scheme="http") for i in range(3)],
+        now=NOW,
+    )
+    return rows, sorted(r.id for r in rows)
+
+
 def test_a_plan_makes_pages_due_one_interval_after_their_last_fetch(tmp_path: Path):
     store = DuckDBStore(tmp_path / "s.duckdb")
     try:
-        rows = store.add_pages(
-            [
-                NewPage(url=f"http://a.example/{i}", host="a.example", scheme="http")
-                for i in range(3)
-            ],
-            now=NOW,
-        )
-        ids = sorted(r.id for r in rows)
+        rows, ids = _three_pages(store)
         _history(store, ids[0], rows[0].host_id, [NOW + 10], [False])
         _history(store, ids[2], rows[0].host_id, [NOW + 20], [False])
         got = inputs_of(store, min_delay=1.0)
@@ -431,3 +433,26 @@ async def test_without_exploration_a_starved_page_is_due_alike_in_the_store_and_
     for p in pages:
         assert p.due_at == pytest.approx(times[-1] + allocator.interval(p))
     assert allocator.interval(starved[0]) == NEVER
+
+
+def test_pages_robots_txt_denies_leave_the_plan(tmp_path: Path):
+    store = DuckDBStore(tmp_path / "s.duckdb")
+    try:
+        rows, ids = _three_pages(store)
+        _history(store, ids[0], rows[0].host_id, [NOW + 10, NOW + 20], [False, True])
+        denied = fetch_record(
+            ids[1],
+            rows[0].host_id,
+            NOW + 5,
+            status=None,
+            error_kind="denied",
+            page_status="denied",
+            due_at=NOW + 3600,
+        )
+        store.write([denied], [])
+        got = inputs_of(store, min_delay=1.0)
+    finally:
+        store.close()
+    assert ids[1] not in got.page_ids.tolist()
+    assert sorted(got.page_ids.tolist()) == [ids[0], ids[2]]
+    assert got.rate_sd is not None and (got.rate_sd > 0).all()
