@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import math
 import os
 import shutil
@@ -55,6 +54,8 @@ sys.path.insert(0, str(ROOT))
 
 from refresher.ops._daemon import check_seeds  # noqa: E402
 from refresher.ops._logging import configure_logging  # noqa: E402
+from refresher.sim._harness import DaemonProcess, harness_config  # noqa: E402
+from refresher.sim._harness import write_config as harness_write_config  # noqa: E402
 from refresher.sim._site import Site, make_demo_site  # noqa: E402
 from refresher.store import DuckDBStore, RobotsUpdate  # noqa: E402
 
@@ -153,63 +154,22 @@ def scratch(args: argparse.Namespace, prefix: str) -> Iterator[Path]:
             shutil.rmtree(directory, ignore_errors=True)
 
 
-def toml_value(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, str):
-        return json.dumps(v)
-    if isinstance(v, dict):
-        return "{ " + ", ".join(f"{json.dumps(k)} = {toml_value(x)}" for k, x in v.items()) + " }"
-    return repr(v)
-
-
 def write_config(directory: Path, **sections: dict[str, Any]) -> Path:
     """A daemon config with everything under ``directory``; ``sections`` override keys."""
-    base: dict[str, dict[str, Any]] = {
-        "store": {"path": str(directory / "refresher.duckdb")},
-        "crawl": {"user_agent": "refresher-bench/1.0 (+http://127.0.0.1/)"},
-        "policy": {"name": "uniform"},
-        "control": {"socket": str(directory / "control.sock")},
-        "log": {"format": "json", "level": "info", "progress_interval": 1.0},
-        "daemon": {"drain_timeout": 5.0},
-    }
-    for name, table in sections.items():
-        base.setdefault(name, {}).update(table)
-    lines: list[str] = []
-    for name, table in base.items():
-        lines.append(f"[{name}]")
-        lines.extend(f"{k} = {toml_value(v)}" for k, v in table.items())
-        lines.append("")
-    path = directory / "refresher.toml"
-    path.write_text("\n".join(lines))
-    return path
+    tables = harness_config(
+        directory,
+        user_agent="refresher-bench/1.0 (+http://127.0.0.1/)",
+        policy={"name": "uniform"},
+        **sections,
+    )
+    return harness_write_config(directory / "refresher.toml", tables)
 
 
-class Daemon:
-    """``refresher run`` as a child process with its JSON log lines in a file."""
+class Daemon(DaemonProcess):
+    """``refresher run`` as a child process (the harness's), with the bench's waits."""
 
     def __init__(self, config: Path) -> None:
-        self.log_path = config.with_suffix(".log")
-        env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=str(ROOT))
-        env.pop("NOTIFY_SOCKET", None)
-        with self.log_path.open("wb") as log:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "refresher", "run", "--config", str(config)],
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-            )
-        self.pid = self.process.pid
-
-    def events(self, name: str | None = None) -> list[dict[str, Any]]:
-        out = []
-        for line in self.log_path.read_bytes().splitlines():
-            with contextlib.suppress(ValueError):
-                obj = json.loads(line)
-                if isinstance(obj, dict) and (name is None or obj.get("event") == name):
-                    out.append(obj)
-        return out
+        super().__init__(config, env={"PYTHONPATH": str(ROOT)})
 
     def count(self, needle: str) -> int:
         """Log lines containing ``needle`` (cheaper than parsing them all)."""
@@ -219,17 +179,17 @@ class Daemon:
         """Seconds from start until the "ready" log line."""
         t0 = time.monotonic()
         while not self.events("ready"):
-            if self.process.poll() is not None:
+            if self.proc.poll() is not None:
                 tail = self.log_path.read_text(errors="replace")[-3000:]
-                raise SystemExit(f"the daemon exited ({self.process.returncode}):\n{tail}")
+                raise SystemExit(f"the daemon exited ({self.proc.returncode}):\n{tail}")
             if time.monotonic() - t0 > START_TIMEOUT:
-                stop(self.process)
+                stop(self.proc)
                 raise SystemExit(f"the daemon was not ready after {START_TIMEOUT:.0f} s")
             time.sleep(0.05)
         return time.monotonic() - t0
 
-    def stop(self) -> int | None:
-        return stop(self.process)
+    def stop(self, timeout: float = STOP_TIMEOUT) -> int | None:
+        return stop(self.proc, timeout)
 
 
 def query(db: Path, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:

@@ -21,7 +21,7 @@ from typing import Any
 
 import trio
 
-import policies
+from refresher import policies
 from refresher._config import Config
 from refresher._errors import ConfigError, InvalidURL, RefresherError
 from refresher.archive._archive import open_writer

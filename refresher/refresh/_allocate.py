@@ -10,7 +10,7 @@ the allocator
 2. weights pages by PageRank over the stored link edges (mean weight 1), or not at all when
    ``policy.weights = "none"``;
 3. caps each host at one fetch per politeness delay and solves the policy
-   (:mod:`policies`) for B·(1 − ``policy.explore``); the exploration share goes in equal
+   (:mod:`refresher.policies`) for B·(1 − ``policy.explore``); the exploration share goes in equal
    parts to the pages the policy gave nothing, so their estimates never go stale;
 4. writes λ̂, its evidence, the weight and the target rate f to the store, which makes each
    page due at last fetch + 1/f (:data:`NEVER` after it when f = 0:
@@ -33,7 +33,7 @@ import numpy as np
 import trio
 from numpy.typing import NDArray
 
-import policies
+from refresher import policies
 from refresher.crawl._frontier import Frontier
 from refresher.ops._logging import get_logger
 from refresher.refresh._estimate import Estimate, estimate_pages, last_modified_consistent

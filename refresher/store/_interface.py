@@ -118,8 +118,9 @@ def next_due(
 ) -> NDArray[np.float64]:
     """Due times (vectorised :func:`due_interval` after ``last_fetch``) of planned pages.
 
-    A page never fetched (``last_fetch`` NaN) is due ``now``; a planned page always has a target
-    rate. The store applies exactly this in :meth:`Store.save_plan`."""
+    A page never fetched (``last_fetch`` NaN) is due ``now`` at the latest (the store keeps an
+    earlier due time); a planned page always has a target rate. The store applies exactly this
+    in :meth:`Store.save_plan`."""
     with np.errstate(divide="ignore"):
         interval = np.where(target_rate > 0, 1.0 / np.maximum(target_rate, 1e-300), NEVER)
     due: NDArray[np.float64] = np.where(np.isnan(last_fetch), now, last_fetch + interval)

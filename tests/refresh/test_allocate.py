@@ -14,7 +14,7 @@ import pytest
 import trio
 from conftest import cli, daemon_config, fetch_record, wait_for
 
-import policies
+from refresher import policies
 from refresher.refresh._allocate import (
     Allocator,
     PolicyInputs,
