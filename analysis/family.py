@@ -158,7 +158,13 @@ def _windows(
 
 
 def run_web(
-    web: FamilyWeb, *, runs: int, horizon: float, decide: str, resolve_interval: float
+    web: FamilyWeb,
+    *,
+    runs: int,
+    horizon: float,
+    decide: str,
+    resolve_interval: float,
+    static: bool = True,
 ) -> dict[str, Any]:
     """Every policy of ``RUNS`` on ``web``: per label, freshness and age per horizon per run."""
     horizons = [h for h in HORIZONS if h <= horizon]
@@ -168,6 +174,7 @@ def run_web(
         budget=web.budget,
         min_delay=web.min_delay,
         resolve_interval=resolve_interval,
+        static=static,
     )
     mweb: ModelWeb = model_web(web.simweb)
     out: dict[str, Any] = {"seed": web.seed, "label": web.label, "pages": int(mweb.rates.size)}
@@ -270,6 +277,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--horizon", type=float, default=HORIZONS[-1], help="seconds")
     parser.add_argument("--decide", choices=("plug-in", "expected"), default="expected")
     parser.add_argument("--resolve-interval", type=float, default=5.0)
+    parser.add_argument(
+        "--no-static", action="store_true", help="plan without P(page never changes)"
+    )
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     if args.runs < 2 or args.horizon < HORIZONS[0]:
@@ -289,6 +299,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             horizon=args.horizon,
             decide=args.decide,
             resolve_interval=args.resolve_interval,
+            static=not args.no_static,
         )
         results.append(result)
         print(format_row(result, summarize(result)), flush=True)

@@ -34,7 +34,7 @@ from numpy.typing import NDArray
 from analysis.compare import disallowed
 from refresher import policies
 from refresher._errors import RefresherError
-from refresher.refresh._allocate import PolicyInputs, plan, posterior_sd
+from refresher.refresh._allocate import PolicyInputs, plan, uncertainty
 from refresher.refresh._estimate import MODELS, estimate_pages
 from refresher.sim._simweb import SimwebConfig, plan_web
 
@@ -63,6 +63,7 @@ class ModelSettings:
     oracle: bool = False
     min_delay: float = 0.0  # seconds per host between fetches: caps of 1/min_delay (0: none)
     decide: str = "plug-in"  # how the plan treats uncertain rates (policy.decide)
+    static: bool = True  # weigh pages by the probability that they change at all
 
     def __post_init__(self) -> None:
         if not (self.seconds > 0 and self.budget > 0 and self.resolve_interval > 0):
@@ -125,6 +126,16 @@ def _observations(
     for the last ``history`` intervals of every page."""
     page, interval, changed, since = [], [], [], []
     for i, times in enumerate(fetches):
+        if honest[i] and 0 < len(times) <= history:
+            # The first copy's Last-Modified: no change from the last one (or the web's
+            # start) to the first fetch, as the daemon reads it (first_fetch_quiet).
+            k0 = int(np.searchsorted(changes[i], times[0], side="right"))
+            quiet = times[0] - (changes[i][k0 - 1] if k0 else 0.0)
+            if quiet > 1e-6:
+                page.append(np.array([i], dtype=np.intp))
+                interval.append(np.array([quiet]))
+                changed.append(np.array([False]))
+                since.append(np.array([np.nan]))
         if len(times) < 2:
             continue
         t = np.asarray(times[-(history + 1) :])
@@ -191,7 +202,7 @@ def replay(
             page, interval, changed, since = _observations(
                 fetches, changes, honest, settings.history
             )
-            sd = None
+            sd, static_p = None, None
             if settings.oracle:
                 rates = web.rates
             elif page.size:
@@ -208,7 +219,7 @@ def replay(
                     spread=settings.spread,
                 )
                 rates = est.rate
-                sd = posterior_sd(est) if settings.model == "log-normal" else None
+                sd, static_p = uncertainty(est, page, interval, changed, settings.spread)
             else:
                 rates = np.full(n, 1.0 / settings.seconds)
                 sd = np.full(n, settings.spread)
@@ -221,6 +232,7 @@ def replay(
                 rate_n=np.zeros(n),
                 weights=np.ones(n),
                 rate_sd=sd,
+                static_p=static_p if settings.static else None,
             )
             target = plan(
                 inputs, policy, settings.budget, explore=settings.explore, decide=settings.decide

@@ -71,6 +71,11 @@ class StoreConfig:
     batch_size: int = 5000
     #: DuckDB's memory_limit, e.g. "256MB"
     memory_limit: str = "256MB"
+    #: history retention: seconds of fetches kept (each page's latest estimate.history always
+    #: are); absent: everything. Applied with the archive's retention (archive.prune_interval)
+    history_retention: float | None = None
+    #: deleted fetches are first exported here as Parquet files; absent: not exported
+    history_export_dir: Path | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -360,19 +365,10 @@ def _port(v: Any) -> str | None:
     return None if 0 < v < 65536 else "must be a TCP port between 1 and 65535"
 
 
-def _installed_sinks(names: tuple[str, ...]) -> str | None:
-    import importlib.metadata
-
-    found = {ep.name for ep in importlib.metadata.entry_points(group="refresher.sinks")}
-    missing = [n for n in names if n not in found]
-    if not missing:
-        return None
-    return f"no sink {missing[0]!r}; installed: {', '.join(sorted(found)) or 'none'}"
-
-
 _CHECKS: dict[str, Callable[[Any], str | None]] = {
     "store.flush_interval": _positive,
     "store.batch_size": _positive,
+    "store.history_retention": _positive,
     "crawl.workers": _positive,
     "crawl.user_agent": lambda v: None if v.strip() else "must not be empty",
     "budget.fetches_per_second": _positive,
@@ -413,12 +409,6 @@ _CHECKS: dict[str, Callable[[Any], str | None]] = {
     "archive.max_bytes": _positive,
     "archive.keep_versions": _positive,
     "archive.prune_interval": _positive,
-    "sinks.names": lambda v: _installed_sinks(v),
-    "sinks.webhook_url": lambda v: (
-        None
-        if v is None or v.startswith(("http://", "https://"))
-        else "must be an http:// or https:// URL"
-    ),
     "sinks.queue": _positive,
     "sinks.jsonl_max_bytes": _positive,
     "sinks.webhook_timeout": _positive,
@@ -653,10 +643,41 @@ def _check_whole(config: Config) -> None:
         if problem is not None:
             raise ConfigError(problem, key="metrics.host")
     parse_static(config.dns.static)
+    _check_sinks(config.sinks)
+
+
+def _check_sinks(s: SinksConfig) -> None:
+    """Sink names installed (entry points looked up, not loaded) and a webhook URL to POST to."""
+    import importlib.metadata
+    from urllib.parse import urlsplit
+
+    from refresher.archive._sinks import ENTRY_POINT_GROUP
+
+    installed = {ep.name for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
+    for name in s.names:
+        if name not in installed:
+            raise ConfigError(
+                f"no sink {name!r}; installed: {', '.join(sorted(installed)) or 'none'} "
+                f"(entry-point group {ENTRY_POINT_GROUP!r})",
+                key="sinks.names",
+            )
+    if s.webhook_url is not None:
+        parts = urlsplit(s.webhook_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ConfigError(
+                f"{s.webhook_url!r} is not an http(s) URL; write e.g. 'http://127.0.0.1:9000/changes'",
+                key="sinks.webhook_url",
+            )
+    elif "webhook" in s.names:
+        raise ConfigError(
+            "the webhook sink needs a URL to POST to; set sinks.webhook_url",
+            key="sinks.webhook_url",
+        )
 
 
 _PATH_KEYS = (
     ("store", "path"),
+    ("store", "history_export_dir"),
     ("crawl", "seeds_file"),
     ("control", "socket"),
     ("snapshot", "path"),

@@ -113,8 +113,11 @@ class ChangeFeedStatistics:
 class ChangeFeed:
     """Offers each change to every sink through that sink's bounded queue."""
 
-    def __init__(self, sinks: Mapping[str, Sink], *, queue: int = 1000) -> None:
+    def __init__(
+        self, sinks: Mapping[str, Sink], *, queue: int = 1000, drain_grace: float = 5.0
+    ) -> None:
         self.sinks = dict(sinks)
+        self.drain_grace = drain_grace  # seconds each sink gets at shutdown for its queue
         self._channels = {name: trio.open_memory_channel[Change](queue) for name in self.sinks}
         self._offered = 0
         self._delivered = dict.fromkeys(self.sinks, 0)
@@ -163,19 +166,34 @@ class ChangeFeed:
         _, receive = self._channels[name]
         try:
             async for change in receive:
-                try:
-                    await sink.send(change)
-                except Exception as e:  # a sink's bug must not stop the feed
-                    self._failed[name] += 1
-                    log.error("sink failed a change", sink=name, url=change.url, error=repr(e))
-                else:
-                    self._delivered[name] += 1
+                await self._send_one(name, sink, change)
         finally:
-            with trio.CancelScope(shield=True):
+            # Shutting down: what is queued still goes out, for at most drain_grace seconds.
+            with trio.CancelScope(shield=True, deadline=trio.current_time() + self.drain_grace):
+                while True:
+                    try:
+                        change = receive.receive_nowait()
+                    except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                        break
+                    await self._send_one(name, sink, change)
+            with trio.CancelScope(shield=True, deadline=trio.current_time() + self.drain_grace):
                 try:
                     await sink.aclose()
                 except Exception as e:
                     log.error("sink failed to close", sink=name, error=repr(e))
+
+    async def _send_one(self, name: str, sink: Sink, change: Change) -> None:
+        try:
+            await sink.send(change)
+        except Exception as e:  # a sink's bug must not stop the feed
+            self._failed[name] += 1
+            n = self._failed[name]
+            if n & (n - 1) == 0:  # a log line per doubling, not per failure
+                log.error(
+                    "sink failed a change", sink=name, url=change.url, error=repr(e), failed=n
+                )
+        else:
+            self._delivered[name] += 1
 
     def statistics(self) -> ChangeFeedStatistics:
         return ChangeFeedStatistics(
@@ -229,7 +247,10 @@ class JsonlSink:
         if self._file.tell() + len(line) > self.max_bytes and self._file.tell() > 0:
             self._file.close()
             stamp = time.strftime("%Y%m%d%H%M%S", time.gmtime())
-            os.replace(self.path, self.path.with_name(f"{self.path.name}.{stamp}"))
+            n = 0
+            while (old := self.path.with_name(f"{self.path.name}.{stamp}-{n}")).exists():
+                n += 1
+            os.replace(self.path, old)
             self._file = self.path.open("ab")
         self._file.write(line)
         self._file.flush()

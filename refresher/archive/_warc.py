@@ -53,6 +53,7 @@ __all__ = [
     "StoredRecord",
     "WarcWriter",
     "WarcWriterStatistics",
+    "first_record_end",
     "read_record",
     "scan_file",
 ]
@@ -453,21 +454,47 @@ class WarcWriter:
 
 
 def scan_file(path: Path, *, start: int = 0) -> tuple[int, str | None]:
-    """Read the records of ``path`` from byte ``start``: the end of the last whole record, and
-    the error that stopped the scan (None when the file reads to its end)."""
-    good = start
+    """Check the gzip members of ``path`` from byte ``start`` (one per record, each with its
+    CRC): the end of the last whole member, and what stopped the scan (None: the file is whole
+    to its end). A member cut short by a crash is the usual stop."""
+    good = pos = start
+    member = zlib.decompressobj(zlib.MAX_WBITS | 16)
+    started = False
     with path.open("rb") as f:
         f.seek(start)
-        it = ArchiveIterator(f)
-        try:
-            for record in it:
-                it.read_to_end(record)
-                if record.length is not None and it.get_record_length() <= 0:
-                    break
-                good = it.get_record_offset() + it.get_record_length()
-        except Exception as e:  # warcio raises many kinds on a broken member
-            return good, f"{type(e).__name__}: {e}"
+        while chunk := f.read(1 << 20):
+            buf = chunk
+            while buf:
+                try:
+                    member.decompress(buf, 1 << 20)
+                    while member.unconsumed_tail and not member.eof:
+                        member.decompress(member.unconsumed_tail, 1 << 20)
+                except zlib.error as e:
+                    return good, f"not a gzip member at byte {good}: {e}"
+                started = True
+                if member.eof:
+                    rest = member.unused_data
+                    pos += len(buf) - len(rest)
+                    good = pos
+                    buf = rest
+                    member = zlib.decompressobj(zlib.MAX_WBITS | 16)
+                    started = False
+                else:
+                    pos += len(buf)
+                    buf = b""
+    if started:
+        return good, f"the last record (from byte {good}) is cut short"
     return good, None
+
+
+def first_record_end(path: Path) -> int:
+    """Where the first record of ``path`` (its warcinfo) ends, in bytes."""
+    with path.open("rb") as f:
+        it = ArchiveIterator(f)
+        for record in it:
+            it.read_to_end(record)
+            return int(it.get_record_offset() + it.get_record_length())
+    return 0
 
 
 def read_record(path: Path, offset: int) -> StoredRecord:

@@ -753,13 +753,21 @@ class Fetcher:
         (the rest is ignored). ``status`` is None when the file could not be fetched: no
         answer, the deadline passed, or too many redirects; the body is then empty.
         """
+        status, body, _error = await self.fetch_robots_or_error(scheme, host, port)
+        return status, body
+
+    async def fetch_robots_or_error(
+        self, scheme: str, host: str, port: int | None
+    ) -> tuple[int | None, bytes, FetchError | None]:
+        """:meth:`fetch_robots`, and the error that left ``status`` None, if one did."""
         netloc = f"[{host}]" if ":" in host else host
         if port is not None and port != _DEFAULT_PORTS.get(scheme):
             netloc = f"{netloc}:{port}"
         url = _parse_url(f"{scheme}://{netloc}/robots.txt")
         progress = _Progress(final_url=str(url))
         answer: tuple[int | None, bytes] = (None, b"")
-        with trio.move_on_after(self._timeout):
+        error: FetchError | None = None
+        with trio.move_on_after(self._timeout) as deadline:
             try:
                 for _hop in range(ROBOTS_MAX_REDIRECTS + 1):
                     reply = await self._exchange(
@@ -771,10 +779,12 @@ class Fetcher:
                         answer = (reply.status, reply.body or b"")
                         break
                     url = target
-            except FetchError:
-                pass
+            except FetchError as e:
+                error = e
+        if deadline.cancelled_caught and error is None:
+            error = FetchTimeout(f"robots.txt of {host}: no answer within {self._timeout} s")
         self._robots_fetches += 1
-        return answer
+        return answer[0], answer[1], error
 
 
 def _as_received(

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import trio
 
 from refresher._config import Config
+from refresher._errors import DNSFailure, FetchError
 from refresher.archive._keep import Keeper
 from refresher.crawl._fetch import Fetcher, FetchResult
 from refresher.crawl._frontier import Frontier, HostState, Lease, next_allowed_after
@@ -155,9 +156,9 @@ class Crawler:
                     host.robots_status, host.robots_body, self.config.crawl.user_agent
                 )
             else:
-                await self._fetch_robots(lease)
-                # The robots request counts against the host's politeness; the page waits.
-                self._frontier.requeue(lease)
+                if await self._fetch_robots(lease):
+                    # The robots request counts against the host's politeness; the page waits.
+                    self._frontier.requeue(lease)
                 return
         rules: RobotsRules = host.robots
         if not rules.allowed(page.url):
@@ -169,15 +170,23 @@ class Crawler:
         )
         await self._record(lease, result)
 
-    async def _fetch_robots(self, lease: Lease) -> None:
+    async def _fetch_robots(self, lease: Lease) -> bool:
+        """Fetch the host's robots.txt; False when the host name does not resolve, which is
+        recorded as the page's failed fetch (kind "dns", the host backs off) rather than as
+        an unreachable robots.txt, which would deny every page."""
         host, page = lease.host, lease.page
         c = self.config
         target = canonicalize(page.url)
-        t0 = trio.current_time()
+        t0, started = trio.current_time(), self._wall()
         self._on_wire()
-        status, body = await self._fetcher.fetch_robots(target.scheme, target.host, target.port)
+        status, body, error = await self._fetcher.fetch_robots_or_error(
+            target.scheme, target.host, target.port
+        )
         elapsed = trio.current_time() - t0
         self._robots += 1
+        if isinstance(error, DNSFailure):
+            await self._record(lease, _failed(page.url, error, started, self._wall(), elapsed))
+            return False
         rules = rules_for_response(status, body, c.crawl.user_agent)
         now = self._wall()
         ok = status is not None and status < 500
@@ -211,6 +220,8 @@ class Crawler:
                     synthetic=True,
                 )
             )
+
+        return True
 
     def _politeness(
         self,
@@ -455,3 +466,26 @@ class Crawler:
             duplicates=self._duplicates,
             wire_rate=self.wire_rate(),
         )
+
+
+def _failed(
+    url: str, error: FetchError, started: float, finished: float, took: float
+) -> FetchResult:
+    """A fetch of ``url`` that ``error`` ended before any response (times: unix seconds)."""
+    return FetchResult(
+        url=url,
+        final_url=url,
+        status=None,
+        started_at=started,
+        finished_at=finished,
+        duration=took,
+        bytes=0,
+        digest=None,
+        body=None,
+        content_type=None,
+        etag=None,
+        last_modified=None,
+        not_modified=False,
+        error_kind=error.kind,
+        error=str(error),
+    )

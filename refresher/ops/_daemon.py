@@ -12,11 +12,13 @@ seeds, log level); the rest needs a restart and is logged as such.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import signal
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 import trio
@@ -26,6 +28,7 @@ from refresher._config import Config
 from refresher._errors import ConfigError, InvalidURL, RefresherError
 from refresher.archive._archive import open_writer
 from refresher.archive._keep import Keeper
+from refresher.archive._retention import HistoryRetention, Pruner
 from refresher.archive._sinks import ChangeFeed, load_sinks
 from refresher.archive._warc import WarcWriter
 from refresher.crawl._dns import Resolver
@@ -42,6 +45,7 @@ from refresher.ops._logging import configure_logging, get_logger
 from refresher.ops._metrics import MetricsServer
 from refresher.ops._notify import Notifier, format_status
 from refresher.refresh._allocate import Allocator, InputSettings, priority_level
+from refresher.store._backup import backup_service
 from refresher.store._duckdb import DuckDBStore, StoreService
 from refresher.store._interface import HostRow, NewPage, PageRow
 from refresher.store._snapshot import Snapshotter, snapshot_path
@@ -99,6 +103,7 @@ class Daemon:
         self._snapshotter: Snapshotter | None = None
         self._warc: WarcWriter | None = None
         self._feed: ChangeFeed | None = None
+        self._prune: Pruner | None = None
 
     @property
     def store(self) -> StoreService | None:
@@ -200,6 +205,14 @@ class Daemon:
             if not isinstance(urls, list) or not all(isinstance(u, str) for u in urls):
                 raise ValueError('seed needs "urls": a list of strings')
             return await self.add_seeds(urls)
+        if op == "backup":
+            dest = req.get("dest")
+            if not isinstance(dest, str) or not dest:
+                raise ValueError('backup needs "dest": the path of the new backup file')
+            assert self._store is not None
+            result = await backup_service(self._store, Path(dest))
+            log.info("backup written", **asdict(result))
+            return asdict(result)
         if op == "reload":
             await self.reload()
             return {}
@@ -259,6 +272,7 @@ class Daemon:
         configure_logging(format=new.log.format, level=new.log.level)
         assert self._allocator is not None and self._crawler is not None
         self._crawler.configure(new)
+        self._configure_archive(old, new)
         # A policy named anew in the config wins over an earlier switch; otherwise it stays.
         policy = self._allocator.policy if old.policy.name == new.policy.name else new.policy.name
         self._allocator.configure(
@@ -272,6 +286,23 @@ class Daemon:
             await self.add_seeds(seeds)
         log.info("configuration reloaded")
         self.notifier.ready()
+
+    def _configure_archive(self, old: Config, new: Config) -> None:
+        """Retention and the free-space floor are live; the rest of [archive] restart-only."""
+        live = ("max_bytes", "keep_versions", "prune_interval", "min_free_bytes")
+        if any(
+            getattr(old.archive, f.name) != getattr(new.archive, f.name)
+            for f in dataclasses.fields(new.archive)
+            if f.name not in live
+        ):
+            log.warning("config section changed; takes effect after a restart", section="archive")
+        if self._prune is not None:
+            self._prune.keep_versions = new.archive.keep_versions
+            self._prune.max_bytes = new.archive.max_bytes
+            self._prune.interval = new.archive.prune_interval
+            self._prune.history = HistoryRetention.from_config(new)
+        if self._warc is not None:
+            self._warc.min_free_bytes = new.archive.min_free_bytes
 
     # -- services ----------------------------------------------------------------------------
 
@@ -301,6 +332,20 @@ class Daemon:
             allow_remote=c.metrics.allow_remote,
             sources=sources,
         )
+
+    def _pruner(self, c: Config, writer: WarcWriter | None) -> Pruner:
+        assert self._store is not None
+        self._prune = Pruner(
+            store=self._store,
+            directory=c.archive_dir,
+            keep_versions=c.archive.keep_versions,
+            max_bytes=c.archive.max_bytes,
+            interval=c.archive.prune_interval,
+            protect=lambda: [writer.current_file or ""] if writer is not None else [],
+            history=HistoryRetention.from_config(c),
+            archive=writer is not None,
+        )
+        return self._prune
 
     async def _heartbeat(
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
@@ -462,6 +507,7 @@ class Daemon:
                         store=self._store, path=snapshot_path(c), interval=c.snapshot.interval
                     )
                     await services.start(self._snapshotter.run)
+                await services.start(self._pruner(c, self._warc).run)
                 await services.start(self._heartbeat)
                 await services.start(self._progress)
                 # The watchdog pings while both the event loop and the frontier's loader turn.

@@ -123,6 +123,8 @@ METRICS: Mapping[str, Mapping[str, MetricSpec]] = {
         "hosts_known": _g("Hosts the frontier knows."),
         "dispatched": _c("Pages handed to workers."),
         "cursor": _g("Unix time (seconds) up to which due pages have been loaded."),
+        "backing_off": _g("Known hosts waiting out an error backoff."),
+        "paused": _g("Known hosts paused."),
     },
     "store": {
         "pages": _g("Pages in the store."),

@@ -26,17 +26,19 @@ __all__ = [
     "BatchArchive",
     "CaptureRow",
     "IndexedCapture",
+    "ParquetWriter",
     "captured_files",
     "delete_captures",
     "file_ends",
+    "files_of",
     "insert_captures",
     "latest_captures",
     "lookup_captures",
     "open_index",
     "prune_candidates",
     "query_index",
+    "records_in_files",
     "rename_file",
-    "write_parquet",
 ]
 
 #: Schema migration 4: the archive's index and its public view.
@@ -227,11 +229,14 @@ def prune_candidates(con: Any, *, keep_versions: int | None, max_bytes: int | No
                        ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS newer_responses
             FROM warc_records
         )
-        SELECT id, span, newer_responses > ? AS over, captured_at,
+        SELECT id, span,
+               -- a revisit belongs to the version before it: it goes when that version goes
+               CASE WHEN kind = 'response' THEN newer_responses > ? ELSE newer_responses >= ?
+               END AS over, captured_at,
                kind = 'response' AND newer_responses = 1 AS latest
         FROM ranked ORDER BY captured_at, id
         """,
-        [keep],
+        [keep, keep],
     ).fetchall()
     drop = [int(r[0]) for r in rows if r[2] and not r[4]]
     if max_bytes is not None:
@@ -245,6 +250,35 @@ def prune_candidates(con: Any, *, keep_versions: int | None, max_bytes: int | No
                 dropped.add(int(r[0]))
                 total -= int(r[1])
     return drop
+
+
+def records_in_files(con: Any, files: Sequence[str]) -> list[tuple[int, str, int, int]]:
+    """``(id, file, offset, span)`` of every indexed record in ``files``, by file and offset."""
+    if not files:
+        return []
+    con.register("_files", {"file": np.array(list(files), dtype=object)})
+    try:
+        rows = con.execute(
+            "SELECT id, file, record_offset, span FROM warc_records SEMI JOIN _files USING (file)"
+            " ORDER BY file, record_offset"
+        ).fetchall()
+    finally:
+        con.unregister("_files")
+    return [(int(i), str(f), int(o), int(s)) for i, f, o, s in rows]
+
+
+def files_of(con: Any, ids: Sequence[int]) -> list[str]:
+    """The WARC files holding the records ``ids``."""
+    if not ids:
+        return []
+    con.register("_ids", {"id": np.array(list(ids), dtype=np.int64)})
+    try:
+        rows = con.execute(
+            "SELECT DISTINCT file FROM warc_records SEMI JOIN _ids USING (id) ORDER BY file"
+        ).fetchall()
+    finally:
+        con.unregister("_ids")
+    return [str(r[0]) for r in rows]
 
 
 def delete_captures(con: Any, ids: Sequence[int]) -> list[tuple[str, int, int]]:
@@ -281,17 +315,42 @@ def rename_file(con: Any, old: str, new: str, moves: Sequence[tuple[int, int]]) 
         con.unregister("_moves")
 
 
-def write_parquet(columns: dict[str, Any], path: Path) -> None:
-    """Write ``columns`` (name → numpy array) to a Parquet file with DuckDB."""
-    con = duckdb.connect()
-    try:
-        con.register("_export", columns)
-        target = "'" + str(path).replace("'", "''") + "'"
-        con.execute(f"COPY _export TO {target} (FORMAT parquet)")
-    except duckdb.Error as e:
-        raise StoreError(f"writing {str(path)!r}: {e}; check the path and free space") from e
-    finally:
-        con.close()
+class ParquetWriter:
+    """Rows added in chunks to a scratch DuckDB file beside ``path`` (memory stays bounded by a
+    chunk), written to ``path`` as one Parquet file by :meth:`close`."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._scratch = path.with_name(f".{path.name}.scratch.duckdb")
+        self._scratch.unlink(missing_ok=True)
+        self._con = duckdb.connect(str(self._scratch))
+        self._created = False
+
+    def add(self, columns: dict[str, Any]) -> None:
+        """Append a chunk: column name → numpy array, the same columns every time."""
+        self._con.register("_chunk", columns)
+        try:
+            if self._created:
+                self._con.execute("INSERT INTO export SELECT * FROM _chunk")
+            else:
+                self._con.execute("CREATE TABLE export AS SELECT * FROM _chunk")
+                self._created = True
+        except duckdb.Error as e:
+            raise StoreError(f"exporting to {str(self.path)!r}: {e}; check free space") from e
+        finally:
+            self._con.unregister("_chunk")
+
+    def close(self) -> None:
+        try:
+            if self._created:
+                target = "'" + str(self.path).replace("'", "''") + "'"
+                self._con.execute(f"COPY export TO {target} (FORMAT parquet)")
+        except duckdb.Error as e:
+            raise StoreError(f"writing {str(self.path)!r}: {e}; check the path and space") from e
+        finally:
+            self._con.close()
+            self._scratch.unlink(missing_ok=True)
+            self._scratch.with_name(self._scratch.name + ".wal").unlink(missing_ok=True)
 
 
 def open_index(store_path: Path, snapshot: Path) -> tuple[Any, Path]:

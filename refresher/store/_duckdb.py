@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -37,6 +37,8 @@ from refresher.store._captures import (
     file_ends,
     insert_captures,
 )
+from refresher.store._first_fetch import first_fetch_quiet
+from refresher.store._history import prune_history
 from refresher.store._hosts import host_summary
 from refresher.store._interface import (
     NEVER,
@@ -54,6 +56,7 @@ from refresher.store._interface import (
     StoreStatistics,
     StoreStatus,
 )
+from refresher.store._prune import PrunePlan, apply_plan, plan_prune
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -745,6 +748,7 @@ class DuckDBStore:
             """,
             [history],
         ).fetchnumpy()
+        first_page, first_quiet = first_fetch_quiet(self._con, history=history)
         edges: dict[str, Any] = {"src": (), "dst": ()}
         if links:
             edges = self._con.execute("SELECT DISTINCT src, dst FROM links").fetchnumpy()
@@ -761,6 +765,8 @@ class DuckDBStore:
             obs_previous_last_modified=np.asarray(obs["prev_lm"], dtype=np.float64),
             link_src=np.asarray(edges["src"], dtype=np.int64),
             link_dst=np.asarray(edges["dst"], dtype=np.int64),
+            first_page=first_page,
+            first_quiet=first_quiet,
         )
 
     def save_plan(self, plan: PlanUpdate, *, now: float) -> None:
@@ -826,6 +832,28 @@ class DuckDBStore:
     def archive_file_ends(self) -> dict[str, int]:
         """Per WARC file, the end of its last indexed record (bytes): where recovery cuts."""
         return file_ends(self._con)
+
+    def prune_history(
+        self, *, before: float, keep_per_page: int, export_dir: Path | None = None
+    ) -> tuple[int, Path | None]:
+        """:func:`refresher.store._history.prune_history` on this store."""
+        return prune_history(
+            self._con, before=before, keep_per_page=keep_per_page, export_dir=export_dir
+        )
+
+    def plan_prune(
+        self, *, keep_versions: int | None, max_bytes: int | None, protect: Collection[str] = ()
+    ) -> PrunePlan:
+        """The archive index rows a retention pass drops (reads only)."""
+        return plan_prune(
+            self._con, keep_versions=keep_versions, max_bytes=max_bytes, protect=protect
+        )
+
+    def apply_prune(
+        self, plan: PrunePlan, copies: dict[str, tuple[str, list[tuple[int, int]]]]
+    ) -> None:
+        """A retention pass's index change, in one transaction (``copies``: rewritten files)."""
+        apply_plan(self._con, plan, copies)
 
     def cursor(self) -> duckdb.DuckDBPyConnection:
         """A second connection to the same database (for the snapshot, in this package)."""
@@ -946,6 +974,29 @@ class StoreService:
 
     async def host_summary(self, *, now: float, limit: int | None) -> list[HostSummary]:
         return await self._call(lambda s: s.host_summary(now=now, limit=limit))
+
+    async def prune_history(
+        self, *, before: float, keep_per_page: int, export_dir: Path | None = None
+    ) -> tuple[int, Path | None]:
+        return await self._call(
+            lambda s: s.prune_history(
+                before=before, keep_per_page=keep_per_page, export_dir=export_dir
+            )
+        )
+
+    async def plan_prune(
+        self, *, keep_versions: int | None, max_bytes: int | None, protect: Collection[str] = ()
+    ) -> PrunePlan:
+        return await self._call(
+            lambda s: s.plan_prune(
+                keep_versions=keep_versions, max_bytes=max_bytes, protect=protect
+            )
+        )
+
+    async def apply_prune(
+        self, plan: PrunePlan, copies: dict[str, tuple[str, list[tuple[int, int]]]]
+    ) -> None:
+        await self._call(lambda s: s.apply_prune(plan, copies))
 
     async def cursor(self) -> duckdb.DuckDBPyConnection:
         """A second connection to the database, made after every queued write committed (for

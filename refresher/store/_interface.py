@@ -257,6 +257,10 @@ class EstimatorInputs:
     obs_previous_last_modified: NDArray[np.float64]
     link_src: NDArray[np.int64]  # distinct link edges (page ids); empty unless asked for
     link_dst: NDArray[np.int64]
+    #: pages whose first successful fetch is in the window and carried an earlier
+    #: Last-Modified, and the quiet seconds from that Last-Modified to the fetch
+    first_page: NDArray[np.int64]
+    first_quiet: NDArray[np.float64]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -6,6 +6,7 @@ import json
 import signal
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import DaemonProcess, cli, daemon_config
@@ -95,3 +96,69 @@ async def test_a_policy_switched_while_stopped_is_the_one_the_ready_line_and_sta
     assert {h["host"] for h in answer["host_list"]} >= {"a.sim.test", "b.sim.test"}
     d.signal(signal.SIGTERM)
     assert await d.wait_exit() == 0
+
+
+@pytest.mark.parametrize("command", [[], ["run"], ["site"], ["status"], ["query"]])
+def test_every_help_text_is_plain_and_summarised(
+    command: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as done:
+        main([*command, "--help"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    assert "``" not in out
+    _usage, _, rest = out.partition("\n\n")
+    assert rest.strip() and not rest.lstrip().startswith(("positional", "options")), out
+
+
+def test_run_help_explains_the_log_flags(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "(log.format)" in out and "(log.level)" in out
+
+
+def test_query_output_prints_floats_short_and_unix_seconds_to_the_millisecond(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "r.duckdb"
+    _store_with_hosts(db, ["a.test"])
+    sql = "SELECT 2.0 / 3 AS share, 1763932800.1234567::DOUBLE AS t"
+    assert main(["query", "--store", str(db), sql]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    row = lines[lines.index(next(x for x in lines if x.startswith("share"))) + 2].split()
+    assert row == ["0.666667", "1763932800.123"]
+
+
+@pytest.mark.slow
+async def test_a_seed_host_without_dns_is_a_dns_error_in_backoff_not_a_robots_denial(
+    site, short_dir, daemons
+) -> None:
+    from conftest import query_db, wait_for
+
+    s, port = site
+    seeds = [*s.urls()[:2], "http://nothing.invalid/", "http://nothing.invalid/a"]
+    config = daemon_config(short_dir, port=port, seeds=seeds)
+    d: DaemonProcess = daemons(config)
+    await d.ready()
+
+    def in_backoff() -> dict[str, Any] | None:
+        status = cli("status", "--config", str(config), "--json")
+        rows = json.loads(status.stdout).get("host_list", []) if status.returncode == 0 else []
+        return next(
+            (h for h in rows if h["host"] == "nothing.invalid" and h["backoff_left"] > 0), None
+        )
+
+    host = await wait_for(in_backoff, what="nothing.invalid listed in backoff")
+    assert host["errors"] >= 1
+    d.signal(signal.SIGTERM)
+    assert await d.wait_exit() == 0
+    db = short_dir / "refresher.duckdb"
+    kinds = query_db(db, "SELECT DISTINCT error_kind FROM fetch_log WHERE host = 'nothing.invalid'")
+    assert kinds == [("dns",)]
+    statuses = query_db(
+        db,
+        "SELECT DISTINCT p.status FROM pages p JOIN hosts h ON h.id = p.host_id"
+        " WHERE h.name = 'nothing.invalid' AND p.fetches > 0",
+    )
+    assert statuses == [("error",)]

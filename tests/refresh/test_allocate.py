@@ -456,3 +456,66 @@ def test_pages_robots_txt_denies_leave_the_plan(tmp_path: Path):
     assert ids[1] not in got.page_ids.tolist()
     assert sorted(got.page_ids.tolist()) == [ids[0], ids[2]]
     assert got.rate_sd is not None and (got.rate_sd > 0).all()
+
+
+class _NoFrontier:
+    """The allocator only tells the frontier to reload; nothing to reload here."""
+
+    def reset(self) -> None:
+        pass
+
+
+async def test_an_empty_store_is_reported_as_no_pages_not_as_unplaced_budget(
+    tmp_path: Path, nursery
+) -> None:
+    import structlog
+
+    from refresher.refresh._allocate import Allocator
+
+    store = DuckDBStore(tmp_path / "r.duckdb")
+    service = StoreService(store)
+    await nursery.start(service.run)
+    allocator = Allocator(
+        store=service,
+        frontier=_NoFrontier(),  # type: ignore[arg-type]
+        budget=10.0,
+        policy="optimal",
+    )
+    with structlog.testing.capture_logs() as logs:
+        await allocator.solve()
+    events = [e["event"] for e in logs if e["log_level"] == "warning"]
+    assert events == ["no pages to refresh yet; add seeds with `refresher seed URL`"]
+    service.close()
+
+
+def test_the_first_copys_last_modified_on_an_honest_host_counts_as_quiet_time(tmp_path: Path):
+    from refresher.store._first_fetch import first_fetch_quiet
+
+    store = DuckDBStore(tmp_path / "s.duckdb")
+    try:
+        rows, ids = _three_pages(store)
+        host = rows[0].host_id
+        day = 86_400.0
+        # page 0 shows the host's Last-Modified moving exactly with its content
+        lm = [NOW - day, NOW - day, NOW + 15, NOW + 15]
+        times = [NOW + 10, NOW + 11, NOW + 20, NOW + 30]
+        store.write(
+            [
+                fetch_record(ids[0], host, t, changed=i == 2, last_modified_at=m)
+                for i, (t, m) in enumerate(zip(times, lm, strict=True))
+            ],
+            [],
+        )
+        # pages 1 and 2 were fetched once, unchanged for a day before that fetch (page 1)
+        store.write([fetch_record(ids[1], host, NOW + 12, last_modified_at=NOW - day)], [])
+        store.write([fetch_record(ids[2], host, NOW + 13)], [])
+        pages, quiet = first_fetch_quiet(store._con, history=32)
+        got = inputs_of(store, min_delay=1.0)
+    finally:
+        store.close()
+    assert dict(zip(pages.tolist(), quiet.tolist(), strict=True)) == {
+        ids[0]: pytest.approx(day + 10),
+        ids[1]: pytest.approx(day + 12),
+    }
+    rate = dict(zip(got.page_ids.tolist(), got.rates.tolist(), strict=True))
+    assert rate[ids[1]] < rate[ids[2]] / 2  # a day without a change: slower

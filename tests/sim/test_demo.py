@@ -10,7 +10,10 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from refresher._config import Config, load_config
+from refresher._errors import StoreError
 from refresher.ops._cli import main
+from refresher.sim._demo import start_fresh
 
 pytestmark = pytest.mark.slow
 
@@ -81,3 +84,24 @@ def test_every_readme_query_example_runs_on_a_demo_store(
         rows = out.strip().splitlines()[-1]
         assert rows.endswith("rows)") or rows == "(1 row)", out
         assert rows != "(0 rows)", f"{line} printed no rows"
+
+
+def _demo_config(store: Path) -> Config:
+    return load_config(overrides={"store": {"path": str(store)}}, default_file=Path("/nonexistent"))
+
+
+def test_a_new_demo_run_removes_the_previous_history_with_its_truth(tmp_path: Path) -> None:
+    store = tmp_path / "demo.duckdb"
+    paired = [store, tmp_path / "demo-truth.duckdb", tmp_path / "snapshot.duckdb"]
+    for path in paired:
+        path.write_bytes(b"previous run")
+    assert sorted(start_fresh(_demo_config(store))) == sorted(paired)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_demo_refuses_to_remove_a_store_that_is_not_a_demo_history(tmp_path: Path) -> None:
+    store = tmp_path / "refresher.duckdb"
+    store.write_bytes(b"somebody's crawl")
+    with pytest.raises(StoreError, match="not a demo's history"):
+        start_fresh(_demo_config(store))
+    assert store.read_bytes() == b"somebody's crawl"
