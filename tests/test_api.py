@@ -2,7 +2,9 @@ from __future__ import annotations
 import __future__
 
 import importlib.metadata
+import re
 import types
+from pathlib import Path
 
 import refresher
 from refresher import _errors
@@ -118,3 +120,15 @@ def test_the_frontier_and_the_fetcher_take_only_public_names() -> None:
     frontier = refresher.Frontier(source=source, budget=1.0)
     assert frontier.statistics().in_memory == 0
     assert issubclass(refresher.StoreService, object) and refresher.Store is not None
+
+
+def test_nothing_imports_the_policies_by_their_folder_name() -> None:
+    # One module object: a plug-in registered through refresher.policies must be the one the
+    # daemon sees, so nothing may import the source folder as a top-level "policies".
+    root = Path(__file__).parents[1]
+    pattern = re.compile(r"^\s*(import policies\b|from policies\b)", re.M)
+    files = [
+        p for d in ("refresher", "tests", "bench", "analysis") for p in (root / d).rglob("*.py")
+    ]
+    offenders = [str(p.relative_to(root)) for p in files if pattern.search(p.read_text())]
+    assert offenders == []

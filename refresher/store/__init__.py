@@ -3,7 +3,9 @@
 interface (the :class:`Store` protocol every other part uses, the rows that cross it, and the
 one definition each of a successful fetch, a change and a due time), duckdb (the embedded
 implementation: pages, hosts, the append-only fetch history, the batched writer), views
-(freshness and age in SQL), snapshot (consistent copies for live queries).
+(freshness and age in SQL), snapshot (consistent copies for live queries), captures (the
+archive's index of WARC records), history (retention of old fetches), prune (the archive
+retention's index side), truth (a simulated web's truth tables).
 """
 
 from refresher.store._duckdb import SCHEMA_VERSION, DuckDBStore, StoreService

@@ -985,13 +985,22 @@ class StoreService:
         )
 
     async def plan_prune(
-        self, *, keep_versions: int | None, max_bytes: int | None, protect: Collection[str] = ()
+        self,
+        *,
+        keep_versions: int | None,
+        max_bytes: int | None,
+        protect: Callable[[], Collection[str]],
     ) -> PrunePlan:
-        return await self._call(
-            lambda s: s.plan_prune(
-                keep_versions=keep_versions, max_bytes=max_bytes, protect=protect
+        """``protect()`` (the WARC files not to touch) is asked in the store thread, after every
+        batch queued before it committed and before any later one: no record can be indexed
+        between the answer and the plan."""
+
+        def plan(s: DuckDBStore) -> PrunePlan:
+            return s.plan_prune(
+                keep_versions=keep_versions, max_bytes=max_bytes, protect=set(protect())
             )
-        )
+
+        return await self._call(plan)
 
     async def apply_prune(
         self, plan: PrunePlan, copies: dict[str, tuple[str, list[tuple[int, int]]]]
