@@ -628,7 +628,14 @@ def _check_whole(config: Config) -> None:
             "such as '256MB' or '2GB'",
             key="store.memory_limit",
         )
-    if config.store.path.is_dir():
+    try:
+        is_dir = config.store.path.is_dir()
+    except OSError as e:  # a name too long for the file system (found by fuzzing)
+        raise ConfigError(
+            f"{str(config.store.path)!r} cannot be a file name ({e.strerror}); fix the path",
+            key="store.path",
+        ) from e
+    if is_dir:
         raise ConfigError(
             f"{str(config.store.path)!r} is a directory; name the DuckDB file, "
             "e.g. /var/lib/refresher/refresher.duckdb",

@@ -325,3 +325,12 @@ def test_no_file_of_the_project_cites_a_design_brief_outside_it() -> None:
         if p.suffix in (".py", ".md", ".sql", ".toml") and "DESIGN" + ".md" in p.read_text("utf-8")
     ] + [n for n in ("README.md", "CHANGELOG.md") if "DESIGN" + ".md" in (root / n).read_text()]
     assert offenders == []
+
+
+def test_a_store_path_too_long_for_the_file_system_is_a_config_error(tmp_path: Path) -> None:
+    # found by fuzz/fuzz.py config: Path.is_dir() raised OSError (ENAMETOOLONG)
+    with pytest.raises(ConfigError, match=r"^store\.path: .*cannot be a file name"):
+        load_config(
+            overrides={"store": {"path": str(tmp_path / ("x" * 300) / "r.duckdb")}},
+            default_file=tmp_path / "none.toml",
+        )

@@ -398,15 +398,21 @@ def _cmd_policy(args: argparse.Namespace) -> int:
             inputs = InputSettings.from_config(config).load(store)
         finally:
             store.close()
-        table = policy_table(inputs, args.budget or config.budget.fetches_per_second)
+        table = policy_table(
+            inputs, args.budget or config.budget.fetches_per_second, decide=config.policy.decide
+        )
     if args.json:
         _print_json(table)
         return 0
     print(f"{table['pages']} pages at a budget of {table['budget']:g} fetches/s")
-    print(f"{'policy':<14}{'freshness':>12}{'age (s)':>14}{'unplaced/s':>12}")
+    print(f"{'policy':<14}{'freshness':>12}{'weighted':>10}{'age (s)':>14}{'unplaced/s':>12}")
     for name, row in table["policies"].items():
         age = "never" if row["age"] is None else f"{row['age']:.1f}"
-        print(f"{name:<14}{row['freshness']:>12.4f}{age:>14}{row['unplaced']:>12.3g}")
+        print(
+            f"{name:<14}{row['freshness']:>12.4f}{row['weighted']:>10.4f}{age:>14}"
+            f"{row['unplaced']:>12.3g}"
+        )
+    print(f"(decide={table['decide']}: {table['definition']})")
     return 0
 
 

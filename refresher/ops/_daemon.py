@@ -285,7 +285,8 @@ class Daemon:
             self._frontier.reset()
             return {"host": host, "paused": paused}
         raise ValueError(
-            f"unknown op {op!r}; known: status, seed, reload, pause, resume, policy, policy_table"
+            f"unknown op {op!r}; known: status, seed, reload, pause, resume, policy, "
+            "policy_table, backup"
         )
 
     async def reload(self) -> None:
@@ -387,11 +388,17 @@ class Daemon:
             keep_versions=c.archive.keep_versions,
             max_bytes=c.archive.max_bytes,
             interval=c.archive.prune_interval,
-            protect=lambda: [writer.current_file or ""] if writer is not None else [],
+            protect=writer.unsettled if writer is not None else set,
+            rotate=writer.rotate if writer is not None else None,
             history=HistoryRetention.from_config(c),
             archive=writer is not None,
+            on_change=self._snapshot_rebuild,
         )
         return self._prune
+
+    async def _snapshot_rebuild(self) -> None:
+        if self._snapshotter is not None:
+            await self._snapshotter.rebuild_next()
 
     async def _heartbeat(
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
