@@ -179,8 +179,8 @@ async def _demo(args: argparse.Namespace, overrides: dict[str, Any]) -> int:
         f"\nThe history is in {db}, the simulated web's truth in {truth}. Try:\n"
         f'  refresher query --store {db} "SELECT host, count(*) AS fetches, '
         'sum(changed::INT) AS changes FROM fetch_log GROUP BY host ORDER BY host"\n'
-        f'  refresher query --store {db} "SELECT policy, freshness, age FROM '
-        'freshness_by_policy"\n'
+        f'  refresher query --store {db} "SELECT to_timestamp(window_start) AS since, policy, '
+        'budget, freshness, age FROM freshness_by_policy"\n'
         f'  refresher query --store {db} --truth {truth} "SELECT host, freshness, '
         'estimated_freshness FROM true_freshness_by_host()"',
         file=sys.stdout,
