@@ -34,7 +34,13 @@ from numpy.typing import NDArray
 import policies
 from refresher.crawl._frontier import Frontier
 from refresher.ops._logging import get_logger
-from refresher.refresh._estimate import Estimate, estimate_pages, last_modified_consistent
+from refresher.refresh._estimate import (
+    DEFAULT_SPREAD,
+    MODELS,
+    Estimate,
+    estimate_pages,
+    last_modified_consistent,
+)
 from refresher.refresh._static import static_probability
 from refresher.store._duckdb import PageRow, Store, StoreService
 from refresher.store._first_fetch import first_fetch_quiet
@@ -161,8 +167,8 @@ def load_inputs(
     meaningful: bool = False,
     history: int = 32,
     weights: str = "pagerank",
-    model: str = "log-normal",
-    spread: float = 2.0,
+    model: str = MODELS[0],
+    spread: float = DEFAULT_SPREAD,
 ) -> PolicyInputs:
     """Everything a plan needs, read and estimated in the store thread.
 
@@ -415,18 +421,36 @@ def _save(store: Store, inputs: PolicyInputs, target: NDArray[np.float64], now: 
         store.con.unregister("_plan")
 
 
-def policy_table(inputs: PolicyInputs, budget: float) -> dict[str, Any]:
-    """Expected mean freshness and age (seconds) of the page set under every policy."""
+#: what every freshness and age of :func:`policy_table`, the allocator's statistics and the
+#: metrics mean: one definition, printed with the table
+DEFINITION = (
+    "expected freshness and age per page at its estimated rate, under the plan made as the "
+    "daemon makes it (host politeness caps, policy.decide, page weights); 'freshness' and "
+    "'age' average pages equally, 'weighted' weighs them by the page weights"
+)
+
+
+def policy_table(inputs: PolicyInputs, budget: float, *, decide: str = "plug-in") -> dict[str, Any]:
+    """Expected mean freshness and age (seconds) of the page set under every policy, planned
+    as the daemon plans (``decide``, host caps, weights); see :data:`DEFINITION`."""
     table: dict[str, Any] = {}
+    weights = inputs.weights
     for name in policies.available():
-        p = plan(inputs, name, budget, explore=0.0)
+        p = plan(inputs, name, budget, explore=0.0, decide=decide)
         age = policies.mean_age(inputs.rates, p.target)
         table[name] = {
             "freshness": policies.mean_freshness(inputs.rates, p.target),
+            "weighted": policies.mean_freshness(inputs.rates, p.target, weights),
             "age": age if math.isfinite(age) else None,  # None: a changing page never fetched
             "unplaced": p.allocation.unplaced,
         }
-    return {"budget": budget, "pages": int(inputs.page_ids.size), "policies": table}
+    return {
+        "budget": budget,
+        "pages": int(inputs.page_ids.size),
+        "decide": decide,
+        "definition": DEFINITION,
+        "policies": table,
+    }
 
 
 def priority_level(page: PageRow, now: float, levels: int) -> int:
@@ -449,8 +473,8 @@ class InputSettings:
     meaningful: bool = False
     history: int = 32
     weights: str = "pagerank"
-    model: str = "log-normal"
-    spread: float = 2.0
+    model: str = MODELS[0]
+    spread: float = DEFAULT_SPREAD
 
     @classmethod
     def from_config(cls, config: Config) -> InputSettings:
@@ -538,8 +562,17 @@ class Allocator:
         explore: float | None = None,
         weights: str | None = None,
         decide: str | None = None,
+        resolve_interval: float | None = None,
+        inputs: InputSettings | None = None,
     ) -> None:
+        """New settings (a policy switch, SIGHUP); a change that alters the plan re-solves at
+        once. ``inputs`` replaces how the estimator reads the history ([estimate],
+        politeness.min_delay, policy.weights)."""
         changed = budget != self.budget or policy != self.policy
+        if resolve_interval is not None:
+            self.resolve_interval = resolve_interval
+        if inputs is not None and inputs != self.inputs:
+            self.inputs, changed = inputs, True
         if decide is not None and decide != self.decide:
             self.decide, changed = decide, True
         self.budget, self.policy = budget, policy
@@ -603,7 +636,8 @@ class Allocator:
         """:func:`policy_table` of the current page set, at ``budget`` (default: B)."""
         inputs = await self._store.call(self.inputs.load)
         b = self.budget if budget is None else budget
-        return await trio.to_thread.run_sync(lambda: policy_table(inputs, b))
+        decide = self.decide
+        return await trio.to_thread.run_sync(lambda: policy_table(inputs, b, decide=decide))
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         await self.solve()

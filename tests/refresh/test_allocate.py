@@ -447,3 +447,26 @@ def test_the_first_copys_last_modified_on_an_honest_host_counts_as_quiet_time(tm
     }
     rate = dict(zip(got.page_ids.tolist(), got.rates.tolist(), strict=True))
     assert rate[ids[1]] < rate[ids[2]] / 2  # a day without a change: slower
+
+
+def test_the_policy_table_uses_the_allocators_definition_and_shows_weighted_freshness():
+    from dataclasses import replace
+
+    rng = np.random.default_rng(3)
+    rates = np.geomspace(1e-4, 1e-1, 40)
+    weighted = replace(
+        inputs(rates, hosts=[i % 4 for i in range(40)], caps=[0.2, 0.2, 0.2, 0.2]),
+        weights=rng.gamma(0.5, 2.0, 40),
+        rate_sd=np.full(40, 0.8),
+    )
+    table = policy_table(weighted, 0.5, decide="expected")
+    rows = table["policies"]
+    for name in ("uniform", "optimal"):
+        target = plan(weighted, name, 0.5, explore=0.0, decide="expected").target
+        # scored as the allocator's statistics and the metrics score a plan: F̄ at λ̂
+        assert rows[name]["freshness"] == pytest.approx(policies.mean_freshness(rates, target))
+    # the optimal policy maximises weighted freshness: its weighted column beats uniform's
+    assert rows["optimal"]["weighted"] >= rows["uniform"]["weighted"]
+    assert rows["optimal"]["weighted"] != pytest.approx(rows["optimal"]["freshness"])
+    assert table["decide"] == "expected" and "host politeness caps" in table["definition"]
+    json.dumps(table, allow_nan=False)
