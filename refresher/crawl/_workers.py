@@ -39,7 +39,7 @@ from refresher.discover._parse import Document, Extracted, HtmlLinks, Link, Proc
 from refresher.discover._url import canonicalize
 from refresher.ops._logging import get_logger
 from refresher.refresh._allocate import Allocator
-from refresher.store._duckdb import FetchRecord, HostUpdate, RobotsUpdate, StoreService
+from refresher.store._interface import FetchRecord, HostUpdate, RobotsUpdate, Store
 
 __all__ = ["Crawler", "CrawlerStatistics"]
 
@@ -104,7 +104,7 @@ class Crawler:
         config: Config,
         frontier: Frontier,
         fetcher: Fetcher,
-        store: StoreService,
+        store: Store,
         allocator: Allocator,
         discovery: Discovery | None = None,
         wall_clock: Callable[[], float] = time.time,
