@@ -81,7 +81,8 @@ async def test_a_sleeping_sink_and_a_raising_one_never_hold_up_the_offers_or_the
         await trio.sleep(0)  # let the sinks' tasks run as the crawl would
     # each sink runs in its own task: wait for the two that take every change
     await wait_for(
-        lambda: len(keeps.got) == 100 and raises.calls == 100, what="every change offered"
+        lambda: len(keeps.got) == 100 and feed.statistics().failed.get("raises") == 100,
+        what="every change offered",
     )
     stats = feed.statistics()
     assert stats.offered == 100
