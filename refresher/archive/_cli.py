@@ -20,7 +20,7 @@ from refresher._errors import ArchiveError, StoreError
 from refresher.archive._archive import Archive
 from refresher.archive._export import export
 from refresher.archive._retention import HistoryRetention, prune_now
-from refresher.store._duckdb import Store
+from refresher.store._duckdb import DuckDBStore
 
 __all__ = ["COMMANDS", "add_commands", "run_command"]
 
@@ -126,7 +126,7 @@ def _prune(args: argparse.Namespace, config: Config) -> int:
     if not config.store.path.exists():
         raise StoreError(f"no store at {str(config.store.path)!r}; fix store.path or --store")
     try:
-        store = Store(config.store.path, memory_limit=config.store.memory_limit)
+        store = DuckDBStore(config.store.path, memory_limit=config.store.memory_limit)
     except StoreError as e:
         raise StoreError(
             f"{e}; a running daemon applies retention itself every archive.prune_interval "
@@ -134,7 +134,7 @@ def _prune(args: argparse.Namespace, config: Config) -> int:
         ) from e
     try:
         report = prune_now(
-            store.con,
+            store,
             config.archive_dir,
             keep_versions=keep,
             max_bytes=max_bytes,
