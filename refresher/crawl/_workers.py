@@ -11,6 +11,7 @@ frontier.
 from __future__ import annotations
 
 import email.utils
+import os
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -95,6 +96,10 @@ class Crawler:
         self._duplicates = 0
         self._discovery = discovery
         self._digests: OrderedDict[bytes, int] = OrderedDict()
+        # One parse thread per core: libxml2 parses without the GIL, but link resolution
+        # and the simhash hold it, and twenty threads taking turns at it spend their time
+        # switching (bench/bench_parsers.py measures 1, 2, 8 and 20 threads).
+        self._parsing = trio.CapacityLimiter(os.cpu_count() or 1)
         self.idle = trio.Event()  # set when every worker has stopped
 
     def configure(self, config: Config) -> None:
@@ -299,8 +304,8 @@ class Crawler:
         if ok:
             if r.body is not None and r.digest != page.digest:
                 doc = Document(url=r.final_url, content_type=r.content_type, body=r.body)
-                # lxml work is CPU-bound: off the event loop.
-                extracted = await trio.to_thread.run_sync(process, doc)
+                # lxml work is CPU-bound: off the event loop, one thread per core.
+                extracted = await trio.to_thread.run_sync(process, doc, limiter=self._parsing)
                 fingerprint = extracted.fingerprint
             elif r.body is not None:
                 # The same body as last time: the same links and fingerprint; skip the parse.
