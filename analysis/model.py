@@ -34,11 +34,11 @@ from numpy.typing import NDArray
 import policies
 from analysis.compare import disallowed
 from refresher._errors import RefresherError
-from refresher.refresh._allocate import PolicyInputs, plan
+from refresher.refresh._allocate import PolicyInputs, plan, uncertainty
 from refresher.refresh._estimate import MODELS, estimate_pages
 from refresher.sim._simweb import SimwebConfig, plan_web
 
-__all__ = ["ModelSettings", "ModelWeb", "main", "model_web", "run_model"]
+__all__ = ["ModelSettings", "ModelWeb", "main", "model_web", "replay", "run_model"]
 
 Float = NDArray[np.float64]
 
@@ -61,6 +61,9 @@ class ModelSettings:
     model: str = "log-normal"
     spread: float = 2.0
     oracle: bool = False
+    min_delay: float = 0.0  # seconds per host between fetches: caps of 1/min_delay (0: none)
+    decide: str = "plug-in"  # how the plan treats uncertain rates (policy.decide)
+    static: bool = True  # weigh pages by the probability that they change at all
 
     def __post_init__(self) -> None:
         if not (self.seconds > 0 and self.budget > 0 and self.resolve_interval > 0):
@@ -123,6 +126,16 @@ def _observations(
     for the last ``history`` intervals of every page."""
     page, interval, changed, since = [], [], [], []
     for i, times in enumerate(fetches):
+        if honest[i] and 0 < len(times) <= history:
+            # The first copy's Last-Modified: no change from the last one (or the web's
+            # start) to the first fetch, as the daemon reads it (first_fetch_quiet).
+            k0 = int(np.searchsorted(changes[i], times[0], side="right"))
+            quiet = times[0] - (changes[i][k0 - 1] if k0 else 0.0)
+            if quiet > 1e-6:
+                page.append(np.array([i], dtype=np.intp))
+                interval.append(np.array([quiet]))
+                changed.append(np.array([False]))
+                since.append(np.array([np.nan]))
         if len(times) < 2:
             continue
         t = np.asarray(times[-(history + 1) :])
@@ -164,13 +177,23 @@ def _freshness(fetches: list[list[float]], changes: list[Float], start: float, e
 
 def run_model(policy: str, web: ModelWeb, settings: ModelSettings, seed: int) -> float:
     """True mean freshness of one modelled run of ``policy`` (change times from ``seed``)."""
+    fetches, changes = replay(policy, web, settings, seed)
+    return _freshness(fetches, changes, settings.warmup * settings.seconds, settings.seconds)
+
+
+def replay(
+    policy: str, web: ModelWeb, settings: ModelSettings, seed: int
+) -> tuple[list[list[float]], list[Float]]:
+    """One modelled run of ``policy``: each page's fetch times and change times (seconds
+    from the start; change times drawn from ``seed``)."""
     rng = np.random.default_rng(seed)
     n = web.rates.size
     changes = _changes(web.rates, settings.seconds, rng)
     fetches: list[list[float]] = [[] for _ in range(n)]
     due = rng.permutation(n) * 1e-9  # the first round in a random order, as seeds load
     target = np.full(n, settings.budget / n)
-    host_caps = np.full(int(web.hosts.max()) + 1 if n else 0, np.inf)
+    cap = 1.0 / settings.min_delay if settings.min_delay > 0 else np.inf
+    host_caps = np.full(int(web.hosts.max()) + 1 if n else 0, cap)
     honest = web.honest[web.hosts]
     step, now, next_plan = 1.0 / settings.budget, 0.0, settings.resolve_interval
     while now < settings.seconds:
@@ -179,10 +202,11 @@ def run_model(policy: str, web: ModelWeb, settings: ModelSettings, seed: int) ->
             page, interval, changed, since = _observations(
                 fetches, changes, honest, settings.history
             )
+            sd, static_p = None, None
             if settings.oracle:
                 rates = web.rates
             elif page.size:
-                rates = estimate_pages(
+                est = estimate_pages(
                     page,
                     interval,
                     changed,
@@ -193,9 +217,12 @@ def run_model(policy: str, web: ModelWeb, settings: ModelSettings, seed: int) ->
                     trusted_hosts=web.honest,
                     model=settings.model,
                     spread=settings.spread,
-                ).rate
+                )
+                rates = est.rate
+                sd, static_p = uncertainty(est, page, interval, changed, settings.spread)
             else:
                 rates = np.full(n, 1.0 / settings.seconds)
+                sd = np.full(n, settings.spread)
             inputs = PolicyInputs(
                 page_ids=np.arange(n, dtype=np.int64),
                 host_index=web.hosts,
@@ -204,8 +231,12 @@ def run_model(policy: str, web: ModelWeb, settings: ModelSettings, seed: int) ->
                 rates=np.asarray(rates, dtype=np.float64),
                 rate_n=np.zeros(n),
                 weights=np.ones(n),
+                rate_sd=sd,
+                static_p=static_p if settings.static else None,
             )
-            target = plan(inputs, policy, settings.budget, explore=settings.explore).target
+            target = plan(
+                inputs, policy, settings.budget, explore=settings.explore, decide=settings.decide
+            ).target
             last = np.array([t[-1] if t else np.nan for t in fetches])
             with np.errstate(divide="ignore"):
                 due = np.where(np.isfinite(last), last + 1.0 / target, due)
@@ -214,7 +245,7 @@ def run_model(policy: str, web: ModelWeb, settings: ModelSettings, seed: int) ->
         with np.errstate(divide="ignore"):
             due[i] = now + 1.0 / target[i]
         now += step
-    return _freshness(fetches, changes, settings.warmup * settings.seconds, settings.seconds)
+    return fetches, changes
 
 
 def main(argv: Sequence[str] | None = None) -> int:

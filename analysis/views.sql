@@ -17,7 +17,7 @@ CREATE OR REPLACE TEMP MACRO _rf_fresh_integral(lam, u, v) AS CASE WHEN lam <= 0
 
 CREATE OR REPLACE TEMP MACRO _rf_age_integral(lam, u, v) AS CASE WHEN lam <= 0 THEN 0.0 ELSE (_rf_age_area(lam * v) - _rf_age_area(lam * u)) / (lam * lam) END;
 
-CREATE OR REPLACE TEMP VIEW truth_pages AS SELECT CAST(NULL AS VARCHAR) AS url, CAST(NULL AS VARCHAR) AS host, CAST(NULL AS DOUBLE) AS rate WHERE false;
+CREATE OR REPLACE TEMP VIEW truth_pages AS SELECT CAST(NULL AS VARCHAR) AS url, CAST(NULL AS VARCHAR) AS host, CAST(NULL AS DOUBLE) AS rate, CAST(NULL AS DOUBLE) AS created_at WHERE false;
 
 CREATE OR REPLACE TEMP VIEW truth_changes AS SELECT CAST(NULL AS VARCHAR) AS url, CAST(NULL AS DOUBLE) AS changed_at WHERE false;
 

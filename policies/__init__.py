@@ -11,12 +11,14 @@ plug in through the entry-point group ``refresher.policies``.
 from __future__ import annotations
 
 from ._builtin import OptimalAge, OptimalFreshness, Proportional, Uniform
+from ._expected import EXPECTED_POLICIES, expected_value, solve_expected
 from ._model import age, freshness, marginal_age, marginal_freshness, mean_age, mean_freshness
 from ._registry import ENTRY_POINT_GROUP, Policy, available, get, register, solve
 from ._solve import Allocation
 
 __all__ = [
     "ENTRY_POINT_GROUP",
+    "EXPECTED_POLICIES",
     "Allocation",
     "OptimalAge",
     "OptimalFreshness",
@@ -25,6 +27,7 @@ __all__ = [
     "Uniform",
     "age",
     "available",
+    "expected_value",
     "freshness",
     "get",
     "marginal_age",
@@ -33,4 +36,5 @@ __all__ = [
     "mean_freshness",
     "register",
     "solve",
+    "solve_expected",
 ]

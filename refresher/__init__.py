@@ -6,6 +6,7 @@ __version__ = "0.1.0"
 
 from refresher._config import Config, load_config
 from refresher._errors import (
+    ArchiveError,
     BodyTooLarge,
     ConfigError,
     ConnectFailure,
@@ -20,6 +21,8 @@ from refresher._errors import (
     StoreError,
     TooManyRedirects,
 )
+from refresher.archive._archive import Archive, Version
+from refresher.archive._sinks import Change, Sink
 from refresher.crawl._fetch import Fetcher, FetchResult
 from refresher.crawl._frontier import Frontier
 from refresher.crawl._robots import RobotsRules
@@ -29,7 +32,10 @@ from refresher.store._duckdb import SCHEMA_VERSION, Store
 
 __all__ = [
     "SCHEMA_VERSION",
+    "Archive",
+    "ArchiveError",
     "BodyTooLarge",
+    "Change",
     "Config",
     "ConfigError",
     "ConnectFailure",
@@ -46,9 +52,11 @@ __all__ = [
     "ReadFailure",
     "RefresherError",
     "RobotsRules",
+    "Sink",
     "Store",
     "StoreError",
     "TooManyRedirects",
+    "Version",
     "__version__",
     "load_config",
     "request",

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import ipaddress
 import json
 import math
+import re
 import tomllib
 import types
 import typing
@@ -25,6 +27,7 @@ from refresher.discover._filter import FilterConfig
 
 __all__ = [
     "DEFAULT_CONFIG_FILE",
+    "ArchiveConfig",
     "BudgetConfig",
     "Config",
     "ControlConfig",
@@ -40,6 +43,7 @@ __all__ = [
     "PolicyConfig",
     "PolitenessConfig",
     "RobotsConfig",
+    "SinksConfig",
     "SnapshotConfig",
     "StoreConfig",
     "load_config",
@@ -51,6 +55,9 @@ DEFAULT_CONFIG_FILE = Path("/etc/refresher/refresher.toml")
 POLICY_NAMES = ("uniform", "proportional", "optimal", "optimal-age")
 #: page weights for the optimal policies: PageRank over the stored links, or none (all 1)
 WEIGHTS = ("pagerank", "none")
+#: how the optimal policies treat uncertain rates: maximise the expected value under each
+#: rate's posterior, or plan for the point estimate as if it were exact
+DECISIONS = ("expected", "plug-in")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -64,6 +71,11 @@ class StoreConfig:
     batch_size: int = 5000
     #: DuckDB's memory_limit, e.g. "256MB"
     memory_limit: str = "256MB"
+    #: history retention: seconds of fetches kept (each page's latest estimate.history always
+    #: are); absent: everything. Applied with the archive's retention (archive.prune_interval)
+    history_retention: float | None = None
+    #: deleted fetches are first exported here as Parquet files; absent: not exported
+    history_export_dir: Path | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -91,6 +103,9 @@ class PolicyConfig:
     #: page weights wᵢ the optimal policies use: "pagerank" (over the stored link edges,
     #: mean 1) or "none" (every page 1: what unweighted mean freshness measures)
     weights: str = "pagerank"
+    #: "expected" (maximise expected freshness or age under each λ's posterior; log-normal
+    #: estimator only) or "plug-in" (treat λ̂ as exact)
+    decide: str = "expected"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -194,6 +209,54 @@ class SnapshotConfig:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ArchiveConfig:
+    """The copy: every new version of a page in WARC files (restart-only but for retention)."""
+
+    enabled: bool = True
+    #: the WARC directory; default "archive" beside the store file
+    dir: Path | None = None
+    #: WARC file names start with it
+    prefix: str = "refresher"
+    #: bytes after which a WARC file is closed and the next one begun
+    max_file_bytes: int = 1 << 30
+    #: a 304 or an unchanged body is a small revisit record; false: nothing is written
+    revisits: bool = True
+    #: free disk bytes kept; below it archiving pauses (fetching goes on) until there is room
+    min_free_bytes: int = 64 << 20
+    #: zlib level of each record's gzip member, 1 (fast) to 9 (small)
+    compress_level: int = 6
+    #: retention: bytes of records kept at most, oldest versions dropped first (the latest
+    #: version of every page is always kept); absent: no limit
+    max_bytes: int | None = None
+    #: retention: versions (responses) kept per page, the latest always; absent: all
+    keep_versions: int | None = None
+    #: seconds between retention passes in the daemon (when max_bytes or keep_versions is set)
+    prune_interval: float = 3600.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SinksConfig:
+    """The change feed: sinks by entry-point name (group ``refresher.sinks``), besides the
+    archive. Each gets every change through its own bounded queue; restart-only."""
+
+    names: tuple[str, ...] = ()
+    #: changes a sink may have waiting; more are dropped and counted
+    queue: int = 1000
+    #: the jsonl sink: the file (rotated past jsonl_max_bytes); default "changes.jsonl" beside
+    #: the store file
+    jsonl_path: Path | None = None
+    jsonl_max_bytes: int = 256 << 20
+    #: the jsonl and webhook sinks send the body (base64) too
+    bodies: bool = False
+    #: the webhook sink POSTs each change as JSON to this URL
+    webhook_url: str | None = None
+    #: seconds per webhook request; attempts per change; first backoff (doubles each retry)
+    webhook_timeout: float = 10.0
+    webhook_attempts: int = 5
+    webhook_backoff: float = 1.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ControlConfig:
     #: unix socket path; default "control.sock" beside the store file
     socket: Path | None = None
@@ -240,10 +303,17 @@ class Config:
     discovery: DiscoveryConfig = field(default_factory=DiscoveryConfig)
     estimate: EstimateConfig = field(default_factory=EstimateConfig)
     snapshot: SnapshotConfig = field(default_factory=SnapshotConfig)
+    archive: ArchiveConfig = field(default_factory=ArchiveConfig)
+    sinks: SinksConfig = field(default_factory=SinksConfig)
     control: ControlConfig = field(default_factory=ControlConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     log: LogConfig = field(default_factory=LogConfig)
     daemon: DaemonConfig = field(default_factory=DaemonConfig)
+
+    @property
+    def archive_dir(self) -> Path:
+        """The WARC directory: ``archive.dir``, else "archive" beside the store file."""
+        return self.archive.dir or self.store.path.parent / "archive"
 
     @property
     def control_socket(self) -> Path:
@@ -298,6 +368,7 @@ def _port(v: Any) -> str | None:
 _CHECKS: dict[str, Callable[[Any], str | None]] = {
     "store.flush_interval": _positive,
     "store.batch_size": _positive,
+    "store.history_retention": _positive,
     "crawl.workers": _positive,
     "crawl.user_agent": lambda v: None if v.strip() else "must not be empty",
     "budget.fetches_per_second": _positive,
@@ -305,6 +376,7 @@ _CHECKS: dict[str, Callable[[Any], str | None]] = {
     "policy.resolve_interval": _positive,
     "policy.explore": lambda v: None if 0 <= v < 1 else "must be a share from 0 to below 1",
     "policy.weights": _one_of(*WEIGHTS),
+    "policy.decide": _one_of(*DECISIONS),
     "estimate.history": _positive,
     "estimate.model": _one_of("log-normal", "gamma"),
     "estimate.spread": _positive,
@@ -326,6 +398,22 @@ _CHECKS: dict[str, Callable[[Any], str | None]] = {
     "frontier.back_queues_per_worker": _positive,
     "control.tcp_port": _port,
     "snapshot.interval": _non_negative,
+    "archive.prefix": lambda v: (
+        None
+        if v and all(c.isalnum() or c in "_." for c in v)
+        else "must be letters, digits, '_' or '.' (it starts every WARC file name)"
+    ),
+    "archive.max_file_bytes": _positive,
+    "archive.min_free_bytes": _non_negative,
+    "archive.compress_level": lambda v: None if 1 <= v <= 9 else "must be 1 to 9",
+    "archive.max_bytes": _positive,
+    "archive.keep_versions": _positive,
+    "archive.prune_interval": _positive,
+    "sinks.queue": _positive,
+    "sinks.jsonl_max_bytes": _positive,
+    "sinks.webhook_timeout": _positive,
+    "sinks.webhook_attempts": _positive,
+    "sinks.webhook_backoff": _non_negative,
     "discovery.max_url_length": _positive,
     "discovery.max_depth": _non_negative,
     "discovery.max_pages_per_host": _positive,
@@ -412,13 +500,17 @@ def _build(cls: Any, raw: Mapping[str, Any], prefix: str) -> Any:
         tp = hints[k]
         if dataclasses.is_dataclass(tp):
             if not isinstance(v, dict):
-                raise ConfigError(f"expected a table [{k}], got {v!r}", key=key)
+                raise ConfigError(
+                    f"expected a table [{k}], got {v!r}; write it as a table", key=key
+                )
             kwargs[k] = _build(tp, v, f"{key}.")
             continue
         value = _coerce(v, tp, key)
         check = _CHECKS.get(key)
         if check is not None and (problem := check(value)) is not None:
-            raise ConfigError(f"{problem}, got {value!r}", key=key)
+            raise ConfigError(
+                f"{problem}, got {value!r}; fix it in the config file or the --set flag", key=key
+            )
         kwargs[k] = value
     return cls(**kwargs)
 
@@ -486,20 +578,111 @@ def load_config(
         raw = _relative_to(raw, source.parent)
     raw = merge_tables(raw, overrides or {})
     config: Config = _build(Config, raw, "")
+    _check_whole(config)
+    return config
+
+
+#: DuckDB's memory_limit syntax: a number and a unit, e.g. "256MB", "1.5GiB"
+_MEMORY = re.compile(r"^\s*\d+(\.\d+)?\s*(B|[KMGT]i?B)\s*$", re.IGNORECASE)
+#: sun_path holds 108 bytes on Linux, one of them the terminating NUL
+_UNIX_PATH_MAX = 107
+
+
+def metrics_address_problem(host: str, allow_remote: bool) -> str | None:
+    """Why ``metrics.host`` cannot be listened on, or None."""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return f"{host!r} is not an IP address; use 127.0.0.1 or ::1"
+    if not address.is_loopback and not allow_remote:
+        return (
+            f"{host} is not a loopback address, and /metrics has no authentication; "
+            "use 127.0.0.1 or ::1 and let a local agent scrape it, or set "
+            "metrics.allow_remote = true behind a firewall"
+        )
+    return None
+
+
+def _check_whole(config: Config) -> None:
+    """Checks that need more than one key, or more than the type: all of them run at load
+    time, so that a bad value stops ``refresher run`` before any file is created."""
+    from refresher.crawl._dns import parse_static
+
     if config.politeness.max_delay < config.politeness.min_delay:
         raise ConfigError(
             f"must be at least politeness.min_delay ({config.politeness.min_delay}); "
             "raise max_delay or lower min_delay",
             key="politeness.max_delay",
         )
-    return config
+    if not _MEMORY.match(config.store.memory_limit):
+        raise ConfigError(
+            f"{config.store.memory_limit!r} is not a size; write a number and a unit "
+            "such as '256MB' or '2GB'",
+            key="store.memory_limit",
+        )
+    if config.store.path.is_dir():
+        raise ConfigError(
+            f"{str(config.store.path)!r} is a directory; name the DuckDB file, "
+            "e.g. /var/lib/refresher/refresher.duckdb",
+            key="store.path",
+        )
+    if config.snapshot.path is not None and config.snapshot.path == config.store.path:
+        raise ConfigError(
+            "is the store file itself; name another file or leave it unset",
+            key="snapshot.path",
+        )
+    socket_path = str(config.control_socket).encode()
+    if len(socket_path) > _UNIX_PATH_MAX:
+        raise ConfigError(
+            f"the control socket path is {len(socket_path)} bytes, unix sockets take at most "
+            f"{_UNIX_PATH_MAX}; set a shorter control.socket",
+            key="control.socket",
+        )
+    if config.metrics.port is not None:
+        problem = metrics_address_problem(config.metrics.host, config.metrics.allow_remote)
+        if problem is not None:
+            raise ConfigError(problem, key="metrics.host")
+    parse_static(config.dns.static)
+    _check_sinks(config.sinks)
+
+
+def _check_sinks(s: SinksConfig) -> None:
+    """Sink names installed (entry points looked up, not loaded) and a webhook URL to POST to."""
+    import importlib.metadata
+    from urllib.parse import urlsplit
+
+    from refresher.archive._sinks import ENTRY_POINT_GROUP
+
+    installed = {ep.name for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
+    for name in s.names:
+        if name not in installed:
+            raise ConfigError(
+                f"no sink {name!r}; installed: {', '.join(sorted(installed)) or 'none'} "
+                f"(entry-point group {ENTRY_POINT_GROUP!r})",
+                key="sinks.names",
+            )
+    if s.webhook_url is not None:
+        parts = urlsplit(s.webhook_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ConfigError(
+                f"{s.webhook_url!r} is not an http(s) URL; write e.g. 'http://127.0.0.1:9000/changes'",
+                key="sinks.webhook_url",
+            )
+    elif "webhook" in s.names:
+        raise ConfigError(
+            "the webhook sink needs a URL to POST to; set sinks.webhook_url",
+            key="sinks.webhook_url",
+        )
 
 
 _PATH_KEYS = (
     ("store", "path"),
+    ("store", "history_export_dir"),
     ("crawl", "seeds_file"),
     ("control", "socket"),
     ("snapshot", "path"),
+    ("archive", "dir"),
+    ("sinks", "jsonl_path"),
 )
 
 

@@ -8,6 +8,7 @@ Every error refresher raises on purpose derives from :class:`RefresherError`. Li
     ├── ConfigError          bad configuration: names the key and the fix
     ├── InvalidURL           a URL that cannot be crawled (seed, link, redirect target)
     ├── StoreError           the DuckDB file cannot be opened, migrated or written
+    ├── ArchiveError         a WARC file cannot be written or a record read back
     ├── ControlError         the control endpoint cannot be reached or refused a request
     └── FetchError           one fetch failed; ``kind`` is the short name stored in history
         ├── FetchTimeout     the total deadline for the fetch passed      (kind "timeout")
@@ -24,6 +25,7 @@ Every message says what was wrong and what to do about it.
 from __future__ import annotations
 
 __all__ = [
+    "ArchiveError",
     "BodyTooLarge",
     "ConfigError",
     "ConnectFailure",
@@ -63,6 +65,10 @@ class InvalidURL(RefresherError):
 
 class StoreError(RefresherError):
     """The DuckDB store cannot be opened, migrated or written."""
+
+
+class ArchiveError(RefresherError):
+    """A WARC file cannot be written, or a record in it cannot be read back."""
 
 
 class ControlError(RefresherError):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from collections.abc import Iterator
 from dataclasses import replace
@@ -183,3 +184,37 @@ def test_the_model_ranks_the_policies_as_the_real_comparison_does(
     assert "optimal − uniform:" in out and "288 pages" in out
     assert model.main(["--policies", "fastest"]) == 2
     assert "unknown policy 'fastest'" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_on_a_generated_web_optimal_is_at_least_uniform_within_two_standard_errors(
+    tmp_path: Path,
+) -> None:
+    # Not the default web: three hosts of a dozen pages, rates log-normal with a wide spread
+    # (about one change every 5 s at the median), a third of the hosts without validators.
+    settings = compare.CompareSettings(
+        simweb=SimwebConfig(
+            seed=23,
+            hosts=3,
+            pages_per_host=12,
+            rate_unit=1.0,
+            time_scale=1.0,
+            rate_mix=parse_rate_mix("all:1:0.2:1.5"),
+            validators_none_share=0.34,
+            validators_wrong_share=0.0,
+            crawl_delay_share=0.0,
+            new_pages_per_minute=0.0,
+        ),
+        policies=("uniform", "optimal"),
+        seconds=20.0,
+        budget=8.0,
+        min_delay=0.05,
+        workers=4,
+        resolve_interval=2.0,
+        plots=False,
+    )
+    result = compare.compare(settings, tmp_path)
+    margin, _ = result.margin("optimal", "uniform")
+    error = result.margin_error("optimal", "uniform")
+    assert math.isfinite(error) and error > 0
+    assert margin >= -2.0 * error, (margin, error)

@@ -10,7 +10,10 @@ from refresher import _errors
 # The public API, as intended. Changing it is a decision: update this list with it.
 PUBLIC_API = [
     "SCHEMA_VERSION",
+    "Archive",
+    "ArchiveError",
     "BodyTooLarge",
+    "Change",
     "Config",
     "ConfigError",
     "ConnectFailure",
@@ -27,9 +30,11 @@ PUBLIC_API = [
     "ReadFailure",
     "RefresherError",
     "RobotsRules",
+    "Sink",
     "Store",
     "StoreError",
     "TooManyRedirects",
+    "Version",
     "__version__",
     "load_config",
     "request",

@@ -31,6 +31,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC
 from types import TracebackType
+from typing import Any
 
 import httpx
 import trio
@@ -133,6 +134,15 @@ class FetchResult:
     retry_after: float | None = None  # seconds, from Retry-After on 429/503
     error_kind: str | None = None  # FetchError.kind
     error: str | None = None  # the FetchError message
+    # -- for the archive (refresher.archive): the last response as received ----------------
+    #: the last response's header fields, in order, decoded as latin-1
+    headers: tuple[tuple[str, str], ...] = ()
+    http_version: str | None = None  # "HTTP/1.1" of the last response, if any
+    reason: str | None = None  # its reason phrase
+    #: the decoded body of a 2xx answer of any media type (at most fetch.max_body_bytes): what
+    #: the archive keeps; ``body`` is the same bytes when the parser wants them
+    payload: builtins.bytes | None = None
+    truncated: bool = False  # payload stops at the size cap (the body went on)
 
     @property
     def ok(self) -> bool:
@@ -350,6 +360,9 @@ class _Progress:
     bytes: int = 0
     redirects: list[str] = field(default_factory=list)
     location: str | None = None
+    http_version: str | None = None
+    reason: str | None = None
+    partial: builtins.bytes | None = None  # a 2xx body cut at the cap, for the archive
 
 
 @dataclass(slots=True, kw_only=True)
@@ -359,6 +372,7 @@ class _Reply:
     size: int
     digest: bytes | None
     body: bytes | None
+    payload: bytes | None = None
 
 
 class Fetcher:
@@ -529,6 +543,7 @@ class Fetcher:
         progress.status = None
         progress.headers = None
         progress.bytes = 0
+        progress.partial = None
         async with self._transport((url.scheme, host, port)) as transport:
             self._requests += 1
             try:
@@ -539,6 +554,8 @@ class Fetcher:
             try:
                 progress.status = response.status_code
                 progress.headers = response.headers
+                progress.http_version = response.http_version
+                progress.reason = response.reason_phrase
                 return await self._read_body(response, progress, where, limit, truncate)
             except (httpx.HTTPError, OSError, zlib.error) as e:
                 raise _translate(e, where) from e
@@ -564,9 +581,9 @@ class Fetcher:
             limit, truncate = min(limit, _DRAIN_BYTES), True
         encodings = _content_encodings(response.headers)
         media = response.headers.get("content-type", "").split(";")[0].strip().lower()
+        # Every 2xx body is kept for the archive; the parser gets the text/html-ish ones.
         keep = success and encodings is not None
-        if not truncate:
-            keep = keep and (media in _PARSEABLE_TYPES or not media)
+        parseable = truncate or media in _PARSEABLE_TYPES or not media
         declared = response.headers.get("content-length", "")
         if not truncate and not encodings and declared.isdigit() and int(declared) > limit:
             raise BodyTooLarge(
@@ -589,6 +606,8 @@ class Fetcher:
             nonlocal count
             if len(data) > limit - count:
                 if not truncate:
+                    if keep:  # archived truncated, marked WARC-Truncated: length
+                        progress.partial = b"".join([*parts, data[: limit - count]])
                     raise too_large("body")
                 data = data[: limit - count]
             count += len(data)
@@ -619,12 +638,14 @@ class Fetcher:
             raise
         if not complete:
             await _abandon(response, chunks)
+        payload = b"".join(parts) if keep and (complete or truncate) else None
         return _Reply(
             status=status,
             headers=response.headers,
             size=count,
             digest=hasher.digest() if success and complete else None,
-            body=b"".join(parts) if keep and (complete or truncate) else None,
+            body=payload if parseable else None,
+            payload=payload,
         )
 
     # -- fetches -------------------------------------------------------------------------------
@@ -693,6 +714,7 @@ class Fetcher:
             retry_after=retry_after,
             error_kind=failure.kind if failure is not None else None,
             error=str(failure) if failure is not None else None,
+            **_as_received(reply, progress, headers),
         )
         self._fetches += 1
         outcome = result.error_kind or _outcome(result)
@@ -734,13 +756,21 @@ class Fetcher:
         (the rest is ignored). ``status`` is None when the file could not be fetched: no
         answer, the deadline passed, or too many redirects; the body is then empty.
         """
+        status, body, _error = await self.fetch_robots_or_error(scheme, host, port)
+        return status, body
+
+    async def fetch_robots_or_error(
+        self, scheme: str, host: str, port: int | None
+    ) -> tuple[int | None, bytes, FetchError | None]:
+        """:meth:`fetch_robots`, and the error that left ``status`` None, if one did."""
         netloc = f"[{host}]" if ":" in host else host
         if port is not None and port != _DEFAULT_PORTS.get(scheme):
             netloc = f"{netloc}:{port}"
         url = _parse_url(f"{scheme}://{netloc}/robots.txt")
         progress = _Progress(final_url=str(url))
         answer: tuple[int | None, bytes] = (None, b"")
-        with trio.move_on_after(self._timeout):
+        error: FetchError | None = None
+        with trio.move_on_after(self._timeout) as deadline:
             try:
                 for _hop in range(ROBOTS_MAX_REDIRECTS + 1):
                     reply = await self._exchange(
@@ -752,10 +782,29 @@ class Fetcher:
                         answer = (reply.status, reply.body or b"")
                         break
                     url = target
-            except FetchError:
-                pass
+            except FetchError as e:
+                error = e
+        if deadline.cancelled_caught and error is None:
+            error = FetchTimeout(f"robots.txt of {host}: no answer within {self._timeout} s")
         self._robots_fetches += 1
-        return answer
+        return answer[0], answer[1], error
+
+
+def _as_received(
+    reply: _Reply | None, progress: _Progress, headers: httpx.Headers | None
+) -> dict[str, Any]:
+    """The FetchResult fields the archive needs: the last response as received."""
+    raw = (
+        tuple((k.decode("latin-1"), v.decode("latin-1")) for k, v in headers.raw) if headers else ()
+    )
+    payload = reply.payload if reply is not None else progress.partial
+    return {
+        "headers": raw,
+        "http_version": progress.http_version,
+        "reason": progress.reason,
+        "payload": payload,
+        "truncated": reply is None and progress.partial is not None,
+    }
 
 
 def _outcome(result: FetchResult) -> str:

@@ -138,6 +138,8 @@ class FrontierStatistics:
     hosts_known: int
     dispatched: int  # pages handed to workers since start
     cursor: float  # unix seconds: pages due up to here have been loaded
+    backing_off: int = 0  # known hosts waiting out an error backoff now
+    paused: int = 0  # known hosts paused
 
 
 class Pacer:
@@ -458,6 +460,7 @@ class Frontier:
         return taken
 
     def statistics(self) -> FrontierStatistics:
+        now = self._wall()
         return FrontierStatistics(
             in_memory=len(self._paged),
             waiting=len(self._due),
@@ -469,6 +472,8 @@ class Frontier:
             hosts_known=len(self._hosts),
             dispatched=self._dispatched,
             cursor=self._cursor[0],
+            backing_off=sum(1 for h in self._hosts.values() if h.errors and h.next_allowed > now),
+            paused=sum(1 for h in self._hosts.values() if h.paused),
         )
 
 

@@ -13,13 +13,15 @@ from __future__ import annotations
 import email.utils
 import os
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import trio
 
 from refresher._config import Config
+from refresher._errors import DNSFailure, FetchError
+from refresher.archive._keep import Keeper
 from refresher.crawl._fetch import Fetcher, FetchResult
 from refresher.crawl._frontier import Frontier, HostState, Lease, next_allowed_after
 from refresher.crawl._robots import RobotsRules, rules_for_response
@@ -62,6 +64,15 @@ class CrawlerStatistics:
     bytes: int
     meaningful: int  # changes beyond the near-duplicate threshold
     duplicates: int  # fetches whose body another page served recently (processed once)
+    # requests per second put on the wire (pages and robots.txt) over the last WIRE_WINDOW s
+    wire_rate: float = 0.0
+
+
+#: seconds of requests the wire rate is averaged over
+WIRE_WINDOW = 30.0
+#: seconds until a page robots.txt denies is checked again when its host's robots.txt has no
+#: expiry (it is checked again when robots.txt is re-fetched otherwise)
+DENIED_RECHECK = 3600.0
 
 
 class Crawler:
@@ -77,6 +88,7 @@ class Crawler:
         allocator: Allocator,
         discovery: Discovery | None = None,
         wall_clock: Callable[[], float] = time.time,
+        keeper: Keeper | None = None,
     ) -> None:
         self.config = config
         self._frontier = frontier
@@ -94,7 +106,11 @@ class Crawler:
         self._bytes = 0
         self._meaningful = 0
         self._duplicates = 0
+        # start times (trio clock) of the requests in the last WIRE_WINDOW seconds
+        self._wire: deque[float] = deque()
+        self._wire_since: float | None = None  # when run() began
         self._discovery = discovery
+        self._keeper = keeper  # the archive and the change feed
         self._digests: OrderedDict[bytes, int] = OrderedDict()
         # One parse thread per core: libxml2 parses without the GIL, but link resolution
         # and the simhash hold it, and twenty threads taking turns at it spend their time
@@ -107,6 +123,7 @@ class Crawler:
         self.config = config
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        self._wire_since = trio.current_time()
         async with trio.open_nursery() as nursery:
             for _ in range(self.config.crawl.workers):
                 nursery.start_soon(self._worker)
@@ -144,27 +161,37 @@ class Crawler:
                     host.robots_status, host.robots_body, self.config.crawl.user_agent
                 )
             else:
-                await self._fetch_robots(lease)
-                # The robots request counts against the host's politeness; the page waits.
-                self._frontier.requeue(lease)
+                if await self._fetch_robots(lease):
+                    # The robots request counts against the host's politeness; the page waits.
+                    self._frontier.requeue(lease)
                 return
         rules: RobotsRules = host.robots
         if not rules.allowed(page.url):
             await self._record_denied(lease, now)
             return
+        self._on_wire()
         result = await self._fetcher.fetch(
             page.url, etag=page.etag, last_modified=page.last_modified
         )
         await self._record(lease, result)
 
-    async def _fetch_robots(self, lease: Lease) -> None:
+    async def _fetch_robots(self, lease: Lease) -> bool:
+        """Fetch the host's robots.txt; False when the host name does not resolve, which is
+        recorded as the page's failed fetch (kind "dns", the host backs off) rather than as
+        an unreachable robots.txt, which would deny every page."""
         host, page = lease.host, lease.page
         c = self.config
         target = canonicalize(page.url)
-        t0 = trio.current_time()
-        status, body = await self._fetcher.fetch_robots(target.scheme, target.host, target.port)
+        t0, started = trio.current_time(), self._wall()
+        self._on_wire()
+        status, body, error = await self._fetcher.fetch_robots_or_error(
+            target.scheme, target.host, target.port
+        )
         elapsed = trio.current_time() - t0
         self._robots += 1
+        if isinstance(error, DNSFailure):
+            await self._record(lease, _failed(page.url, error, started, self._wall(), elapsed))
+            return False
         rules = rules_for_response(status, body, c.crawl.user_agent)
         now = self._wall()
         ok = status is not None and status < 500
@@ -198,6 +225,8 @@ class Crawler:
                     synthetic=True,
                 )
             )
+
+        return True
 
     def _politeness(
         self,
@@ -238,8 +267,10 @@ class Crawler:
     async def _record_denied(self, lease: Lease, now: float) -> None:
         page, host = lease.page, lease.host
         self._denied += 1
-        # Look again once robots.txt may have changed.
-        due = max(now + self._allocator.interval(page), host.robots_expires_at or now)
+        # Out of the plan (the allocator leaves denied pages out) until robots.txt may have
+        # changed: looked at again when it is re-fetched, or on a slow schedule of its own.
+        expires = host.robots_expires_at or 0.0
+        due = expires if expires > now else now + DENIED_RECHECK
         record = FetchRecord(
             page_id=page.id,
             host_id=host.id,
@@ -347,7 +378,18 @@ class Crawler:
             last_modified_at=_http_date(last_modified) if ok or r.not_modified else None,
         )
         self._meaningful += bool(meaningful)
-        await self._store.record(record)
+        capture = None
+        if self._keeper is not None:
+            capture = await self._keeper.keep(
+                page_id=page.id,
+                url=page.url,
+                result=r,
+                previous_digest=page.digest,
+                etag=page.etag,
+                last_modified=page.last_modified,
+                meaningful=meaningful,
+            )
+        await self._store.record(record, capture)
         await self._store.update_host(self._host_update(host))
         lease = self._frontier.update_page(
             lease,
@@ -392,6 +434,22 @@ class Crawler:
         self._duplicates += 1
         return other
 
+    def _on_wire(self) -> None:
+        now = trio.current_time()
+        self._wire.append(now)
+        while self._wire and self._wire[0] < now - WIRE_WINDOW:
+            self._wire.popleft()
+
+    def wire_rate(self) -> float:
+        """Requests per second over the last WIRE_WINDOW seconds (or since start)."""
+        if self._wire_since is None:
+            return 0.0
+        now = trio.current_time()
+        while self._wire and self._wire[0] < now - WIRE_WINDOW:
+            self._wire.popleft()
+        span = min(WIRE_WINDOW, now - self._wire_since)
+        return len(self._wire) / span if span > 0 else 0.0
+
     def statistics(self) -> CrawlerStatistics:
         return CrawlerStatistics(
             workers=self.config.crawl.workers,
@@ -405,4 +463,28 @@ class Crawler:
             bytes=self._bytes,
             meaningful=self._meaningful,
             duplicates=self._duplicates,
+            wire_rate=self.wire_rate(),
         )
+
+
+def _failed(
+    url: str, error: FetchError, started: float, finished: float, took: float
+) -> FetchResult:
+    """A fetch of ``url`` that ``error`` ended before any response (times: unix seconds)."""
+    return FetchResult(
+        url=url,
+        final_url=url,
+        status=None,
+        started_at=started,
+        finished_at=finished,
+        duration=took,
+        bytes=0,
+        digest=None,
+        body=None,
+        content_type=None,
+        etag=None,
+        last_modified=None,
+        not_modified=False,
+        error_kind=error.kind,
+        error=str(error),
+    )

@@ -170,7 +170,7 @@ class FilterConfig:
             least = 1 if name in ("max_pages_per_host", "max_repeated_segments") else 0
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
                 raise ConfigError(
-                    f"must be a whole number of at least {least}, got {value!r}",
+                    f"must be a whole number of at least {least}, got {value!r}; fix the value",
                     key=f"discovery.{name}",
                 )
 

@@ -1,4 +1,4 @@
-"""The ``refresher`` command line.
+"""The refresher command line: a continuous-refresh web crawler daemon and its tools.
 
 ``run`` is the daemon. ``seed`` and ``status`` talk to a running daemon through its control
 socket, and work on the DuckDB file directly when no daemon runs. ``site`` serves the small local
@@ -8,6 +8,7 @@ demo web, ``demo`` runs the daemon against it (what ``make run`` does).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -17,7 +18,7 @@ from typing import Any
 
 from refresher import __version__
 from refresher._config import Config, load_config, merge_tables, parse_override, read_seeds_file
-from refresher._errors import ControlError, RefresherError
+from refresher._errors import ControlError, RefresherError, StoreError
 from refresher.ops._control import request
 
 __all__ = ["main"]
@@ -72,14 +73,29 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"refresher {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    run = sub.add_parser("run", help="run the daemon in the foreground")
+    run = sub.add_parser(
+        "run",
+        help="run the daemon in the foreground",
+        description="Run the crawler daemon in the foreground until SIGTERM or SIGINT: it "
+        "refreshes the stored pages within the budget, finds new ones through links, and "
+        "answers `refresher status/seed/policy/pause/reload` on its control socket. SIGHUP "
+        "re-reads the config.",
+    )
     _common(run)
     run.add_argument("--budget", type=float, help="fetches per second (budget.fetches_per_second)")
     run.add_argument("--workers", type=int, help="concurrent fetches (crawl.workers)")
     run.add_argument("--policy", help="uniform | proportional | optimal | optimal-age")
     run.add_argument("--seed", action="append", help="a seed URL (repeatable)")
-    run.add_argument("--log-format", choices=("auto", "json", "console"))
-    run.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
+    run.add_argument(
+        "--log-format",
+        choices=("auto", "json", "console"),
+        help="log lines as JSON or for people; auto: JSON unless stdout is a terminal (log.format)",
+    )
+    run.add_argument(
+        "--log-level",
+        choices=("debug", "info", "warning", "error"),
+        help="the least severe log lines written (log.level)",
+    )
 
     seed = sub.add_parser("seed", help="add seed URLs (to the running daemon, or the file)")
     _common(seed)
@@ -89,6 +105,11 @@ def _parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", help="what the daemon is doing (or what the file holds)")
     _common(status)
     status.add_argument("--json", action="store_true", help="machine-readable output")
+    status.add_argument(
+        "--hosts",
+        action="store_true",
+        help="list every host (default: the 10 busiest, and every paused host or in backoff)",
+    )
 
     policy = sub.add_parser(
         "policy",
@@ -127,10 +148,27 @@ def _parser() -> argparse.ArgumentParser:
         _common(host_cmd)
         host_cmd.add_argument("host", help='the host key, e.g. "example.org" or "example.org:8080"')
 
+    backup = sub.add_parser(
+        "backup",
+        help="copy the store consistently to a new file, while the daemon runs or not",
+        description="Write a consistent copy of the store to DEST (a new file): through the "
+        "running daemon's store queue, so every fetch acknowledged before is in it, without "
+        "stopping it; or from the file when no daemon runs. Restore: stop the daemon and copy "
+        "DEST to store.path.",
+    )
+    _common(backup)
+    backup.add_argument("dest", type=Path, metavar="DEST", help="the backup file to create")
+
     reload = sub.add_parser("reload", help="make the running daemon re-read its config (SIGHUP)")
     _common(reload)
 
-    site = sub.add_parser("site", help="serve the small local demo web on loopback")
+    site = sub.add_parser(
+        "site",
+        help="serve the small local demo web on loopback",
+        description="Serve a small fixed web (HOSTS hosts × PAGES pages, some changing) on "
+        "127.0.0.1:PORT for trying the daemon by hand; its hosts are h0.sim.test ... (point "
+        'them at it with --set dns.static."*.sim.test"=127.0.0.1:PORT).',
+    )
     site.add_argument("--hosts", type=int, default=5)
     site.add_argument("--pages", type=int, default=20, help="pages per host")
     site.add_argument("--port", type=int, default=8080)
@@ -143,11 +181,20 @@ def _parser() -> argparse.ArgumentParser:
     )
     simweb_arguments(simweb)
 
+    from refresher.archive._cli import add_commands as archive_commands
+
+    archive_commands(sub, _common)
+
     demo = sub.add_parser("demo", help="run the daemon against the local demo web (make run)")
     _common(demo)
     demo.add_argument("--hosts", type=int, default=5)
     demo.add_argument("--pages", type=int, default=20, help="pages per host")
     demo.add_argument("--duration", type=float, help="stop after this many seconds")
+    # `refresher CMD --help` opens with what CMD does, its one-line help, when no longer text
+    for action in sub._choices_actions:
+        command = sub.choices[action.dest]
+        if command.description is None and action.help:
+            command.description = action.help[0].upper() + action.help[1:] + "."
     return parser
 
 
@@ -184,19 +231,34 @@ def _cmd_seed(args: argparse.Namespace) -> int:
     return 1 if answer["rejected"] and not answer["added"] and not answer["known"] else 0
 
 
-def _offline_status(config: Config) -> dict[str, Any]:
-    from refresher.store._duckdb import Store, first_row
+def _open_existing(config: Config) -> Any:
+    """The store for a command that reads it with no daemon running; never creates one."""
+    from refresher.store._duckdb import Store
 
-    store = Store(config.store.path, memory_limit=config.store.memory_limit)
+    if not config.store.path.exists():
+        raise StoreError(
+            f"no daemon runs and there is no store at {str(config.store.path)!r}; "
+            "give the daemon's --store FILE or --config FILE"
+        )
+    return Store(config.store.path, memory_limit=config.store.memory_limit)
+
+
+def _offline_status(config: Config, *, hosts_limit: int | None) -> dict[str, Any]:
+    from refresher.store._duckdb import first_row
+    from refresher.store._hosts import host_summary
+
+    store = _open_existing(config)
+    now = time.time()
     try:
         pages, hosts, fetches = store.counts()
         row = first_row(
             store.con.execute(
                 "SELECT min(due_at), max(last_fetch), count(*) FILTER (WHERE due_at <= ?)"
                 " FROM pages",
-                [time.time()],
+                [now],
             )
         )
+        host_rows = host_summary(store, now=now, limit=hosts_limit)
     finally:
         store.close()
     return {
@@ -208,20 +270,33 @@ def _offline_status(config: Config) -> dict[str, Any]:
         "next_due": row[0] if row else None,
         "last_fetch": row[1] if row else None,
         "due_now": row[2] if row else 0,
+        "host_list": [dataclasses.asdict(h) for h in host_rows],
     }
+
+
+def _print_hosts(rows: list[dict[str, Any]]) -> None:
+    if not rows:
+        print("  hosts      none yet")
+        return
+    print(f"  {'host':<32}{'pages':>8}{'fetches':>10}{'errors':>8}  state")
+    for h in rows:
+        state = "paused" if h["paused"] else ""
+        if h["backoff_left"] > 0:
+            state = f"{state} backoff {h['backoff_left']:.0f} s".strip()
+        print(
+            f"  {h['host']:<32}{h['pages']:>8}{h['fetches']:>10}{h['errors']:>8}  {state or 'ok'}"
+        )
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
     config = _loader(args)()
+    limit = None if args.hosts else 10
     try:
-        answer = request(config.control_socket, {"op": "status"})
+        answer = request(config.control_socket, {"op": "status", "hosts_limit": limit})
         answer.pop("ok", None)
         answer["running"] = True
     except ControlError:
-        if not config.store.path.exists():
-            print(f"no daemon runs and there is no store at {config.store.path}", file=sys.stderr)
-            return 1
-        answer = _offline_status(config)
+        answer = _offline_status(config, hosts_limit=limit)
     if args.json:
         _print_json(answer)
         return 0
@@ -233,9 +308,10 @@ def _cmd_status(args: argparse.Namespace) -> int:
             f"  store      {answer['store_path']}: {s.get('pages')} pages, {s.get('hosts')} hosts, "
             f"{s.get('fetches')} fetches recorded, {s.get('acknowledged')} this run"
         )
-        print(f"  policy     {a.get('policy')} at {a.get('budget')} fetches/s")
+        print(f"  policy     {a.get('policy')} at {a.get('budget'):g} fetches/s")
         print(
-            f"  fetching   {answer['fetches_per_second']} fetches/s, "
+            f"  fetching   {answer['fetches_per_second']} fetches/s "
+            f"({c.get('wire_rate', 0.0):.2f} requests/s on the wire, last 30 s), "
             f"{c.get('busy')}/{c.get('workers')} workers busy; {c.get('changed')} changed, "
             f"{c.get('not_modified')} not modified, "
             f"{c.get('errors')} errors, {c.get('denied')} denied by robots.txt"
@@ -244,16 +320,17 @@ def _cmd_status(args: argparse.Namespace) -> int:
             f"  frontier   {f.get('in_memory')} pages in memory, "
             f"{f.get('active_hosts')} active hosts, {f.get('ready_hosts')} waiting their turn"
         )
+        _print_hosts(answer.get("host_list", []))
     else:
         print(
             f"refresher: not running; {answer['store_path']}: {answer['pages']} pages, "
             f"{answer['hosts']} hosts, {answer['fetches']} fetches, {answer['due_now']} due now"
         )
+        _print_hosts(answer["host_list"])
     return 0
 
 
 def _cmd_pause(args: argparse.Namespace) -> int:
-    from refresher.store._duckdb import Store
 
     config = _loader(args)()
     paused = args.command == "pause"
@@ -263,13 +340,17 @@ def _cmd_pause(args: argparse.Namespace) -> int:
     except ControlError as e:
         if "unknown host" in str(e):
             raise
-        store = Store(config.store.path, memory_limit=config.store.memory_limit)
+        store = _open_existing(config)
         try:
             found = store.set_paused(args.host, paused)
         finally:
             store.close()
         if not found:
-            print(f"refresher {args.command}: unknown host {args.host!r}", file=sys.stderr)
+            print(
+                f"refresher {args.command}: unknown host {args.host!r}; "
+                "`refresher status --hosts` lists them",
+                file=sys.stderr,
+            )
             return 1
         where = str(config.store.path)
     print(f"{args.host}: {'paused' if paused else 'resumed'} ({where})")
@@ -311,7 +392,7 @@ def _cmd_policy(args: argparse.Namespace) -> int:
         table = request(config.control_socket, payload)
         table.pop("ok", None)
     except ControlError:
-        store = Store(config.store.path, memory_limit=config.store.memory_limit)
+        store = _open_existing(config)
         try:
             inputs = InputSettings.from_config(config).load(store)
         finally:
@@ -320,11 +401,33 @@ def _cmd_policy(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(table)
         return 0
-    print(f"{table['pages']} pages at a budget of {table['budget']} fetches/s")
+    print(f"{table['pages']} pages at a budget of {table['budget']:g} fetches/s")
     print(f"{'policy':<14}{'freshness':>12}{'age (s)':>14}{'unplaced/s':>12}")
     for name, row in table["policies"].items():
         age = "never" if row["age"] is None else f"{row['age']:.1f}"
         print(f"{name:<14}{row['freshness']:>12.4f}{age:>14}{row['unplaced']:>12.3g}")
+    return 0
+
+
+def _cmd_backup(args: argparse.Namespace) -> int:
+    from refresher.store._backup import backup_file
+
+    config = _loader(args)()
+    dest = args.dest.absolute()  # the daemon's working directory may differ
+    try:
+        # a large store takes a while to copy: wait for it
+        payload = {"op": "backup", "dest": str(dest)}
+        answer = request(config.control_socket, payload, timeout=24 * 3600.0)
+        where = "running daemon"
+    except ControlError as e:
+        if not str(e).startswith("no daemon answers"):
+            raise  # the daemon refused (DEST exists, disk full): not a reason to try the file
+        answer = dataclasses.asdict(backup_file(config.store.path, dest))
+        where = str(config.store.path)
+    print(
+        f"backup {answer['path']}: {answer['pages']} pages, {answer['fetches']} fetches, "
+        f"{answer['bytes'] / 1e6:.1f} MB in {answer['seconds']:.1f} s (from the {where})"
+    )
     return 0
 
 
@@ -360,7 +463,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             from refresher.ops._daemon import run_daemon
 
             loader = _loader(args)
-            loader()  # fail fast, before any output, on a bad config
+            # Fail fast, before any output or file, on a bad config or seeds file.
+            loader().all_seeds()
             return run_daemon(loader)
         if args.command == "seed":
             return _cmd_seed(args)
@@ -377,12 +481,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _cmd_policy(args)
         if args.command == "reload":
             return _cmd_reload(args)
+        if args.command == "backup":
+            return _cmd_backup(args)
         if args.command == "simweb":
             from refresher.sim._simweb import run as run_simweb
 
             return run_simweb(args)
         if args.command == "site":
             return _cmd_site(args)
+        from refresher.archive._cli import COMMANDS as ARCHIVE_COMMANDS
+
+        if args.command in ARCHIVE_COMMANDS:
+            from refresher.archive._cli import run_command
+
+            return run_command(args, _loader(args)())
         if args.command == "demo":
             from refresher.sim._demo import run_demo
 

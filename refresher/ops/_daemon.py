@@ -12,11 +12,13 @@ seeds, log level); the rest needs a restart and is logged as such.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import signal
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -25,6 +27,11 @@ import trio
 import policies
 from refresher._config import Config
 from refresher._errors import ConfigError, InvalidURL, RefresherError
+from refresher.archive._archive import open_writer
+from refresher.archive._keep import Keeper
+from refresher.archive._retention import HistoryRetention, Pruner
+from refresher.archive._sinks import ChangeFeed, load_sinks
+from refresher.archive._warc import WarcWriter
 from refresher.crawl._dns import Resolver
 from refresher.crawl._fetch import Fetcher
 from refresher.crawl._frontier import Frontier
@@ -39,7 +46,9 @@ from refresher.ops._logging import configure_logging, get_logger
 from refresher.ops._metrics import MetricsServer
 from refresher.ops._notify import Notifier, format_status
 from refresher.refresh._allocate import Allocator, InputSettings, priority_level
+from refresher.store._backup import backup_service
 from refresher.store._duckdb import HostRow, NewPage, PageRow, Store, StoreService
+from refresher.store._hosts import host_summary
 from refresher.store._snapshot import Snapshotter, snapshot_path
 
 __all__ = ["Daemon", "check_seeds", "run_daemon"]
@@ -93,6 +102,9 @@ class Daemon:
         self._fetcher: Fetcher | None = None
         self._discovery: Discovery | None = None
         self._snapshotter: Snapshotter | None = None
+        self._warc: WarcWriter | None = None
+        self._feed: ChangeFeed | None = None
+        self._prune: Pruner | None = None
 
     @property
     def store(self) -> StoreService | None:
@@ -189,6 +201,8 @@ class Daemon:
             ("fetcher", self._fetcher),
             ("discovery", self._discovery),
             ("snapshot", self._snapshotter),
+            ("archive", self._warc),
+            ("sinks", self._feed),
         ):
             if part is not None:
                 out[name] = _plain(part.statistics())
@@ -197,15 +211,35 @@ class Daemon:
             out["seen"] = _plain(self._discovery.seen.statistics())
         return out
 
+    async def _status_with_hosts(self, limit: Any) -> dict[str, Any]:
+        """:meth:`status` with the host list of ``refresher status`` (``limit`` busiest, or all
+        when None, and every paused host or host in backoff)."""
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
+            raise ValueError('"hosts_limit" must be a whole number or null')
+        out = self.status()
+        if self._store is not None:
+            now = self._wall()
+            rows = await self._store.call(lambda s: host_summary(s, now=now, limit=limit))
+            out["host_list"] = [asdict(h) for h in rows]
+        return out
+
     async def _handle(self, req: dict[str, Any]) -> dict[str, Any]:
         op = req["op"]
         if op == "status":
-            return self.status()
+            return await self._status_with_hosts(req.get("hosts_limit", 10))
         if op == "seed":
             urls = req.get("urls")
             if not isinstance(urls, list) or not all(isinstance(u, str) for u in urls):
                 raise ValueError('seed needs "urls": a list of strings')
             return await self.add_seeds(urls)
+        if op == "backup":
+            dest = req.get("dest")
+            if not isinstance(dest, str) or not dest:
+                raise ValueError('backup needs "dest": the path of the new backup file')
+            assert self._store is not None
+            result = await backup_service(self._store, Path(dest))
+            log.info("backup written", **asdict(result))
+            return asdict(result)
         if op == "reload":
             await self.reload()
             return {}
@@ -239,7 +273,7 @@ class Daemon:
             self._frontier.set_paused(host, paused)
             found = await self._store.call(lambda s: s.set_paused(host, paused))
             if not found:
-                raise ValueError(f"unknown host {host!r}; see `refresher status` for hosts")
+                raise ValueError(f"unknown host {host!r}; `refresher status --hosts` lists them")
             # The loader skips paused hosts: reload so their held pages go, or come back.
             self._frontier.reset()
             return {"host": host, "paused": paused}
@@ -258,7 +292,7 @@ class Daemon:
             self.notifier.ready()
             return
         old = self.config
-        for section in ("store", "frontier", "control", "dns", "metrics", "snapshot"):
+        for section in ("store", "frontier", "control", "dns", "metrics", "snapshot", "sinks"):
             if getattr(old, section) != getattr(new, section):
                 log.warning("config section changed; takes effect after a restart", section=section)
         if old.crawl.workers != new.crawl.workers:
@@ -267,6 +301,7 @@ class Daemon:
         configure_logging(format=new.log.format, level=new.log.level)
         assert self._allocator is not None and self._crawler is not None
         self._crawler.configure(new)
+        self._configure_archive(old, new)
         # A policy named anew in the config wins over an earlier switch; otherwise it stays.
         policy = self._allocator.policy if old.policy.name == new.policy.name else new.policy.name
         self._allocator.configure(
@@ -274,11 +309,29 @@ class Daemon:
             policy=policy,
             explore=new.policy.explore,
             weights=new.policy.weights,
+            decide=new.policy.decide,
         )
         if seeds:
             await self.add_seeds(seeds)
         log.info("configuration reloaded")
         self.notifier.ready()
+
+    def _configure_archive(self, old: Config, new: Config) -> None:
+        """Retention and the free-space floor are live; the rest of [archive] restart-only."""
+        live = ("max_bytes", "keep_versions", "prune_interval", "min_free_bytes")
+        if any(
+            getattr(old.archive, f.name) != getattr(new.archive, f.name)
+            for f in dataclasses.fields(new.archive)
+            if f.name not in live
+        ):
+            log.warning("config section changed; takes effect after a restart", section="archive")
+        if self._prune is not None:
+            self._prune.keep_versions = new.archive.keep_versions
+            self._prune.max_bytes = new.archive.max_bytes
+            self._prune.interval = new.archive.prune_interval
+            self._prune.history = HistoryRetention.from_config(new)
+        if self._warc is not None:
+            self._warc.min_free_bytes = new.archive.min_free_bytes
 
     # -- services ----------------------------------------------------------------------------
 
@@ -291,6 +344,8 @@ class Daemon:
             "fetcher": lambda: self._fetcher,
             "allocator": lambda: self._allocator,
             "snapshot": lambda: self._snapshotter,
+            "archive": lambda: self._warc,
+            "sinks": lambda: self._feed,
         }
 
         def snapshot(get: Callable[[], Any]) -> Callable[[], object]:
@@ -306,6 +361,20 @@ class Daemon:
             allow_remote=c.metrics.allow_remote,
             sources=sources,
         )
+
+    def _pruner(self, c: Config, writer: WarcWriter | None) -> Pruner:
+        assert self._store is not None
+        self._prune = Pruner(
+            call=self._store.call,
+            directory=c.archive_dir,
+            keep_versions=c.archive.keep_versions,
+            max_bytes=c.archive.max_bytes,
+            interval=c.archive.prune_interval,
+            protect=lambda: [writer.current_file or ""] if writer is not None else [],
+            history=HistoryRetention.from_config(c),
+            archive=writer is not None,
+        )
+        return self._prune
 
     async def _heartbeat(
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
@@ -355,8 +424,12 @@ class Daemon:
                 lambda: Store(c.store.path, memory_limit=c.store.memory_limit)
             )
             log.info("store opened", path=str(c.store.path), schema=store.schema_version())
+            self._warc = await trio.to_thread.run_sync(open_writer, c, store)
             service = StoreService(
-                store, flush_interval=c.store.flush_interval, batch_size=c.store.batch_size
+                store,
+                flush_interval=c.store.flush_interval,
+                batch_size=c.store.batch_size,
+                archive=self._warc,
             )
             self._store = service
             try:
@@ -368,6 +441,8 @@ class Daemon:
                         service.close()
             finally:
                 await trio.to_thread.run_sync(store.close)
+                if self._warc is not None:
+                    self._warc.close()
         log.info("stopped", acknowledged=service.statistics().acknowledged)
         return 0
 
@@ -398,6 +473,7 @@ class Daemon:
             policy=policy,
             resolve_interval=c.policy.resolve_interval,
             explore=c.policy.explore,
+            decide=c.policy.decide,
             inputs=InputSettings.from_config(c),
             wall_clock=self._wall,
         )
@@ -426,6 +502,8 @@ class Daemon:
             ) as fetcher,
         ):
             self._fetcher = fetcher
+            self._feed = ChangeFeed(load_sinks(c), queue=c.sinks.queue)
+            await services.start(self._feed.run)
             await services.start(allocator.run)
             await services.start(frontier.run)
             if self._discovery is not None:
@@ -438,6 +516,12 @@ class Daemon:
                 allocator=allocator,
                 discovery=self._discovery,
                 wall_clock=self._wall,
+                keeper=Keeper(
+                    writer=self._warc,
+                    listener=self._feed,
+                    user_agent=lambda: self.config.crawl.user_agent,
+                    revisits=c.archive.revisits,
+                ),
             )
             self._crawler = crawler
             async with trio.open_nursery() as work:
@@ -452,6 +536,7 @@ class Daemon:
                         store=self._store, path=snapshot_path(c), interval=c.snapshot.interval
                     )
                     await services.start(self._snapshotter.run)
+                await services.start(self._pruner(c, self._warc).run)
                 await services.start(self._heartbeat)
                 await services.start(self._progress)
                 # The watchdog pings while both the event loop and the frontier's loader turn.
@@ -463,7 +548,7 @@ class Daemon:
                     "ready",
                     workers=c.crawl.workers,
                     budget=c.budget.fetches_per_second,
-                    policy=c.policy.name,
+                    policy=allocator.policy,
                     control=str(c.control_socket),
                 )
                 async for signum in signals:
@@ -511,3 +596,27 @@ def run_daemon(config_loader: Callable[[], Config]) -> int:
     except RefresherError as e:
         log.error("cannot run", error=str(e))
         return 1
+    except BaseExceptionGroup as group:
+        # A service that cannot start (a port in use, a socket path refused) fails inside the
+        # nursery; the person at the terminal gets its one line, not the nursery's traceback.
+        cause = _refresher_error(group)
+        if cause is None:
+            raise
+        log.error("cannot run", error=str(cause))
+        return 1
+
+
+def _refresher_error(group: BaseExceptionGroup[Any]) -> RefresherError | None:
+    """The first RefresherError among ``group``'s leaves when every leaf is one, else None."""
+    leaves: list[BaseException] = []
+
+    def walk(e: BaseException) -> None:
+        if isinstance(e, BaseExceptionGroup):
+            for inner in e.exceptions:
+                walk(inner)
+        else:
+            leaves.append(e)
+
+    walk(group)
+    errors = [e for e in leaves if isinstance(e, RefresherError)]
+    return errors[0] if errors and len(errors) == len(leaves) else None

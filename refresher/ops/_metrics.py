@@ -26,7 +26,6 @@ address that is not loopback unless ``allow_remote=True``.
 from __future__ import annotations
 
 import dataclasses
-import ipaddress
 import math
 import re
 from collections.abc import Callable, Iterator, Mapping
@@ -39,6 +38,7 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.process_collector import ProcessCollector
 
+from refresher._config import metrics_address_problem
 from refresher._errors import ConfigError
 from refresher.ops._logging import get_logger
 
@@ -102,6 +102,7 @@ METRICS: Mapping[str, Mapping[str, MetricSpec]] = {
         "bytes": _c("Decoded body bytes of page fetches."),
         "meaningful": _c("Changes beyond the near-duplicate (simhash) threshold."),
         "duplicates": _c("Fetches whose body another page served recently (content-seen)."),
+        "wire_rate": _g("Requests per second on the wire (pages and robots.txt), last 30 s."),
     },
     "discovery": {
         "documents": _c("Documents whose links were processed."),
@@ -122,6 +123,8 @@ METRICS: Mapping[str, Mapping[str, MetricSpec]] = {
         "hosts_known": _g("Hosts the frontier knows."),
         "dispatched": _c("Pages handed to workers."),
         "cursor": _g("Unix time (seconds) up to which due pages have been loaded."),
+        "backing_off": _g("Known hosts waiting out an error backoff."),
+        "paused": _g("Known hosts paused."),
     },
     "store": {
         "pages": _g("Pages in the store."),
@@ -303,19 +306,9 @@ class MetricsServer:
     ) -> None:
         if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
             raise ConfigError(f"{port!r} is not a TCP port; use 1 to 65535", key="metrics.port")
-        try:
-            address = ipaddress.ip_address(host)
-        except ValueError as e:
-            raise ConfigError(
-                f"{host!r} is not an IP address; use 127.0.0.1 or ::1", key="metrics.host"
-            ) from e
-        if not address.is_loopback and not allow_remote:
-            raise ConfigError(
-                f"{host} is not a loopback address, and /metrics has no authentication; "
-                "use 127.0.0.1 or ::1 and let a local agent scrape it, or set "
-                "metrics.allow_remote = true behind a firewall",
-                key="metrics.host",
-            )
+        problem = metrics_address_problem(host, allow_remote)
+        if problem is not None:
+            raise ConfigError(problem, key="metrics.host")
         self.host = host
         self.port = port
         self.registry = CollectorRegistry(auto_describe=False)

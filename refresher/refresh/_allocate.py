@@ -34,8 +34,10 @@ from numpy.typing import NDArray
 import policies
 from refresher.crawl._frontier import Frontier
 from refresher.ops._logging import get_logger
-from refresher.refresh._estimate import estimate_pages, last_modified_consistent
+from refresher.refresh._estimate import Estimate, estimate_pages, last_modified_consistent
+from refresher.refresh._static import static_probability
 from refresher.store._duckdb import PageRow, Store, StoreService
+from refresher.store._first_fetch import first_fetch_quiet
 
 if TYPE_CHECKING:
     from refresher._config import Config
@@ -58,6 +60,17 @@ log = get_logger("allocate")
 DEFAULT_PRIOR_RATE = 1.0 / 86_400
 #: seconds; a page the plan gives no fetches is still due after this long
 NEVER = 30 * 86_400.0
+#: how a plan treats uncertain rates (``policy.decide``)
+DECISIONS = ("plug-in", "expected")
+_Z95 = 1.959963984540054
+
+
+def posterior_sd(est: Estimate) -> NDArray[np.float64]:
+    """The sd of ln λ per page (natural-log units) from a log-normal estimate's 95 % interval,
+    which is θ̂ ± z·sd."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        sd = np.log(est.upper / est.lower) / (2.0 * _Z95)
+    return np.where(np.isfinite(sd) & (sd >= 0.0), sd, 0.0)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -85,6 +98,10 @@ class PolicyInputs:
     rates: NDArray[np.float64]  # λ̂
     rate_n: NDArray[np.float64]  # evidence (effective observed changes)
     weights: NDArray[np.float64]
+    # posterior sd of ln λ per page (natural-log units); None: the rates are taken as exact
+    rate_sd: NDArray[np.float64] | None = None
+    # probability per page that it never changes (:mod:`refresher.refresh._static`); None: 0
+    static_p: NDArray[np.float64] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -157,7 +174,7 @@ def load_inputs(
         SELECT p.id, p.host_id, coalesce(p.last_fetch, 'NaN'::DOUBLE) AS last_fetch,
                coalesce(h.delay, 0) AS delay
         FROM pages p JOIN hosts h ON h.id = p.host_id
-        WHERE p.status <> 'gone' ORDER BY p.id
+        WHERE p.status NOT IN ('gone', 'denied') ORDER BY p.id
         """
     ).fetchnumpy()
     ids = np.asarray(pages["id"], dtype=np.int64)
@@ -170,7 +187,8 @@ def load_inputs(
         caps = np.where(host_delay > 0, 1.0 / host_delay, np.inf)
     last = np.asarray(pages["last_fetch"], dtype=np.float64)
     obs = _observations(store, meaningful=meaningful, history=history)
-    page_index = np.searchsorted(ids, np.asarray(obs["page_id"], dtype=np.int64))
+    page_index, known = _index_of(ids, np.asarray(obs["page_id"], dtype=np.int64))
+    obs = {k: np.asarray(v)[known] for k, v in obs.items()}
     intervals = np.asarray(obs["t"], dtype=np.float64)
     changed = np.asarray(obs["changed"], dtype=bool)
     if n and intervals.size:
@@ -189,6 +207,15 @@ def load_inputs(
             hosts.size,
         )
         since = np.where(np.isfinite(lm), np.maximum(fetched - lm, 0.0), np.nan)
+        # The first copy's Last-Modified on a trusted host: quiet from then to the fetch.
+        first_ids, quiet = first_fetch_quiet(store, history=history)
+        first, known = _index_of(ids, first_ids)
+        use = trusted[host_index[first]]
+        first, quiet = first[use], quiet[known][use]
+        page_index = np.concatenate((page_index, first))
+        intervals = np.concatenate((intervals, quiet))
+        changed = np.concatenate((changed, np.zeros(first.size, dtype=bool)))
+        since = np.concatenate((since, np.full(first.size, np.nan)))
         est = estimate_pages(
             page_index,
             intervals,
@@ -202,8 +229,11 @@ def load_inputs(
             spread=spread,
         )
         rates, rate_n = np.asarray(est.rate), np.asarray(est.n_eff)
+        rate_sd, static_p = uncertainty(est, page_index, intervals, changed, spread)
     else:
         rates, rate_n = np.full(n, DEFAULT_PRIOR_RATE), np.zeros(n)
+        rate_sd = np.full(n, spread) if model == "log-normal" else None
+        static_p = None
     return PolicyInputs(
         page_ids=ids,
         host_index=host_index.astype(np.intp),
@@ -212,7 +242,38 @@ def load_inputs(
         rates=rates,
         rate_n=rate_n,
         weights=_weights(store, ids, weights),
+        rate_sd=rate_sd,
+        static_p=static_p,
     )
+
+
+def _index_of(
+    ids: NDArray[np.int64], page_ids: NDArray[np.int64]
+) -> tuple[NDArray[np.intp], NDArray[np.bool_]]:
+    """Positions of ``page_ids`` in the sorted ``ids``, for those present (a page gone or
+    denied since has history but is not planned), and which were present."""
+    pos = np.searchsorted(ids, page_ids)
+    known = pos < ids.size
+    known[known] = ids[pos[known]] == page_ids[known]
+    return pos[known].astype(np.intp), known
+
+
+def uncertainty(
+    est: Estimate,
+    page_index: NDArray[np.intp],
+    intervals: NDArray[np.float64],
+    changed: NDArray[np.bool_],
+    spread: float,
+) -> tuple[NDArray[np.float64] | None, NDArray[np.float64] | None]:
+    """The posterior sd of ln λ and the probability of never changing, per page, from a
+    log-normal estimate and its observations (None, None for the gamma prior)."""
+    if est.prior_mean is None:
+        return None, None
+    n = est.rate.size
+    p0, _ = static_probability(
+        page_index, intervals, changed, n, prior_mean=est.prior_mean, sd=spread
+    )
+    return posterior_sd(est), p0
 
 
 def _weights(store: Store, ids: NDArray[np.int64], weights: str) -> NDArray[np.float64]:
@@ -233,21 +294,48 @@ def _weights(store: Store, ids: NDArray[np.int64], weights: str) -> NDArray[np.f
     return _pagerank(n, src[ok], dst[ok])
 
 
-def plan(inputs: PolicyInputs, policy: str, budget: float, *, explore: float) -> Plan:
-    """Target rates: the policy's split of B·(1 − explore), plus exploration."""
+def plan(
+    inputs: PolicyInputs, policy: str, budget: float, *, explore: float, decide: str = "plug-in"
+) -> Plan:
+    """Target rates: the policy's split of B·(1 − explore), plus exploration.
+
+    ``decide = "expected"``: the optimal policies maximise the expected value under each
+    rate's posterior (:func:`policies.solve_expected`) where ``inputs.rate_sd`` gives one;
+    "plug-in" takes λ̂ as exact."""
     n = inputs.page_ids.size
     if n == 0:
         alloc = policies.solve(policy, np.zeros(0), budget)
         return Plan(target=np.zeros(0), allocation=alloc, explored=0)
     share = budget * (1.0 - explore)
-    alloc = policies.solve(
-        policy,
-        inputs.rates,
-        share,
-        weights=inputs.weights,
-        hosts=inputs.host_index,
-        host_caps=inputs.host_caps,
-    )
+    if decide not in DECISIONS:
+        raise ValueError(f"decide must be one of {', '.join(DECISIONS)}, not {decide!r}")
+    if (
+        decide == "expected"
+        and inputs.rate_sd is not None
+        and policy in policies.EXPECTED_POLICIES
+        and (inputs.rates > 0).all()
+    ):
+        weights = inputs.weights
+        if inputs.static_p is not None:  # a static page's value does not depend on f
+            weights = weights * (1.0 - inputs.static_p)
+        alloc = policies.solve_expected(
+            policy,
+            np.log(inputs.rates),
+            inputs.rate_sd,
+            share,
+            weights=weights,
+            hosts=inputs.host_index,
+            host_caps=inputs.host_caps,
+        )
+    else:
+        alloc = policies.solve(
+            policy,
+            inputs.rates,
+            share,
+            weights=inputs.weights,
+            hosts=inputs.host_index,
+            host_caps=inputs.host_caps,
+        )
     target = np.array(alloc.rates, dtype=np.float64)
     starved = target <= 0.0
     explored = int(starved.sum())
@@ -356,6 +444,7 @@ class Allocator:
         policy: str,
         resolve_interval: float = 60.0,
         explore: float = 0.05,
+        decide: str = "expected",
         inputs: InputSettings = InputSettings(),
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
@@ -365,6 +454,7 @@ class Allocator:
         self.policy = policy
         self.resolve_interval = resolve_interval
         self.explore = explore
+        self.decide = decide
         self.inputs = inputs
         self._wall = wall_clock
         self._pages = 0
@@ -405,8 +495,11 @@ class Allocator:
         policy: str,
         explore: float | None = None,
         weights: str | None = None,
+        decide: str | None = None,
     ) -> None:
         changed = budget != self.budget or policy != self.policy
+        if decide is not None and decide != self.decide:
+            self.decide, changed = decide, True
         self.budget, self.policy = budget, policy
         if explore is not None:
             self.explore = explore
@@ -421,6 +514,7 @@ class Allocator:
         """One allocation pass (see the module docstring)."""
         t0 = time.perf_counter()
         policy, budget, explore, now = self.policy, self.budget, self.explore, self._wall()
+        decide = self.decide
         settings = self.inputs
 
         def gather(store: Store) -> PolicyInputs:
@@ -429,13 +523,16 @@ class Allocator:
 
         inputs = await self._store.call(gather)
         result = await trio.to_thread.run_sync(
-            lambda: plan(inputs, policy, budget, explore=explore)
+            lambda: plan(inputs, policy, budget, explore=explore, decide=decide)
         )
         await self._store.call(lambda store: _save(store, inputs, result.target, now))
         self._pages = int(inputs.page_ids.size)
         self._unplaced = float(result.allocation.unplaced)
         self._explored = result.explored
         if self._pages:
+            # F̄ at λ̂, not the posterior mean: in the offline model over the family the
+            # posterior mean under the Laplace posterior read 0.02–0.03 low at steady state
+            # (its symmetric tail towards fast rates), the value at λ̂ within 0.011.
             self._freshness = policies.mean_freshness(inputs.rates, result.target)
             self._age = policies.mean_age(inputs.rates, result.target)
         self._solves += 1
@@ -451,7 +548,9 @@ class Allocator:
             expected_freshness=round(self._freshness, 4) if self._pages else None,
             seconds=round(self._last_solve, 4),
         )
-        if self._unplaced > 1e-9:
+        if self._pages == 0:
+            log.warning("no pages to refresh yet; add seeds with `refresher seed URL`")
+        elif self._unplaced > 1e-9:
             log.warning(
                 "budget unplaced: host politeness caps cannot absorb it",
                 unplaced=round(self._unplaced, 6),

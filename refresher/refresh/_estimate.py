@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import enum
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -148,6 +148,8 @@ class Estimate:
     n_eff: Float
     fetches: NDArray[np.int64]
     method: NDArray[np.uint8]
+    #: the log-normal prior's mean of ln λ per page (None for the gamma prior)
+    prior_mean: Float | None = None
 
     def __len__(self) -> int:
         return int(self.rate.size)
@@ -790,7 +792,8 @@ def estimate_pages(
             p, t, c, timed, quiet_after, host_of, max(n_hosts, 1), spread, None, 3, None
         )
         z = _z(confidence)
-        return _log_normal_map(p, t, c, timed, quiet_after, n_pages, ln_prior, rates, z)
+        est = _log_normal_map(p, t, c, timed, quiet_after, n_pages, ln_prior, rates, z)
+        return replace(est, prior_mean=np.asarray(ln_prior.mean, dtype=np.float64))
     p, t, c = _observations(page_index, intervals, changed, n_pages)
     if prior is None and page_host is not None:
         prior = host_prior(p, t, c, page_host, n_hosts)

@@ -6,7 +6,8 @@ three simulated days) is served on a free loopback port; its virtual hosts ``h0.
 reach the daemon through a static DNS override. Every few seconds a line shows pages tracked,
 fetches per second, changes seen, and the estimated and the **true** freshness of the copy
 (true: the share of pages whose last successful fetch saw the version the web serves now).
-On exit the history stays in ``var/demo.duckdb`` and the truth in ``var/demo-truth.duckdb``.
+On exit the history stays in ``var/demo.duckdb`` and the truth in ``var/demo-truth.duckdb``;
+the next run starts fresh (it removes both: a history only pairs with its own run's truth).
 """
 
 from __future__ import annotations
@@ -24,10 +25,12 @@ from urllib.parse import urlsplit
 import trio
 
 from refresher._config import Config, load_config, merge_tables
+from refresher._errors import StoreError
 from refresher.ops._daemon import Daemon
 from refresher.sim._simweb import SimwebConfig, build_site, serve_simweb, write_truth
 from refresher.sim._site import Site
 from refresher.store._duckdb import Store
+from refresher.store._snapshot import snapshot_path
 
 __all__ = ["DEMO_STORE", "DEMO_TRUTH", "run_demo"]
 
@@ -73,6 +76,7 @@ def _last_successful(store: Store) -> list[tuple[str, float | None, float | None
 
 async def _show(daemon: Daemon, site: Site, interval: float) -> None:
     started = time.monotonic()
+    last_t, last_n = started, 0
     while True:
         await trio.sleep(interval)
         status = daemon.status()
@@ -82,13 +86,41 @@ async def _show(daemon: Daemon, site: Site, interval: float) -> None:
         rows = await store.call(_last_successful)
         est, true = _freshness(site, rows, time.time())
         c, s = status["crawler"], status.get("store", {})
+        # The rate over this line's own interval (the daemon's progress rate starts at 0).
+        now = time.monotonic()
+        rate = (c["fetches"] - last_n) / max(now - last_t, 1e-9)
+        last_t, last_n = now, c["fetches"]
         print(
-            f"[{time.monotonic() - started:5.0f} s] pages {s.get('pages', 0):4d} | "
-            f"fetches {c['fetches']:5d} ({status['fetches_per_second']:4.1f}/s) | "
+            f"[{now - started:5.0f} s] pages {s.get('pages', 0):4d} | "
+            f"fetches {c['fetches']:5d} ({rate:4.1f}/s) | "
             f"changed {c['changed']:4d} | 304 {c['not_modified']:4d} | "
             f"errors {c['errors']:3d} | freshness est. {est:.2f} true {true:.2f}",
             flush=True,
         )
+
+
+def start_fresh(config: Config) -> list[Path]:
+    """Remove the previous demo run (history, truth beside it, snapshot); returns the removed.
+
+    A history and its truth only make sense together: the simulated web is new every run, so
+    a second run appended to the first history would pair it with the wrong truth. A store
+    without a demo truth beside it is not a demo's: refuse to touch it.
+    """
+    store = config.store.path
+    truth = store.parent / DEMO_TRUTH.name
+    if store.exists() and not truth.exists():
+        raise StoreError(
+            f"{str(store)!r} exists but has no {DEMO_TRUTH.name} beside it, so it is not a "
+            "demo's history; give the demo another --store"
+        )
+    names = [store, truth, snapshot_path(config)]
+    gone = []
+    for path in names:
+        for part in (path, path.with_name(path.name + ".wal")):
+            if part.exists():
+                part.unlink()
+                gone.append(part)
+    return gone
 
 
 async def _demo(args: argparse.Namespace, overrides: dict[str, Any]) -> int:
@@ -152,6 +184,18 @@ async def _demo(args: argparse.Namespace, overrides: dict[str, Any]) -> int:
 
 
 def run_demo(args: argparse.Namespace, overrides: dict[str, Any]) -> int:
+    where = load_config(
+        args.config,
+        overrides=merge_tables({"store": {"path": str(DEMO_STORE)}}, overrides),
+        default_file=Path("/nonexistent"),
+    )
+    removed = start_fresh(where)
+    if removed:
+        print(
+            "refresher demo: starting fresh; removed the previous run's "
+            + ", ".join(str(p) for p in removed if not p.name.endswith(".wal")),
+            flush=True,
+        )
     try:
         return trio.run(_demo, args, overrides)
     except KeyboardInterrupt:

@@ -29,6 +29,12 @@ import trio
 from refresher._errors import StoreError
 from refresher.discover._seen import fingerprints
 from refresher.ops._logging import get_logger
+from refresher.store._captures import (
+    CAPTURES_MIGRATION,
+    BatchArchive,
+    CaptureRow,
+    insert_captures,
+)
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -169,6 +175,8 @@ def _migrate_2(con: Any) -> None:
 _MIGRATIONS.append(_migrate_2)
 # 3: Last-Modified of each fetch as unix seconds: change times for the estimator.
 _MIGRATIONS.append("ALTER TABLE fetches ADD COLUMN last_modified_at DOUBLE;")
+# 4: the archive's index (refresher.store._captures).
+_MIGRATIONS.append(CAPTURES_MIGRATION)
 SCHEMA_VERSION = len(_MIGRATIONS)
 
 
@@ -632,8 +640,10 @@ class Store:
         records: Sequence[FetchRecord],
         hosts: Sequence[HostUpdate],
         robots: Sequence[RobotsUpdate] = (),
+        captures: Sequence[CaptureRow] = (),
     ) -> None:
-        """Append ``records`` and update pages, hosts and robots.txt, in one transaction."""
+        """Append ``records`` and update pages, hosts and robots.txt, in one transaction, with
+        the index rows of the archived records (synced to disk before)."""
         n = len(records)
         fetches = {
             "id": np.arange(self._next_fetch, self._next_fetch + n, dtype=np.int64),
@@ -728,6 +738,7 @@ class Store:
                     """
                 )
                 con.unregister("_h")
+            insert_captures(con, captures)
             for rb in robots:
                 self.save_robots(
                     rb.host_id,
@@ -769,8 +780,18 @@ class StoreService:
     function on the :class:`Store` after committing everything queued before it.
     """
 
-    def __init__(self, store: Store, *, flush_interval: float = 0.5, batch_size: int = 5000):
+    def __init__(
+        self,
+        store: Store,
+        *,
+        flush_interval: float = 0.5,
+        batch_size: int = 5000,
+        archive: BatchArchive | None = None,
+    ):
         self.store = store
+        #: synced before each batch commits, so an index row never points at a missing record
+        self.archive = archive
+        self._captures: list[CaptureRow] = []
         self.flush_interval = flush_interval
         self.batch_size = batch_size
         self._send, self._recv = trio.open_memory_channel[Any](batch_size * 2)
@@ -785,8 +806,11 @@ class StoreService:
         #: called in the trio thread with each committed batch's size
         self.on_commit: list[Callable[[int], None]] = []
 
-    async def record(self, record: FetchRecord) -> None:
-        """Queue one fetch; it is acknowledged when its batch commits."""
+    async def record(self, record: FetchRecord, capture: CaptureRow | None = None) -> None:
+        """Queue one fetch (and where the archive wrote its copy); it is acknowledged when its
+        batch commits."""
+        if capture is not None:  # first: the record's batch holds it (or an earlier one does)
+            await self._send.send(capture)
         await self._send.send(record)
 
     async def update_host(self, update: HostUpdate | RobotsUpdate) -> None:
@@ -821,14 +845,16 @@ class StoreService:
         )
 
     async def _flush(self) -> None:
-        if not self._records and not self._hosts and not self._robots:
+        if not self._records and not self._hosts and not self._robots and not self._captures:
             return
         records, hosts, robots = self._records, self._hosts, self._robots
-        self._records, self._hosts, self._robots = [], [], []
+        captures, archive = self._captures, self.archive
+        self._records, self._hosts, self._robots, self._captures = [], [], [], []
         t0 = time.perf_counter()
 
         def write(store: Store) -> tuple[int, int, int]:
-            store.write(records, hosts, robots)
+            synced = archive.sync(captures) if archive is not None else ()
+            store.write(records, hosts, robots, synced)
             return store.counts()  # count(*) of whole tables is metadata to DuckDB: cheap
 
         # Shielded: a batch being written is finished even while the daemon shuts down.
@@ -895,9 +921,11 @@ class StoreService:
                         self._queue_write(item)
                 await self._flush()
 
-    def _queue_write(self, item: FetchRecord | HostUpdate | RobotsUpdate) -> None:
+    def _queue_write(self, item: FetchRecord | HostUpdate | RobotsUpdate | CaptureRow) -> None:
         if isinstance(item, FetchRecord):
             self._records.append(item)
+        elif isinstance(item, CaptureRow):
+            self._captures.append(item)
         elif isinstance(item, HostUpdate):
             self._hosts.append(item)
         else:

@@ -22,7 +22,8 @@ How a snapshot is made (every ``snapshot.interval`` seconds, and by :meth:`Snaps
    ``snapshot.duckdb.tmp``, synced and renamed over ``snapshot.duckdb`` (``os.replace``, atomic).
    A reader that opened the old file keeps reading the old inode, whole and unchanged; one that
    opens the path gets the old or the new file, never half of one. The staging file cannot be
-   published by rename itself: the next snapshot appends to it.
+   published by rename itself: the next snapshot appends to it. When the snapshotter stops
+   (the daemon stops) the staging file is deleted; ``snapshot.duckdb`` stays.
 
 Parquet segments were the alternative: readers would have to glob the segments and create the
 views themselves, and one reader would see a fetch segment newer than the pages file. One
@@ -42,6 +43,7 @@ so open the snapshot as the main database, not by ``ATTACH``.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import shutil
 import threading
@@ -178,10 +180,21 @@ class Snapshotter:
         task_status.started()
         if self.interval <= 0:
             return
-        while True:
-            with contextlib.suppress(RefresherError, OSError):
-                await self.write_now()  # failures are logged and counted there
-            await trio.sleep(self.interval)
+        try:
+            while True:
+                with contextlib.suppress(RefresherError, OSError):
+                    await self.write_now()  # failures are logged and counted there
+                await trio.sleep(self.interval)
+        finally:
+            self.remove_staging()
+
+    def remove_staging(self) -> None:
+        """Delete the staging file: the next process rebuilds it from nothing anyway, so on a
+        stop it is only dead weight beside the published snapshot, which stays."""
+        for name in (self.staging, self.staging.with_name(self.staging.name + ".wal")):
+            # missing, or a path that cannot be a file: nothing to remove
+            with contextlib.suppress(OSError):
+                name.unlink()
 
     async def write_now(self) -> Path:
         """Publish a snapshot holding every fetch queued before this call; returns its path.
@@ -423,11 +436,22 @@ def run_query(config: Config, sql: str, *, truth: Path | None = None) -> str:
     return format_table(columns, rows)
 
 
+def _cell(v: Any) -> str:
+    """A value as text: NULL for missing; a float to 6 significant digits, but to the
+    millisecond when it has more integer digits (unix seconds stay exact enough to join on)."""
+    if v is None:
+        return "NULL"
+    if isinstance(v, float) and math.isfinite(v) and v != 0:
+        whole = max(int(math.log10(abs(v))) + 1, 0)
+        return f"{v:.{max(6, whole + 3)}g}"
+    return str(v)
+
+
 def format_table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     """Aligned columns, a header rule and a row count; NULL for missing values."""
     if not columns:
         return ""
-    cells = [["NULL" if v is None else str(v) for v in row] for row in rows]
+    cells = [[_cell(v) for v in row] for row in rows]
     widths = [max([len(c), *(len(r[i]) for r in cells)]) for i, c in enumerate(columns)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip()]
     lines.append("  ".join("-" * w for w in widths))

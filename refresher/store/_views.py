@@ -55,9 +55,10 @@ Table macros (t0, t1: unix seconds; step: seconds), each returning the window co
   ``true_freshness_by_policy()``, ``true_freshness_by_host()``: ``freshness``/``age`` are the
   true ones, ``estimated_freshness``/``estimated_age`` the estimates over the same pages.
 
-The truth (written by the simulated web): ``truth_pages(url, host, rate)`` (true changes per
-second) and ``truth_changes(url, changed_at)`` (unix seconds of every true change); ``url`` is the
-canonical URL, as in ``pages.url``. Without it those two names are empty placeholder views and
+The truth (written by the simulated web): ``truth_pages(url, host, rate, created_at)`` (true
+changes per second; unix seconds the page appeared, NULL for pages there from the start) and
+``truth_changes(url, changed_at)`` (unix seconds of every true change); ``url`` is the canonical
+URL, as in ``pages.url``. Without it those two names are empty placeholder views and
 the true_* macros return no rows; :func:`attach_truth` (or ``CREATE TEMP VIEW truth_pages AS
 ...`` by hand) shadows them for one session. Only pages both in the store and in the truth
 count; changes after the truth was written are unknown, so keep windows within it.
@@ -137,7 +138,7 @@ TRUTH_PLACEHOLDERS: tuple[tuple[str, str], ...] = (
     (
         "truth_pages",
         "SELECT CAST(NULL AS VARCHAR) AS url, CAST(NULL AS VARCHAR) AS host,"
-        " CAST(NULL AS DOUBLE) AS rate WHERE false",
+        " CAST(NULL AS DOUBLE) AS rate, CAST(NULL AS DOUBLE) AS created_at WHERE false",
     ),
     (
         "truth_changes",
@@ -530,10 +531,17 @@ def attach_truth(con: duckdb.DuckDBPyConnection, path: Path) -> None:
     else:
         raise StoreError(f"no truth file or directory at {str(path)!r}; fix the path")
     try:
+        columns = {
+            str(r[0])
+            for r in con.execute(f"DESCRIBE SELECT * FROM {sources['truth_pages']}").fetchall()
+        }
+        # created_at (unix seconds a page appeared, NULL for the first ones) came later;
+        # an older truth has none
+        created = "created_at" if "created_at" in columns else "NULL"
         con.execute(
             "CREATE OR REPLACE TEMP VIEW truth_pages AS SELECT CAST(url AS VARCHAR) AS url,"
-            " CAST(host AS VARCHAR) AS host, CAST(rate AS DOUBLE) AS rate"
-            f" FROM {sources['truth_pages']}"
+            " CAST(host AS VARCHAR) AS host, CAST(rate AS DOUBLE) AS rate,"
+            f" CAST({created} AS DOUBLE) AS created_at FROM {sources['truth_pages']}"
         )
         con.execute(
             "CREATE OR REPLACE TEMP VIEW truth_changes AS SELECT CAST(url AS VARCHAR) AS url,"
@@ -542,7 +550,7 @@ def attach_truth(con: duckdb.DuckDBPyConnection, path: Path) -> None:
     except duckdb.Error as e:
         raise StoreError(
             f"the truth at {str(path)!r} does not have the agreed columns: {e}; expected "
-            "truth_pages(url, host, rate) and truth_changes(url, changed_at)"
+            "truth_pages(url, host, rate[, created_at]) and truth_changes(url, changed_at)"
         ) from e
 
 

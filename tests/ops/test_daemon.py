@@ -162,8 +162,10 @@ async def test_seed_and_status_reach_the_running_daemon_and_the_file_when_stoppe
     assert status.returncode == 0, status.stderr
     answer = json.loads(status.stdout)
     assert answer["running"] is True and answer["store"]["pages"] == 3
+    assert answer["crawler"]["wire_rate"] > 0  # robots.txt and the pages went on the wire
     human = cli("status", "--config", str(config))
     assert "running" in human.stdout and "pages" in human.stdout
+    assert "requests/s on the wire" in human.stdout
 
     d.signal(signal.SIGTERM)
     assert await d.wait_exit() == 0

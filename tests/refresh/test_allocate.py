@@ -276,19 +276,21 @@ def test_last_modified_times_reveal_a_page_that_changes_before_every_fetch(tmp_p
     assert fast > 0.2 and slow < 0.05 and fast > 10 * slow
 
 
+def _three_pages(store: Store) -> tuple[list[PageRow], list[int]]:
+    """Three new pages of one host, and their ids in order."""
+    rows = store.add_pages(
+        [NewPage(url=f"http://a.example/{i}", host="a.example", scheme="http") for i in range(3)],
+        now=NOW,
+    )
+    return rows, sorted(r.id for r in rows)
+
+
 def test_a_plan_makes_pages_due_one_interval_after_their_last_fetch(tmp_path: Path):
     from refresher.refresh._allocate import NEVER, _save
 
     store = Store(tmp_path / "s.duckdb")
     try:
-        rows = store.add_pages(
-            [
-                NewPage(url=f"http://a.example/{i}", host="a.example", scheme="http")
-                for i in range(3)
-            ],
-            now=NOW,
-        )
-        ids = sorted(r.id for r in rows)
+        rows, ids = _three_pages(store)
         _history(store, ids[0], rows[0].host_id, [NOW + 10], [False])
         _history(store, ids[2], rows[0].host_id, [NOW + 20], [False])
         got = load_inputs(store, min_delay=1.0)
@@ -344,3 +346,90 @@ def test_on_the_default_simweb_an_optimal_plan_from_ten_fetches_a_page_beats_uni
     assert scores["log-normal"] > uniform + 0.012  # measured +0.020 (true λ: +0.041)
     assert scores["log-normal"] > scores["gamma"] + 0.005  # measured +0.010
     assert scores["log-normal"] < best
+
+
+def test_pages_robots_txt_denies_leave_the_plan(tmp_path: Path):
+    store = Store(tmp_path / "s.duckdb")
+    try:
+        rows, ids = _three_pages(store)
+        _history(store, ids[0], rows[0].host_id, [NOW + 10, NOW + 20], [False, True])
+        denied = fetch_record(
+            ids[1],
+            rows[0].host_id,
+            NOW + 5,
+            status=None,
+            error_kind="denied",
+            page_status="denied",
+            due_at=NOW + 3600,
+        )
+        store.write([denied], [])
+        got = load_inputs(store, min_delay=1.0)
+    finally:
+        store.close()
+    assert ids[1] not in got.page_ids.tolist()
+    assert sorted(got.page_ids.tolist()) == [ids[0], ids[2]]
+    assert got.rate_sd is not None and (got.rate_sd > 0).all()
+
+
+class _NoFrontier:
+    """The allocator only tells the frontier to reload; nothing to reload here."""
+
+    def reset(self) -> None:
+        pass
+
+
+async def test_an_empty_store_is_reported_as_no_pages_not_as_unplaced_budget(
+    tmp_path: Path, nursery
+) -> None:
+    import structlog
+
+    from refresher.refresh._allocate import Allocator
+    from refresher.store._duckdb import StoreService
+
+    store = Store(tmp_path / "r.duckdb")
+    service = StoreService(store)
+    await nursery.start(service.run)
+    allocator = Allocator(
+        store=service,
+        frontier=_NoFrontier(),  # type: ignore[arg-type]
+        budget=10.0,
+        policy="optimal",
+    )
+    with structlog.testing.capture_logs() as logs:
+        await allocator.solve()
+    events = [e["event"] for e in logs if e["log_level"] == "warning"]
+    assert events == ["no pages to refresh yet; add seeds with `refresher seed URL`"]
+    service.close()
+
+
+def test_the_first_copys_last_modified_on_an_honest_host_counts_as_quiet_time(tmp_path: Path):
+    from refresher.store._first_fetch import first_fetch_quiet
+
+    store = Store(tmp_path / "s.duckdb")
+    try:
+        rows, ids = _three_pages(store)
+        host = rows[0].host_id
+        day = 86_400.0
+        # page 0 shows the host's Last-Modified moving exactly with its content
+        lm = [NOW - day, NOW - day, NOW + 15, NOW + 15]
+        times = [NOW + 10, NOW + 11, NOW + 20, NOW + 30]
+        store.write(
+            [
+                fetch_record(ids[0], host, t, changed=i == 2, last_modified_at=m)
+                for i, (t, m) in enumerate(zip(times, lm, strict=True))
+            ],
+            [],
+        )
+        # pages 1 and 2 were fetched once, unchanged for a day before that fetch (page 1)
+        store.write([fetch_record(ids[1], host, NOW + 12, last_modified_at=NOW - day)], [])
+        store.write([fetch_record(ids[2], host, NOW + 13)], [])
+        pages, quiet = first_fetch_quiet(store, history=32)
+        got = load_inputs(store, min_delay=1.0)
+    finally:
+        store.close()
+    assert dict(zip(pages.tolist(), quiet.tolist(), strict=True)) == {
+        ids[0]: pytest.approx(day + 10),
+        ids[1]: pytest.approx(day + 12),
+    }
+    rate = dict(zip(got.page_ids.tolist(), got.rates.tolist(), strict=True))
+    assert rate[ids[1]] < rate[ids[2]] / 2  # a day without a change: slower

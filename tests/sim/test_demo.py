@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 import sys
 from pathlib import Path
 
 import duckdb
 import pytest
+
+from refresher._config import Config, load_config
+from refresher._errors import StoreError
+from refresher.ops._cli import main
+from refresher.sim._demo import start_fresh
 
 pytestmark = pytest.mark.slow
 
@@ -38,3 +44,64 @@ def test_the_demo_shows_live_freshness_and_leaves_the_history_and_the_truth(tmp_
         assert con.execute("SELECT count(*) FROM truth_pages").fetchone()[0] >= 300
     finally:
         con.close()
+
+
+def _readme_queries() -> list[str]:
+    """Every ``refresher query`` command line in the README's code blocks."""
+    readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
+    lines = [line for line in readme.splitlines() if line.startswith("refresher query ")]
+    # the synopsis line `refresher query "SQL"  # ...` is a placeholder, not an example
+    return [line for line in lines if shlex.split(line, comments=True)[-1] != "SQL"]
+
+
+def test_the_readme_has_query_examples_to_run() -> None:
+    assert len(_readme_queries()) >= 5
+
+
+def test_every_readme_query_example_runs_on_a_demo_store(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = tmp_path / "var" / "demo.duckdb"
+    done = subprocess.run(
+        [sys.executable, "-m", "refresher", "demo", "--duration", "8", "--store", str(store)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    truth = store.parent / "demo-truth.duckdb"
+    examples = [*_readme_queries(), 'refresher query "SELECT now() AS t, to_timestamp(0) AS epoch"']
+    for line in examples:
+        argv = shlex.split(line, comments=True)[1:]
+        argv = [str(truth) if a.endswith(".duckdb") and "truth" in a else a for a in argv]
+        if "--store" in argv:
+            argv[argv.index("--store") + 1] = str(store)
+        else:
+            argv[1:1] = ["--store", str(store)]
+        assert main(argv) == 0, f"{line}\n{capsys.readouterr().err}"
+        out = capsys.readouterr().out
+        rows = out.strip().splitlines()[-1]
+        assert rows.endswith("rows)") or rows == "(1 row)", out
+        assert rows != "(0 rows)", f"{line} printed no rows"
+
+
+def _demo_config(store: Path) -> Config:
+    return load_config(overrides={"store": {"path": str(store)}}, default_file=Path("/nonexistent"))
+
+
+def test_a_new_demo_run_removes_the_previous_history_with_its_truth(tmp_path: Path) -> None:
+    store = tmp_path / "demo.duckdb"
+    paired = [store, tmp_path / "demo-truth.duckdb", tmp_path / "snapshot.duckdb"]
+    for path in paired:
+        path.write_bytes(b"previous run")
+    assert sorted(start_fresh(_demo_config(store))) == sorted(paired)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_demo_refuses_to_remove_a_store_that_is_not_a_demo_history(tmp_path: Path) -> None:
+    store = tmp_path / "refresher.duckdb"
+    store.write_bytes(b"somebody's crawl")
+    with pytest.raises(StoreError, match="not a demo's history"):
+        start_fresh(_demo_config(store))
+    assert store.read_bytes() == b"somebody's crawl"

@@ -385,3 +385,19 @@ async def test_a_live_daemon_publishes_snapshots_that_queries_can_read(
     )
     assert out.splitlines()[2] == "True", out
     assert daemon.proc.poll() is None
+
+
+async def test_a_stopped_snapshotter_leaves_the_snapshot_and_removes_its_staging_file(
+    tmp_path: Path,
+) -> None:
+    async with live_store(tmp_path / "refresher.duckdb") as live:
+        await live.add_pages(2)
+        await live.fetch_all()
+        snap = Snapshotter(store=live.service, path=tmp_path / "snapshot.duckdb", interval=60)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(snap.run)
+            await wait_for(lambda: snap.statistics().snapshots == 1, what="the first snapshot")
+            assert snap.staging.exists()
+            nursery.cancel_scope.cancel()
+        assert snap.path.exists()
+        assert not snap.staging.exists()

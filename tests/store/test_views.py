@@ -546,3 +546,15 @@ def test_the_analysis_script_is_the_generated_sql(history: History) -> None:
     build(history, truth=False)
     history.con.execute(script.read_text())
     assert history.rows("SELECT pages FROM freshness_now") == [{"pages": 4}]
+
+
+def test_an_attached_truth_shows_when_its_pages_appeared(history: History, tmp_path: Path) -> None:
+    build(history, truth=False)
+    attach_truth(history.con, truth_database(tmp_path / "old.duckdb"))
+    assert {r["created_at"] for r in history.rows("SELECT created_at FROM truth_pages")} == {None}
+    newer = truth_database(tmp_path / "new.duckdb")
+    con = duckdb.connect(str(newer))
+    con.execute("ALTER TABLE truth_pages ADD COLUMN created_at DOUBLE DEFAULT 7.5")
+    con.close()
+    attach_truth(history.con, newer)
+    assert {r["created_at"] for r in history.rows("SELECT created_at FROM truth_pages")} == {7.5}

@@ -1,0 +1,218 @@
+"""Reading the copy back: :class:`Archive` (``refresher.Archive(path).get(url)``), CDXJ lines.
+
+Readers never take the daemon's DuckDB lock: the index is read from the store when no daemon
+holds it, else from the snapshot beside it (:func:`refresher.store._captures.open_index`), and
+the records from the WARC files, which the daemon only ever appends to. A version the snapshot
+does not list yet (younger than one snapshot interval) is not seen; a record that does not read
+(a damaged file) is reported in the log and the next older version is returned instead.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from refresher._config import Config
+from refresher._errors import ArchiveError, InvalidURL, StoreError
+from refresher.archive._warc import WarcWriter, read_record
+from refresher.discover._url import canonicalize
+from refresher.ops._logging import get_logger
+from refresher.store._captures import (
+    IndexedCapture,
+    file_ends,
+    latest_captures,
+    lookup_captures,
+    open_index,
+)
+from refresher.store._duckdb import Store
+from refresher.store._snapshot import DEFAULT_SNAPSHOT_NAME, snapshot_path
+
+__all__ = ["Archive", "Version", "cdxj_line", "open_writer", "surt"]
+
+log = get_logger("archive")
+
+_DEFAULT_PORTS = {"http": "80", "https": "443"}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Version:
+    """One archived version of a page."""
+
+    url: str  # the page's canonical URL
+    target_uri: str  # the URL fetched (after redirects)
+    captured_at: float  # unix seconds
+    status: int | None
+    headers: tuple[tuple[str, str], ...]  # as received; transfer fields as X-Archive-Orig-*
+    body: bytes  # decoded payload
+    truncated: bool  # cut at fetch.max_body_bytes
+    mime: str | None
+    file: str  # the WARC file holding it
+
+    @property
+    def captured(self) -> datetime:
+        """``captured_at`` as an aware UTC datetime."""
+        return datetime.fromtimestamp(self.captured_at, UTC)
+
+
+def open_writer(config: Config, store: Store) -> WarcWriter | None:
+    """The daemon's WARC writer after checking the archive directory; None when disabled.
+
+    Records where the archive is (store meta ``archive_dir``) so readers find it.
+    """
+    a = config.archive
+    if not a.enabled:
+        return None
+    directory = config.archive_dir
+    writer = WarcWriter(
+        directory,
+        prefix=a.prefix,
+        max_file_bytes=a.max_file_bytes,
+        min_free_bytes=a.min_free_bytes,
+        compress_level=a.compress_level,
+    )
+    corrupt = writer.recover(file_ends(store.con))
+    if corrupt:
+        log.error("corrupt archive files skipped for reads", files=corrupt)
+    store.set_meta("archive_dir", str(directory.resolve()))
+    return writer
+
+
+class Archive:
+    """The archived copy of a store. ``path`` is the store file (``store.path``).
+
+    ``snapshot`` (default: "snapshot.duckdb" beside the store) is read while a daemon holds the
+    store; ``directory`` (default: where the daemon recorded it, else "archive" beside the
+    store) holds the WARC files.
+    """
+
+    def __init__(
+        self, path: str | Path, *, snapshot: Path | None = None, directory: Path | None = None
+    ) -> None:
+        self.path = Path(path)
+        self.snapshot = snapshot or self.path.parent / DEFAULT_SNAPSHOT_NAME
+        self._directory = directory
+
+    @classmethod
+    def from_config(cls, config: Config) -> Archive:
+        return cls(config.store.path, snapshot=snapshot_path(config), directory=config.archive_dir)
+
+    # -- queries -------------------------------------------------------------------------
+
+    def _query(self, fn: Any) -> tuple[Any, Path]:
+        con, _source = open_index(self.path, self.snapshot)
+        try:
+            directory = self._directory
+            if directory is None:
+                row = con.execute("SELECT value FROM meta WHERE key = 'archive_dir'").fetchall()
+                directory = Path(row[0][0]) if row else self.path.parent / "archive"
+            try:
+                return fn(con), directory
+            except duckdb.CatalogException:
+                return [], directory  # a store from before the archive: nothing archived
+        finally:
+            con.close()
+
+    def versions(self, url: str, *, at: float | None = None) -> list[IndexedCapture]:
+        """The archived versions (responses) of ``url`` at or before ``at``, newest first."""
+        keys = _keys(url)
+        found, _ = self._query(
+            lambda con: [c for k in keys for c in lookup_captures(con, k, at=at)]
+        )
+        return sorted(found, key=lambda c: -c.captured_at)
+
+    def get(self, url: str, *, at: float | datetime | None = None) -> Version | None:
+        """The latest version of ``url`` (or the one current at ``at``: unix seconds or a
+        datetime); None if none is archived."""
+        when = at.timestamp() if isinstance(at, datetime) else at
+        keys = _keys(url)
+        found, directory = self._query(
+            lambda con: [c for k in keys for c in lookup_captures(con, k, at=when)]
+        )
+        seen: set[tuple[str, int]] = set()
+        for c in sorted(found, key=lambda c: -c.captured_at):
+            if (c.file, c.offset) in seen:
+                continue
+            seen.add((c.file, c.offset))
+            try:
+                record = read_record(directory / c.file, c.offset)
+            except ArchiveError as e:
+                log.error("archived version unreadable; trying an older one", error=str(e))
+                continue
+            return Version(
+                url=c.url,
+                target_uri=c.target_uri,
+                captured_at=c.captured_at,
+                status=record.status,
+                headers=record.headers,
+                body=record.body,
+                truncated=record.truncated,
+                mime=c.mime,
+                file=c.file,
+            )
+        return None
+
+    def captures(self) -> list[IndexedCapture]:
+        """Every indexed record (responses and revisits), by URL and time."""
+        found, _ = self._query(lambda con: latest_captures(con))
+        return list(found)
+
+    def latest(self) -> tuple[list[IndexedCapture], Path]:
+        """The latest response of every page, and the WARC directory."""
+        found, directory = self._query(lambda con: latest_captures(con, kind="response"))
+        return list(found), directory
+
+    def cdxj(self) -> Iterator[str]:
+        """The index as CDXJ lines (pywb, OutbackCDX), sorted by SURT key and time."""
+        lines = [cdxj_line(c) for c in self.captures()]
+        lines.sort()
+        yield from lines
+
+
+def _keys(url: str) -> list[str]:
+    try:
+        canonical = canonicalize(url).url
+    except (InvalidURL, StoreError, ValueError):
+        return [url]
+    return [canonical] if canonical == url else [canonical, url]
+
+
+def surt(url: str) -> str:
+    """The SURT sort key of ``url`` as CDX indexes use it: ``com,example)/path?a=1&b=2``."""
+    scheme, _, rest = url.partition("://")
+    netloc, slash, path = rest.partition("/")
+    netloc = netloc.rsplit("@", 1)[-1].lower()
+    host, _, port = netloc.partition(":") if not netloc.startswith("[") else (netloc, "", "")
+    labels = host.split(".")
+    if labels and labels[0] == "www":
+        labels = labels[1:]
+    key = ",".join(reversed(labels))
+    if port and port != _DEFAULT_PORTS.get(scheme.lower()):
+        key += f":{port}"
+    path, _, query = (slash + path).partition("?")
+    path = path.split("#", 1)[0] or "/"
+    if query:
+        path += "?" + "&".join(sorted(query.split("#", 1)[0].split("&")))
+    return f"{key}){path.lower()}"
+
+
+def cdxj_line(c: IndexedCapture) -> str:
+    """One CDXJ line: ``SURT TIMESTAMP14 {json}``."""
+    stamp = time.strftime("%Y%m%d%H%M%S", time.gmtime(c.captured_at))
+    digest = (c.payload_digest or "").split(":", 1)[-1]
+    fields = {
+        "url": c.target_uri,
+        "mime": c.mime or "unk" if c.kind == "response" else "warc/revisit",
+        "status": str(c.status) if c.status is not None else "-",
+        "digest": digest or "-",
+        "length": str(c.length),
+        "offset": str(c.offset),
+        "filename": c.file,
+    }
+    return f"{surt(c.target_uri)} {stamp} {json.dumps(fields)}"

@@ -1,0 +1,279 @@
+"""Retention: ``archive.keep_versions`` per page and ``archive.max_bytes`` overall.
+
+A pass (``refresher prune`` on a stopped store, or the daemon every ``archive.prune_interval``)
+picks the index rows to drop (:func:`refresher.store._captures.prune_candidates`: versions past
+``keep_versions`` per page, then the oldest until the rest fit in ``max_bytes``; the latest
+version of every page is never dropped), then per WARC file holding any of them:
+
+* nothing left in it: the rows are deleted, then the file;
+* some left: the kept records are copied to a new file (``…-pYYYYmmddHHMMSS.warc.gz``, synced),
+  the rows are moved to it in one transaction, then the old file is deleted.
+
+The file being written is never touched. A crash at any point leaves every indexed record
+readable: at worst a file no row points at remains (a new copy not yet indexed, or an old file
+whose rows moved), which costs space and nothing else.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from refresher._config import Config
+from refresher.archive._warc import WARC_SUFFIX, first_record_end
+from refresher.ops._logging import get_logger
+from refresher.store._captures import (
+    delete_captures,
+    files_of,
+    prune_candidates,
+    records_in_files,
+    rename_file,
+)
+from refresher.store._history import prune_history
+
+__all__ = [
+    "HistoryRetention",
+    "PrunePlan",
+    "PruneReport",
+    "Pruner",
+    "apply_plan",
+    "plan_prune",
+    "prune_now",
+]
+
+log = get_logger("retention")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FilePlan:
+    file: str
+    drop: tuple[int, ...]  # index row ids
+    keep: tuple[tuple[int, int], ...]  # (offset, span) of the records kept, by offset
+    dropped_bytes: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PrunePlan:
+    files: tuple[FilePlan, ...]
+
+    @property
+    def records(self) -> int:
+        return sum(len(f.drop) for f in self.files)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PruneReport:
+    """What a pass removed."""
+
+    records: int  # index rows (versions and revisits) removed
+    bytes_freed: int  # bytes of WARC files removed or rewritten away
+    deleted: tuple[str, ...] = ()  # WARC files deleted whole
+    rewritten: tuple[tuple[str, str], ...] = ()  # (old, new) file names
+    seconds: float = 0.0
+    history_rows: int = 0  # fetches deleted by the history retention
+    history_export: str | None = None  # the Parquet file they went to
+
+
+def plan_prune(
+    con: Any, *, keep_versions: int | None, max_bytes: int | None, protect: Collection[str] = ()
+) -> PrunePlan:
+    """What a pass would remove (reads the index only)."""
+    if keep_versions is None and max_bytes is None:
+        return PrunePlan(files=())
+    drop = set(prune_candidates(con, keep_versions=keep_versions, max_bytes=max_bytes))
+    files = [f for f in files_of(con, sorted(drop)) if f not in protect]
+    plans: dict[str, list[Any]] = {f: [[], [], 0] for f in files}
+    for rid, file, offset, span in records_in_files(con, files):
+        plan = plans[file]
+        if rid in drop:
+            plan[0].append(rid)
+            plan[2] += span
+        else:
+            plan[1].append((offset, span))
+    return PrunePlan(
+        files=tuple(
+            FilePlan(file=f, drop=tuple(p[0]), keep=tuple(p[1]), dropped_bytes=p[2])
+            for f, p in plans.items()
+        )
+    )
+
+
+def _copy_kept(directory: Path, plan: FilePlan) -> tuple[str, list[tuple[int, int]]]:
+    """Copy the kept records (and the file's leading warcinfo) to a new file; its name and the
+    (old offset, new offset) of each record."""
+    old = directory / plan.file
+    stem = plan.file[: -len(WARC_SUFFIX)] if plan.file.endswith(WARC_SUFFIX) else plan.file
+    if "-p" in stem.rsplit("~", 1)[-1]:  # rewritten before: replace the suffix
+        stem = stem[: stem.rindex("-p")]
+    new_name = f"{stem}-p{time.strftime('%Y%m%d%H%M%S', time.gmtime())}{WARC_SUFFIX}"
+    moves: list[tuple[int, int]] = []
+    with old.open("rb") as src, (directory / new_name).open("wb") as dst:
+        dst.write(src.read(first_record_end(old)))  # the warcinfo record
+        for offset, span in plan.keep:
+            src.seek(offset)
+            moves.append((offset, dst.tell()))
+            dst.write(src.read(span))
+        dst.flush()
+        os.fsync(dst.fileno())
+    return new_name, moves
+
+
+def rewrite_files(directory: Path, plan: PrunePlan) -> dict[str, tuple[str, list[tuple[int, int]]]]:
+    """The file work of a pass (no index change): new copies of partly kept files."""
+    return {f.file: _copy_kept(directory, f) for f in plan.files if f.keep}
+
+
+def apply_plan(
+    con: Any, plan: PrunePlan, copies: dict[str, tuple[str, list[tuple[int, int]]]]
+) -> None:
+    """The index change of a pass, in one transaction."""
+    con.execute("BEGIN")
+    try:
+        for f in plan.files:
+            delete_captures(con, f.drop)
+            if f.file in copies:
+                new, moves = copies[f.file]
+                rename_file(con, f.file, new, moves)
+        con.execute("COMMIT")
+    except Exception:
+        con.execute("ROLLBACK")
+        raise
+
+
+def _finish(directory: Path, plan: PrunePlan, copies: dict[str, Any], t0: float) -> PruneReport:
+    for f in plan.files:
+        (directory / f.file).unlink(missing_ok=True)
+    report = PruneReport(
+        records=plan.records,
+        bytes_freed=sum(f.dropped_bytes for f in plan.files),
+        deleted=tuple(f.file for f in plan.files if f.file not in copies),
+        rewritten=tuple((old, new) for old, (new, _) in copies.items()),
+        seconds=time.perf_counter() - t0,
+    )
+    if report.records:
+        log.info(
+            "archive pruned",
+            records=report.records,
+            bytes_freed=report.bytes_freed,
+            deleted=list(report.deleted),
+            rewritten=[new for _, new in report.rewritten],
+        )
+    return report
+
+
+def prune_now(
+    con: Any,
+    directory: Path,
+    *,
+    keep_versions: int | None,
+    max_bytes: int | None,
+    protect: Collection[str] = (),
+    dry_run: bool = False,
+    history: HistoryRetention | None = None,
+) -> PruneReport:
+    """A whole pass on a store connection nobody else writes to (``refresher prune``)."""
+    t0 = time.perf_counter()
+    rows, exported = (0, None)
+    if history is not None and not dry_run:
+        rows, exported = history.apply(con, time.time())
+    plan = plan_prune(con, keep_versions=keep_versions, max_bytes=max_bytes, protect=protect)
+    if dry_run:
+        return PruneReport(
+            records=plan.records, bytes_freed=sum(f.dropped_bytes for f in plan.files)
+        )
+    copies = rewrite_files(directory, plan)
+    apply_plan(con, plan, copies)
+    report = _finish(directory, plan, copies, t0)
+    return dataclasses.replace(report, history_rows=rows, history_export=exported)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HistoryRetention:
+    """``store.history_retention``: fetches older than ``seconds`` go (each page's latest
+    ``keep_per_page`` stay), exported to ``export_dir`` first when set."""
+
+    seconds: float | None
+    keep_per_page: int
+    export_dir: Path | None = None
+
+    @classmethod
+    def from_config(cls, config: Config) -> HistoryRetention:
+        return cls(
+            seconds=config.store.history_retention,
+            keep_per_page=config.estimate.history,
+            export_dir=config.store.history_export_dir,
+        )
+
+    def apply(self, con: Any, now: float) -> tuple[int, str | None]:
+        if self.seconds is None:
+            return 0, None
+        n, path = prune_history(
+            con,
+            before=now - self.seconds,
+            keep_per_page=self.keep_per_page,
+            export_dir=self.export_dir,
+        )
+        if n:
+            log.info("history pruned", fetches=n, exported=str(path) if path else None)
+        return n, str(path) if path else None
+
+
+@dataclass(slots=True)
+class Pruner:
+    """The daemon's periodic pass: planning and the index change in the store's thread (through
+    ``call``), the file copying in a worker thread so the store's queue does not wait on it."""
+
+    call: Callable[[Callable[[Any], Any]], Any]  # StoreService.call
+    directory: Path
+    keep_versions: int | None
+    max_bytes: int | None
+    interval: float  # seconds
+    protect: Callable[[], Collection[str]]  # the file being written
+    history: HistoryRetention | None = None
+    archive: bool = True  # False: no archive, only the history is pruned
+    passes: int = field(default=0)
+    last: PruneReport | None = None
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        while True:
+            await trio.sleep(self.interval)
+            history = self.history is not None and self.history.seconds is not None
+            if self.keep_versions is None and self.max_bytes is None and not history:
+                continue
+            try:
+                await self.prune()
+            except Exception:
+                log.exception("archive prune failed; the index and files are as they were")
+
+    async def prune(self) -> PruneReport:
+        t0 = time.perf_counter()
+        history = self.history
+        rows, exported = (0, None)
+        if history is not None:
+            rows, exported = await self.call(lambda s: history.apply(s.con, time.time()))
+        if not self.archive:
+            self.last = PruneReport(
+                records=0, bytes_freed=0, history_rows=rows, history_export=exported
+            )
+            return self.last
+        protect = set(self.protect())
+        plan: PrunePlan = await self.call(
+            lambda s: plan_prune(
+                s.con, keep_versions=self.keep_versions, max_bytes=self.max_bytes, protect=protect
+            )
+        )
+        copies = await trio.to_thread.run_sync(rewrite_files, self.directory, plan)
+        await self.call(lambda s: apply_plan(s.con, plan, copies))
+        report = await trio.to_thread.run_sync(_finish, self.directory, plan, copies, t0)
+        report = dataclasses.replace(report, history_rows=rows, history_export=exported)
+        self.passes += 1
+        self.last = report
+        return report

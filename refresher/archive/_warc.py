@@ -1,0 +1,548 @@
+"""The WARC archive: every new version of a page as a WARC/1.1 record, read back by offset.
+
+A *capture* is what the crawler hands over after a fetch: the response as received (status
+line, header fields, the decoded payload, capped at ``fetch.max_body_bytes``). A page's first
+successful fetch and every change are ``response`` records followed by their ``request`` record
+(Heritrix's order); a 304 or an unchanged body is a ``revisit`` record (profiles
+server-not-modified and identical-payload-digest) unless ``archive.revisits`` is off. Each record
+is its own gzip member, so a reader seeks straight to it.
+
+The payload is stored decoded (what the change test hashed), so the header fields that
+describe the transfer are kept under ``X-Archive-Orig-`` names (pywb's convention):
+``Content-Encoding``, ``Transfer-Encoding``, ``Content-Length``; ``Content-Length`` is the
+stored payload's. A body cut at the cap carries ``WARC-Truncated: length``.
+
+Durability: :meth:`WarcWriter.write` appends (no fsync) and returns the index row;
+:meth:`WarcWriter.sync` fsyncs and returns the rows whose records are on disk; the store
+writer calls it just before the transaction that indexes them commits. A crash can leave a
+half-written record after the last indexed one: :meth:`WarcWriter.recover` cuts it off at
+start. Files are named ``PREFIX-TIMESTAMP17-SERIAL-PID~HOST.warc.gz`` (the Heritrix pattern)
+and rotate past ``archive.max_file_bytes``; each process starts a new file.
+
+A disk too full (free space under ``archive.min_free_bytes``, or a write failing with ENOSPC)
+stops archiving with one error log and ``failing`` in the statistics; fetching and the history
+go on, and archiving resumes by itself once the space is back.
+"""
+
+from __future__ import annotations
+
+import errno
+import io
+import os
+import shutil
+import socket
+import threading
+import zlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from warcio.archiveiterator import ArchiveIterator
+from warcio.statusandheaders import StatusAndHeaders
+from warcio.timeutils import datetime_to_iso_date
+from warcio.warcwriter import WARCWriter
+
+from refresher._errors import ArchiveError
+from refresher.ops._logging import get_logger
+from refresher.store._captures import CaptureRow
+
+__all__ = [
+    "Capture",
+    "StoredRecord",
+    "WarcWriter",
+    "WarcWriterStatistics",
+    "first_record_end",
+    "read_record",
+    "scan_file",
+]
+
+log = get_logger("archive")
+
+_TRANSFER_HEADERS = ("content-encoding", "transfer-encoding", "content-length")
+_NOT_MODIFIED = "http://netpreserve.org/warc/1.1/revisit/server-not-modified"
+_IDENTICAL = "http://netpreserve.org/warc/1.1/revisit/identical-payload-digest"
+WARC_SUFFIX = ".warc.gz"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Capture:
+    """One fetch as the archive keeps it."""
+
+    page_id: int
+    url: str  # the page's canonical URL
+    target_uri: str  # the URL last requested
+    fetched_at: float  # unix seconds
+    kind: Literal["response", "revisit"]
+    status: int
+    reason: str | None
+    http_version: str | None  # "HTTP/1.1"
+    headers: tuple[tuple[str, str], ...]  # response header fields as received
+    request_headers: tuple[tuple[str, str], ...]
+    payload: bytes | None  # decoded; None for a 304
+    truncated: bool
+    digest: bytes | None  # BLAKE2b-128 of the payload: fetches.digest
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoredRecord:
+    """A record read back: the response as archived."""
+
+    url: str  # WARC-Target-URI
+    captured_at: float  # unix seconds
+    kind: str
+    status: int | None
+    headers: tuple[tuple[str, str], ...]
+    body: bytes
+    truncated: bool
+    payload_digest: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WarcWriterStatistics:
+    responses: int = field(metadata={"metric": "counter"})
+    revisits: int = field(metadata={"metric": "counter"})
+    #: compressed bytes appended to WARC files
+    bytes: int = field(metadata={"metric": "counter"})
+    files: int = field(metadata={"metric": "counter"})  # WARC files opened by this process
+    #: captures not archived (disk full, write failure)
+    skipped: int = field(metadata={"metric": "counter"})
+    failures: int = field(metadata={"metric": "counter"})  # times archiving stopped
+    failing: bool  # archiving is stopped now (disk full); it resumes by itself
+    #: files found corrupt at start (reported by name in the log; skipped for reads)
+    corrupt_files: int
+    truncated_tails: int  # half-written records cut off at start
+
+
+def _gzip_member(data: bytes, level: int) -> bytes:
+    c = zlib.compressobj(level, zlib.DEFLATED, zlib.MAX_WBITS | 16)
+    return c.compress(data) + c.flush()
+
+
+def _warc_date(t: float) -> str:
+    return str(datetime_to_iso_date(datetime.fromtimestamp(t, UTC).replace(tzinfo=None), True))
+
+
+def _stored_headers(c: Capture) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    for name, value in c.headers:
+        if name.lower() in _TRANSFER_HEADERS and c.payload is not None:
+            out.append((f"X-Archive-Orig-{name}", value))
+        else:
+            out.append((name, value))
+    if c.payload is not None:
+        out.append(("Content-Length", str(len(c.payload))))
+    return out
+
+
+class WarcWriter:
+    """Appends captures to rotating WARC files in ``directory``. Thread-safe.
+
+    ``max_file_bytes`` rotates the file; ``min_free_bytes`` is the free disk space kept (below
+    it archiving pauses); ``compress_level`` is zlib's (1 fast … 9 small).
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        prefix: str = "refresher",
+        max_file_bytes: int = 1 << 30,
+        min_free_bytes: int = 64 << 20,
+        compress_level: int = 6,
+        software: str = "refresher",
+    ) -> None:
+        self.directory = directory
+        self.prefix = prefix
+        self.max_file_bytes = max_file_bytes
+        self.min_free_bytes = min_free_bytes
+        self.compress_level = compress_level
+        self._software = software
+        self._lock = threading.Lock()
+        self._fd: int | None = None
+        self._name = ""
+        self._size = 0
+        self._serial = 0
+        self._synced: dict[str, int] = {}  # file → bytes known to be on disk
+        self._host = socket.gethostname().replace("-", "_") or "localhost"
+        self._failing: str | None = None
+        self._responses = self._revisits = self._bytes = self._files = 0
+        self._skipped = self._failures = self._corrupt = self._tails = 0
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ArchiveError(
+                f"cannot create the archive directory {str(directory)!r}: {e}; "
+                "fix archive.dir or its permissions"
+            ) from e
+
+    # -- writing -----------------------------------------------------------------------------
+
+    def write(self, capture: Capture) -> CaptureRow | None:
+        """Append ``capture``; its index row, or None when it could not be archived."""
+        records, payload_digest = self._serialize(capture)
+        data = b"".join(records)
+        with self._lock:
+            if not self._room_for(len(data)):
+                self._skipped += 1
+                return None
+            try:
+                fd = self._current()
+                offset = self._size
+                _write_all(fd, data)
+            except OSError as e:
+                self._fail(f"writing {self._name!r}: {e}")
+                self._cut(self._synced.get(self._name, 0))
+                self._skipped += 1
+                return None
+            self._size += len(data)
+            self._bytes += len(data)
+            name = self._name
+            if capture.kind == "response":
+                self._responses += 1
+            else:
+                self._revisits += 1
+            if self._failing is not None:
+                log.info("archiving resumed", directory=str(self.directory))
+                self._failing = None
+        payload = capture.payload
+        return CaptureRow(
+            page_id=capture.page_id,
+            url=capture.url,
+            target_uri=capture.target_uri,
+            captured_at=capture.fetched_at,
+            kind=capture.kind,
+            status=capture.status,
+            mime=_media_type(capture.headers),
+            digest=capture.digest,
+            payload_digest=payload_digest,
+            file=name,
+            offset=offset,
+            length=len(records[0]),
+            span=len(data),
+            payload_bytes=0 if payload is None else len(payload),
+            truncated=capture.truncated,
+        )
+
+    def sync(self, rows: Sequence[CaptureRow]) -> list[CaptureRow]:
+        """Make every record written so far durable; the ``rows`` whose records are."""
+        with self._lock:
+            fd, name, size = self._fd, self._name, self._size
+            dup = os.dup(fd) if fd is not None else None
+        if dup is not None:
+            try:
+                os.fsync(dup)
+            except OSError as e:
+                with self._lock:
+                    self._fail(f"syncing {name!r}: {e}")
+                    if self._name == name:
+                        self._cut(self._synced.get(name, 0))
+            else:
+                with self._lock:
+                    self._synced[name] = max(self._synced.get(name, 0), size)
+            finally:
+                os.close(dup)
+        synced = self._synced
+        return [r for r in rows if r.offset + r.span <= synced.get(r.file, -1)]
+
+    def close(self) -> None:
+        with self._lock:
+            self._close_file()
+
+    def statistics(self) -> WarcWriterStatistics:
+        return WarcWriterStatistics(
+            responses=self._responses,
+            revisits=self._revisits,
+            bytes=self._bytes,
+            files=self._files,
+            skipped=self._skipped,
+            failures=self._failures,
+            failing=self._failing is not None,
+            corrupt_files=self._corrupt,
+            truncated_tails=self._tails,
+        )
+
+    @property
+    def current_file(self) -> str | None:
+        """The file being appended to (never pruned)."""
+        return self._name or None
+
+    # -- inside the lock ---------------------------------------------------------------------
+
+    def _room_for(self, n: int) -> bool:
+        try:
+            free = shutil.disk_usage(self.directory).free
+        except OSError as e:
+            self._fail(f"cannot read the free space of {str(self.directory)!r}: {e}")
+            return False
+        if free - n < self.min_free_bytes:
+            self._fail(
+                f"{str(self.directory)!r} has {free} bytes free, under archive.min_free_bytes "
+                f"({self.min_free_bytes})"
+            )
+            return False
+        return True
+
+    def _fail(self, why: str) -> None:
+        if self._failing is None:
+            self._failures += 1
+            log.error(
+                "archiving stopped; fetching and the history go on",
+                error=why,
+                hint="free disk space (or lower archive.min_free_bytes); archiving resumes "
+                "by itself",
+            )
+        self._failing = why
+
+    def _cut(self, size: int) -> None:
+        if self._fd is not None:
+            try:
+                os.ftruncate(self._fd, size)
+                self._size = size
+            except OSError:
+                self._close_file()  # start a new file once the disk has room
+
+    def _current(self) -> int:
+        if self._fd is not None and self._size < self.max_file_bytes:
+            return self._fd
+        self._close_file()
+        self._serial += 1
+        stamp = datetime.now(UTC).strftime("%Y%m%d%H%M%S%f")[:17]
+        name = f"{self.prefix}-{stamp}-{self._serial:05d}-{os.getpid()}~{self._host}{WARC_SUFFIX}"
+        path = self.directory / name
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+        info = self._warcinfo(name)
+        try:
+            _write_all(fd, info)
+        except OSError:
+            os.close(fd)
+            path.unlink(missing_ok=True)
+            raise
+        self._fd, self._name, self._size = fd, name, len(info)
+        self._files += 1
+        log.info("archive file opened", file=name)
+        return fd
+
+    def _close_file(self) -> None:
+        if self._fd is None:
+            return
+        fd, self._fd = self._fd, None
+        try:
+            os.fsync(fd)
+            self._synced[self._name] = self._size
+        except OSError as e:
+            self._fail(f"syncing {self._name!r}: {e}")
+        finally:
+            os.close(fd)
+
+    # -- records -----------------------------------------------------------------------------
+
+    def _warcinfo(self, name: str) -> bytes:
+        buf = io.BytesIO()
+        w = WARCWriter(buf, gzip=False, warc_version="1.1")
+        info = {
+            "software": self._software,
+            "format": "WARC File Format 1.1",
+            "conformsTo": "https://iipc.github.io/warc-specifications/specifications/"
+            "warc-format/warc-1.1/",
+            "hostname": socket.gethostname(),
+        }
+        w.write_record(w.create_warcinfo_record(name, info))
+        return _gzip_member(buf.getvalue(), self.compress_level)
+
+    def _serialize(self, c: Capture) -> tuple[list[bytes], str | None]:
+        """The capture's gzip members (the response or revisit, then the request) and its
+        WARC-Payload-Digest."""
+        w = WARCWriter(io.BytesIO(), gzip=False, warc_version="1.1")
+        protocol = c.http_version or "HTTP/1.1"
+        statusline = f"{c.status} {c.reason or ''}".strip()
+        http = StatusAndHeaders(statusline, _stored_headers(c), protocol)
+        warc_headers = {"WARC-Date": _warc_date(c.fetched_at)}
+        if c.truncated:
+            warc_headers["WARC-Truncated"] = "length"
+        if c.kind == "response":
+            payload = c.payload or b""
+            record = w.create_warc_record(
+                c.target_uri,
+                "response",
+                payload=io.BytesIO(payload),
+                length=len(payload),
+                http_headers=http,
+                warc_headers_dict=warc_headers,
+            )
+        else:
+            record = w.create_warc_record(
+                c.target_uri, "revisit", http_headers=http, warc_headers_dict=warc_headers
+            )
+            if c.payload is not None:  # an unchanged 200: the same payload as last time
+                sha1 = w._create_digester()
+                sha1.update(c.payload)
+                record.rec_headers.add_header("WARC-Profile", _IDENTICAL)
+                record.rec_headers.add_header("WARC-Payload-Digest", str(sha1))
+            else:
+                record.rec_headers.add_header("WARC-Profile", _NOT_MODIFIED)
+            record.rec_headers.add_header("WARC-Refers-To-Target-URI", c.target_uri)
+        members = [self._member(w, record)]
+        payload_digest = record.rec_headers.get_header("WARC-Payload-Digest")
+        path = _request_target(c.target_uri)
+        request = w.create_warc_record(
+            c.target_uri,
+            "request",
+            http_headers=StatusAndHeaders(
+                f"GET {path} HTTP/1.1", list(c.request_headers), is_http_request=True
+            ),
+            warc_headers_dict={
+                "WARC-Date": warc_headers["WARC-Date"],
+                "WARC-Concurrent-To": record.rec_headers.get_header("WARC-Record-ID"),
+            },
+        )
+        members.append(self._member(w, request))
+        return members, payload_digest
+
+    def _member(self, w: WARCWriter, record: Any) -> bytes:
+        buf = io.BytesIO()
+        w.out = buf
+        w.write_record(record)
+        return _gzip_member(buf.getvalue(), self.compress_level)
+
+    # -- start-up ----------------------------------------------------------------------------
+
+    def recover(self, ends: Mapping[str, int]) -> list[str]:
+        """Check the archive directory before writing: cut a half-written record off the end of
+        each file (nothing indexed is ever cut), report files that do not read as WARC.
+
+        ``ends`` is, per file, the end of its last indexed record (see
+        :func:`refresher.store._captures.file_ends`). Returns the corrupt files' names.
+        """
+        corrupt: list[str] = []
+        for path in sorted(self.directory.glob(f"*{WARC_SUFFIX}")):
+            indexed = ends.get(path.name, 0)
+            size = path.stat().st_size
+            if size < indexed:
+                corrupt.append(path.name)
+                log.error(
+                    "archive file is shorter than its index says; its last records are lost",
+                    file=str(path),
+                    size=size,
+                    indexed=indexed,
+                )
+                continue
+            good, error = scan_file(path, start=indexed)
+            if error is not None and good == 0:
+                corrupt.append(path.name)
+                log.error(
+                    "archive file is not WARC; skipped for reads, left in place",
+                    file=str(path),
+                    error=error,
+                    hint="move it out of archive.dir or delete it",
+                )
+                continue
+            if good < size:
+                with path.open("r+b") as f:
+                    f.truncate(good)
+                    f.flush()
+                    os.fsync(f.fileno())
+                self._tails += 1
+                log.warning(
+                    "cut a half-written record off an archive file (a crash while writing)",
+                    file=str(path),
+                    cut_bytes=size - good,
+                )
+        self._corrupt = len(corrupt)
+        return corrupt
+
+
+def scan_file(path: Path, *, start: int = 0) -> tuple[int, str | None]:
+    """Check the gzip members of ``path`` from byte ``start`` (one per record, each with its
+    CRC): the end of the last whole member, and what stopped the scan (None: the file is whole
+    to its end). A member cut short by a crash is the usual stop."""
+    good = pos = start
+    member = zlib.decompressobj(zlib.MAX_WBITS | 16)
+    started = False
+    with path.open("rb") as f:
+        f.seek(start)
+        while chunk := f.read(1 << 20):
+            buf = chunk
+            while buf:
+                try:
+                    member.decompress(buf, 1 << 20)
+                    while member.unconsumed_tail and not member.eof:
+                        member.decompress(member.unconsumed_tail, 1 << 20)
+                except zlib.error as e:
+                    return good, f"not a gzip member at byte {good}: {e}"
+                started = True
+                if member.eof:
+                    rest = member.unused_data
+                    pos += len(buf) - len(rest)
+                    good = pos
+                    buf = rest
+                    member = zlib.decompressobj(zlib.MAX_WBITS | 16)
+                    started = False
+                else:
+                    pos += len(buf)
+                    buf = b""
+    if started:
+        return good, f"the last record (from byte {good}) is cut short"
+    return good, None
+
+
+def first_record_end(path: Path) -> int:
+    """Where the first record of ``path`` (its warcinfo) ends, in bytes."""
+    with path.open("rb") as f:
+        it = ArchiveIterator(f)
+        for record in it:
+            it.read_to_end(record)
+            return int(it.get_record_offset() + it.get_record_length())
+    return 0
+
+
+def read_record(path: Path, offset: int) -> StoredRecord:
+    """The record at ``offset`` of WARC file ``path``. Raises :class:`ArchiveError`."""
+    try:
+        with path.open("rb") as f:
+            f.seek(offset)
+            record = next(iter(ArchiveIterator(f)))
+            body = record.raw_stream.read()
+            http = record.http_headers
+            rec = record.rec_headers
+            date = rec.get_header("WARC-Date") or ""
+            status = http.get_statuscode() if http is not None else None
+            return StoredRecord(
+                url=str(rec.get_header("WARC-Target-URI") or ""),
+                captured_at=datetime.fromisoformat(date.replace("Z", "+00:00")).timestamp(),
+                kind=str(record.rec_type),
+                status=int(status) if status and status.isdigit() else None,
+                headers=tuple(http.headers) if http is not None else (),
+                body=body,
+                truncated=rec.get_header("WARC-Truncated") is not None,
+                payload_digest=rec.get_header("WARC-Payload-Digest"),
+            )
+    except FileNotFoundError as e:
+        raise ArchiveError(
+            f"the WARC file {str(path)!r} is missing; was it moved or pruned by hand?"
+        ) from e
+    except Exception as e:  # warcio, zlib, OS: a record that does not read
+        raise ArchiveError(f"cannot read the record at {offset} of {str(path)!r}: {e}") from e
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        if n <= 0:
+            raise OSError(errno.ENOSPC, "no progress writing")
+        view = view[n:]
+
+
+def _media_type(headers: Sequence[tuple[str, str]]) -> str | None:
+    for name, value in headers:
+        if name.lower() == "content-type":
+            return value.split(";")[0].strip().lower() or None
+    return None
+
+
+def _request_target(url: str) -> str:
+    rest = url.split("://", 1)[-1]
+    slash = rest.find("/")
+    return rest[slash:] if slash >= 0 else "/"

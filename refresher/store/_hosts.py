@@ -1,0 +1,59 @@
+"""Hosts as an operator sees them: the busiest, the paused and those in backoff."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from refresher.store._duckdb import Store
+
+__all__ = ["HostSummary", "host_summary"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HostSummary:
+    """One host's line in ``refresher status``."""
+
+    host: str
+    pages: int
+    fetches: int  # fetches recorded for its pages, all time
+    errors: int  # consecutive failed fetches now
+    paused: bool
+    #: seconds until the host may be fetched again after errors or Retry-After; 0 when not
+    backoff_left: float
+
+
+_SUMMARY = """
+WITH per_host AS (
+    SELECT h.name, count(p.id) AS pages, coalesce(sum(p.fetches), 0) AS fetches, h.errors,
+           h.paused,
+           CASE WHEN h.errors > 0 THEN greatest(h.next_allowed - $now, 0) ELSE 0 END AS backoff_left
+    FROM hosts h LEFT JOIN pages p ON p.host_id = h.id
+    GROUP BY h.id, h.name, h.errors, h.paused, h.next_allowed
+), ranked AS (
+    SELECT *, row_number() OVER (ORDER BY fetches DESC, name) AS rank FROM per_host
+)
+SELECT name, pages, fetches, errors, paused, backoff_left FROM ranked
+WHERE $limit IS NULL OR rank <= $limit OR paused OR backoff_left > 0
+ORDER BY paused DESC, backoff_left > 0 DESC, fetches DESC, name
+"""
+
+
+def host_summary(store: Store, *, now: float, limit: int | None = 10) -> list[HostSummary]:
+    """The ``limit`` busiest hosts (all when None), and every paused host or host in backoff.
+
+    ``now`` is unix seconds; paused hosts come first, then those in backoff, then by fetches.
+    """
+    rows = store.con.execute(_SUMMARY, {"now": now, "limit": limit}).fetchall()
+    return [
+        HostSummary(
+            host=str(r[0]),
+            pages=int(r[1]),
+            fetches=int(r[2]),
+            errors=int(r[3]),
+            paused=bool(r[4]),
+            backoff_left=float(r[5]),
+        )
+        for r in rows
+    ]

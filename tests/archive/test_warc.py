@@ -1,0 +1,176 @@
+"""The WARC writer and reader: records as warcio reads them, truncation, disk full, recovery."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from warcio.archiveiterator import ArchiveIterator
+
+from refresher.archive._keep import capture_of
+from refresher.archive._warc import Capture, WarcWriter, read_record, scan_file
+from refresher.crawl._fetch import FetchResult
+
+
+def blake(data: bytes) -> bytes:
+    return hashlib.blake2b(data, digest_size=16).digest()
+
+
+def result(status: int = 200, body: bytes | None = b"<html>hi</html>", **fields: object):
+    base = dict(
+        url="http://a.example/p",
+        final_url="http://a.example/p",
+        status=status,
+        started_at=1_700_000_000.0,
+        finished_at=1_700_000_000.5,
+        duration=0.5,
+        bytes=len(body or b""),
+        digest=blake(body) if body is not None and 200 <= status < 300 else None,
+        body=body,
+        content_type="text/html",
+        etag=None,
+        last_modified=None,
+        not_modified=status == 304,
+        headers=(("Content-Type", "text/html"), ("Content-Encoding", "gzip")),
+        http_version="HTTP/1.1",
+        reason="OK",
+        payload=body,
+    )
+    base.update(fields)
+    return FetchResult(**base)  # type: ignore[arg-type]
+
+
+def capture(r: FetchResult, previous: bytes | None = None, revisits: bool = True):
+    return capture_of(
+        page_id=1,
+        url="http://a.example/p",
+        result=r,
+        previous_digest=previous,
+        etag='"v1"' if previous else None,
+        last_modified=None,
+        user_agent="test/1",
+        revisits=revisits,
+    )
+
+
+def test_a_new_body_is_a_response_and_the_same_body_or_a_304_a_revisit_or_nothing():
+    first = result()
+    assert capture(first).kind == "response"
+    assert capture(first, previous=b"other").kind == "response"
+    assert capture(first, previous=first.digest).kind == "revisit"
+    assert capture(result(304, None), previous=b"x").kind == "revisit"
+    assert capture(first, previous=first.digest, revisits=False) is None
+    assert capture(result(304, None), previous=b"x", revisits=False) is None
+    assert capture(result(404, None)) is None
+
+
+def test_a_body_that_is_not_html_is_archived_too():
+    pdf = result(body=b"%PDF-1.4 ...", headers=(("Content-Type", "application/pdf"),))
+    c = capture(pdf)
+    assert c is not None and c.kind == "response" and c.payload == b"%PDF-1.4 ..."
+
+
+def write(tmp: Path, captures: list[Capture], **kw: object) -> tuple[WarcWriter, list]:
+    w = WarcWriter(tmp, min_free_bytes=0, **kw)  # type: ignore[arg-type]
+    rows = [w.write(c) for c in captures]
+    synced = w.sync([r for r in rows if r is not None])
+    return w, synced
+
+
+def test_records_read_back_through_warcio_with_payload_and_request(tmp_path):
+    c = capture(result(body=b"<html>" + b"x" * 5000 + b"</html>"))
+    w, rows = write(tmp_path, [c])
+    w.close()
+    [row] = rows
+    record = read_record(tmp_path / row.file, row.offset)
+    assert record.body == c.payload and blake(record.body) == c.digest
+    assert record.status == 200 and not record.truncated
+    # the decoded payload is stored: the transfer encoding is kept under another name
+    names = [k for k, _ in record.headers]
+    assert "X-Archive-Orig-Content-Encoding" in names and "Content-Encoding" not in names
+    with (tmp_path / row.file).open("rb") as f:
+        kinds = [(r.rec_type, r.rec_headers.protocol) for r in ArchiveIterator(f)]
+    assert kinds == [
+        ("warcinfo", "WARC/1.1"),
+        ("response", "WARC/1.1"),
+        ("request", "WARC/1.1"),
+    ]
+    assert row.payload_digest.startswith("sha1:")
+
+
+def test_a_body_cut_at_the_cap_is_marked_warc_truncated(tmp_path):
+    cut = result(body=b"<html>" + b"y" * 100, truncated=True, digest=None, error_kind="too_large")
+    c = capture(cut)
+    assert c is not None and c.truncated
+    _, [row] = write(tmp_path, [c])
+    assert row.truncated
+    with (tmp_path / row.file).open("rb") as f:
+        f.seek(row.offset)
+        record = next(iter(ArchiveIterator(f)))
+        assert record.rec_headers.get_header("WARC-Truncated") == "length"
+
+
+def test_a_revisit_after_a_304_has_no_payload_and_names_its_profile(tmp_path):
+    c = capture(result(304, None, reason="Not Modified"), previous=b"x")
+    _, [row] = write(tmp_path, [c])
+    with (tmp_path / row.file).open("rb") as f:
+        f.seek(row.offset)
+        record = next(iter(ArchiveIterator(f)))
+        assert record.rec_type == "revisit"
+        assert record.rec_headers.get_header("WARC-Profile").endswith("server-not-modified")
+
+
+def test_files_rotate_past_the_size_limit(tmp_path):
+    cs = [capture(result(body=bytes([i]) * 3000)) for i in range(5)]
+    _, rows = write(tmp_path, cs, max_file_bytes=500, compress_level=1)
+    assert len({r.file for r in rows}) == 5 and len(rows) == 5
+    for r in rows:
+        assert read_record(tmp_path / r.file, r.offset).body == bytes([rows.index(r)]) * 3000
+
+
+def test_a_full_disk_stops_archiving_with_a_metric_and_it_resumes_when_space_returns(tmp_path):
+    w = WarcWriter(tmp_path, min_free_bytes=1 << 62)  # more than any disk has
+    c = capture(result())
+    assert w.write(c) is None
+    stats = w.statistics()
+    assert stats.failing and stats.failures == 1 and stats.skipped == 1
+    assert w.write(c) is None and w.statistics().failures == 1  # one failure, not one per fetch
+    w.min_free_bytes = 0  # the space is back
+    row = w.write(c)
+    assert row is not None and not w.statistics().failing
+    assert w.sync([row]) == [row]
+
+
+def test_only_synced_records_are_indexed(tmp_path):
+    w = WarcWriter(tmp_path, min_free_bytes=0)
+    row = w.write(capture(result()))
+    assert row is not None
+    assert w.sync([row]) == [row]
+    ghost = row.__class__(**{**{f: getattr(row, f) for f in row.__slots__}, "offset": 10**9})
+    assert w.sync([ghost]) == []
+
+
+def test_recovery_cuts_a_half_written_record_and_keeps_every_whole_one(tmp_path):
+    cs = [capture(result(body=bytes([65 + i]) * 2000)) for i in range(3)]
+    w, rows = write(tmp_path, cs)
+    w.close()
+    path = tmp_path / rows[0].file
+    whole = path.read_bytes()
+    last = rows[-1]
+    with path.open("ab") as f:
+        f.write(whole[last.offset : last.offset + last.length // 2])
+    assert scan_file(path)[1] is not None
+    again = WarcWriter(tmp_path, min_free_bytes=0)
+    assert again.recover({path.name: rows[1].offset + rows[1].span}) == []
+    assert path.read_bytes() == whole
+    assert again.statistics().truncated_tails == 1
+    for r in rows:
+        read_record(path, r.offset)
+
+
+def test_a_file_that_is_not_warc_is_reported_by_name_and_left_in_place(tmp_path):
+    bad = tmp_path / "refresher-junk.warc.gz"
+    bad.write_bytes(b"this is not gzip")
+    w = WarcWriter(tmp_path, min_free_bytes=0)
+    assert w.recover({}) == [bad.name]
+    assert bad.exists() and w.statistics().corrupt_files == 1
