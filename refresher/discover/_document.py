@@ -127,6 +127,31 @@ def resolve(raw: str, base: str, max_length: int) -> str:
     raises :class:`Skip` when it is not a crawlable http(s) URL."""
     if len(raw) > max_length:  # first, so a 10 kB URL costs nothing more
         raise Skip("too_long")
+    # Only a reference that starts with "?" depends on more of the base than its directory;
+    # keyed by the directory, and without the fragment (dropped anyway; "#" stays so edge
+    # stripping is unchanged), the verdicts of a site's navigation links are computed once.
+    head, mark, fragment = raw.partition("#")
+    if mark and fragment and not _CONTROL.search(fragment):
+        raw = head + mark
+    if "?" in raw and raw.strip(_EDGE).translate(_TAB_NEWLINE).startswith("?"):
+        url, reason = _verdict(raw, base, max_length)
+    else:
+        url, reason = _verdict(raw, _directory(base), max_length)
+    if reason is not None:
+        raise Skip(reason)
+    return url
+
+
+@lru_cache(maxsize=1 << 14)
+def _verdict(raw: str, base: str, max_length: int) -> tuple[str, str | None]:
+    """(URL, None) or ("", the reason it is skipped): :func:`resolve`, without raising."""
+    try:
+        return _resolved(raw, base, max_length), None
+    except Skip as e:
+        return "", e.reason
+
+
+def _resolved(raw: str, base: str, max_length: int) -> str:
     text = raw.strip(_EDGE).translate(_TAB_NEWLINE)
     if not text or text.startswith("#"):
         raise Skip("self")
