@@ -127,9 +127,11 @@ class Bench(scrapy.Spider):
     def parse(self, response):
         self.count += 1
         host = response.url.split("/")[2]
+        seen = set()  # each link once per page, as refresher takes them
         for href in response.css("a::attr(href)").getall():
             url = response.urljoin(href).partition("#")[0]
-            if url.split("/")[2:3] == [host]:
+            if url not in seen and url.split("/")[2:3] == [host]:
+                seen.add(url)
                 yield scrapy.Request(url, callback=self.parse, dont_filter=self.refresh)
 '''
 
@@ -233,7 +235,7 @@ def run_scrapy(directory: Path, starts: list[str], refresh: bool, args: argparse
     with (directory / "scrapy.log").open("wb") as log:
         process = subprocess.Popen(
             # The resolver is a process setting (installed before the spider's are read);
-            # TWISTED_DNS_RESOLVER is its name from Scrapy 2.14 on, DNS_RESOLVER before.
+            # TWISTED_DNS_RESOLVER is its name in recent Scrapy (2.19 here), DNS_RESOLVER before.
             [args.scrapy, "-m", "scrapy", "runspider", str(spider)]
             + [f"-s{name}=bench_spider.LoopbackResolver" for name in _RESOLVER_SETTINGS],
             cwd=directory,
