@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint typecheck bench clean
+.PHONY: run test lint typecheck bench fuzz clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,23 @@ typecheck: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/bench_daemon.py
+
+# make fuzz: each parser's fuzz target in turn for FUZZ_SECONDS (atheris, niced); new inputs
+# go to var/fuzz/TARGET, crashes to var/fuzz/crash-*; fuzz/corpus/TARGET is the seed corpus.
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS ?= robots html sitemap charset config http
+fuzz: $(STAMP)
+	$(BIN)/pip install --quiet -e '.[fuzz]'
+	$(BIN)/python fuzz/seed.py
+	@for t in $(FUZZ_TARGETS); do \
+		mkdir -p var/fuzz/$$t; \
+		echo "== $$t for $(FUZZ_SECONDS) s (log var/fuzz/$$t.log)"; \
+		nice -n 19 $(BIN)/python fuzz/fuzz.py $$t -max_total_time=$(FUZZ_SECONDS) \
+			-rss_limit_mb=2048 -artifact_prefix=var/fuzz/ -print_final_stats=1 \
+			var/fuzz/$$t fuzz/corpus/$$t > var/fuzz/$$t.log 2>&1; status=$$?; \
+		grep -E "^Done|number_of_executed_units|peak_rss" var/fuzz/$$t.log; \
+		if [ $$status -ne 0 ]; then grep -A30 "Uncaught" var/fuzz/$$t.log; exit $$status; fi; \
+	done
 
 clean:
 	rm -rf $(VENV) var build *.egg-info

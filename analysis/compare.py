@@ -138,7 +138,7 @@ class RunResult:
     Freshness is a fraction; age in seconds; ``fetches`` are the run's successful and failed
     fetches in the window, ``fetch_rate`` per second; ``coverage`` is the share of page-seconds
     with a copy. ``model_freshness`` and ``model_age`` are what the policy reaches in steady
-    state on these pages with their TRUE λ and the whole budget (DESIGN.md §3; no host caps,
+    state on these pages with their TRUE λ and the whole budget (docs/model.md; no host caps,
     no exploration): the figure the run would approach if the daemon's λ̂ were exact.
     ``block_freshness`` is the true freshness over each of ``BLOCKS`` equal parts of the
     window (batch means, for the standard error). ``store`` and ``truth`` are the files the

@@ -165,6 +165,7 @@ def run_web(
     decide: str,
     resolve_interval: float,
     static: bool = True,
+    explore: float = 0.05,
 ) -> dict[str, Any]:
     """Every policy of ``RUNS`` on ``web``: per label, freshness and age per horizon per run."""
     horizons = [h for h in HORIZONS if h <= horizon]
@@ -175,6 +176,7 @@ def run_web(
         min_delay=web.min_delay,
         resolve_interval=resolve_interval,
         static=static,
+        explore=explore,
     )
     mweb: ModelWeb = model_web(web.simweb)
     out: dict[str, Any] = {"seed": web.seed, "label": web.label, "pages": int(mweb.rates.size)}
@@ -252,6 +254,9 @@ def plot_family(results: list[dict[str, Any]], path: Path) -> Path:
         err = [2 * summarize(r)["margin"][1][k] for r in rows]
         ax1.bar(x, share, width=0.25, label=f"{h / 60:g} min")
         ax2.errorbar(x, margin, yerr=err, fmt="o", ms=3, label=f"{h / 60:g} min")
+    seeds = [str(r["seed"]) for r in results]
+    for ax in (ax1, ax2):
+        ax.set_xticks(np.arange(len(seeds)), seeds, fontsize=7)
     ax1.axhline(0.97, color="k", lw=0.8, ls="--")
     ax1.set_ylim(0.8, 1.02)
     ax1.set_title("optimal / clairvoyant true freshness")
@@ -277,11 +282,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--horizon", type=float, default=HORIZONS[-1], help="seconds")
     parser.add_argument("--decide", choices=("plug-in", "expected"), default="expected")
     parser.add_argument("--resolve-interval", type=float, default=5.0)
+    parser.add_argument("--explore", type=float, default=0.05, help="policy.explore")
     parser.add_argument(
         "--no-static", action="store_true", help="plan without P(page never changes)"
     )
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument(
+        "--replot",
+        type=Path,
+        nargs="*",
+        default=None,
+        help="family.json files of earlier runs: print their summary and plot them together",
+    )
     args = parser.parse_args(argv)
+    if args.replot:
+        return _replot(args.replot, args.out)
     if args.runs < 2 or args.horizon < HORIZONS[0]:
         print("analysis.family: --runs must be ≥ 2 and --horizon ≥ 60 s", file=sys.stderr)
         return 2
@@ -300,6 +315,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             decide=args.decide,
             resolve_interval=args.resolve_interval,
             static=not args.no_static,
+            explore=args.explore,
         )
         results.append(result)
         print(format_row(result, summarize(result)), flush=True)
@@ -309,6 +325,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     _overall(results)
     if args.out is not None:
         plot_family(results, args.out / "family.png")
+    return 0
+
+
+def _replot(paths: Sequence[Path], out: Path | None) -> int:
+    results = [r for p in paths for r in json.loads(p.read_text())]
+    results.sort(key=lambda r: int(r["seed"]))
+    for r in results:
+        print(format_row(r, summarize(r)))
+    _overall(results)
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        plot_family(results, out / "family.png")
     return 0
 
 

@@ -24,9 +24,11 @@ from refresher._errors import ConfigError
 from ._builtin import BUILTIN
 from ._solve import Allocation, Problem, group_sum
 
-__all__ = ["ENTRY_POINT_GROUP", "Policy", "available", "get", "register", "solve"]
+__all__ = ["DEFAULT", "ENTRY_POINT_GROUP", "Policy", "available", "get", "register", "solve"]
 
 ENTRY_POINT_GROUP = "refresher.policies"
+#: the policy ``[policy] name`` defaults to
+DEFAULT = "optimal"
 
 
 @runtime_checkable

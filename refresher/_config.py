@@ -22,8 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import policies
 from refresher._errors import ConfigError
 from refresher.discover._filter import FilterConfig
+from refresher.refresh._estimate import DEFAULT_SPREAD, MODELS
 
 __all__ = [
     "DEFAULT_CONFIG_FILE",
@@ -52,7 +54,6 @@ __all__ = [
 ]
 
 DEFAULT_CONFIG_FILE = Path("/etc/refresher/refresher.toml")
-POLICY_NAMES = ("uniform", "proportional", "optimal", "optimal-age")
 #: page weights for the optimal policies: PageRank over the stored links, or none (all 1)
 WEIGHTS = ("pagerank", "none")
 #: how the optimal policies treat uncertain rates: maximise the expected value under each
@@ -95,7 +96,8 @@ class BudgetConfig:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PolicyConfig:
-    name: str = "optimal"
+    #: a policy of the registry: a built-in or a plug-in (``policies.available()``)
+    name: str = policies.DEFAULT
     #: seconds between re-solves of the allocation
     resolve_interval: float = 60.0
     #: share of the budget that keeps re-checking pages the policy gives no fetches
@@ -192,9 +194,9 @@ class EstimateConfig:
     history: int = 32
     #: the prior on each page's rate: "log-normal" (on ln λ, centred per host by empirical
     #: Bayes) or "gamma" (pseudo-changes at the host's pooled rate)
-    model: str = "log-normal"
+    model: str = MODELS[0]
     #: the log-normal prior's sd of ln λ around the host's centre (natural-log units)
-    spread: float = 2.0
+    spread: float = DEFAULT_SPREAD
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -361,6 +363,12 @@ def _one_of(*names: str) -> Callable[[Any], str | None]:
     return check
 
 
+def _known_policy(v: Any) -> str | None:
+    # The registry is the one list: built-ins, register()-ed and entry-point policies.
+    known = policies.available()
+    return None if v in known else f"must be one of {', '.join(map(repr, known))}"
+
+
 def _port(v: Any) -> str | None:
     return None if 0 < v < 65536 else "must be a TCP port between 1 and 65535"
 
@@ -372,13 +380,13 @@ _CHECKS: dict[str, Callable[[Any], str | None]] = {
     "crawl.workers": _positive,
     "crawl.user_agent": lambda v: None if v.strip() else "must not be empty",
     "budget.fetches_per_second": _positive,
-    "policy.name": _one_of(*POLICY_NAMES),
+    "policy.name": _known_policy,
     "policy.resolve_interval": _positive,
     "policy.explore": lambda v: None if 0 <= v < 1 else "must be a share from 0 to below 1",
     "policy.weights": _one_of(*WEIGHTS),
     "policy.decide": _one_of(*DECISIONS),
     "estimate.history": _positive,
-    "estimate.model": _one_of("log-normal", "gamma"),
+    "estimate.model": _one_of(*MODELS),
     "estimate.spread": _positive,
     "politeness.min_delay": _non_negative,
     "politeness.response_time_factor": _non_negative,
@@ -620,7 +628,14 @@ def _check_whole(config: Config) -> None:
             "such as '256MB' or '2GB'",
             key="store.memory_limit",
         )
-    if config.store.path.is_dir():
+    try:
+        is_dir = config.store.path.is_dir()
+    except OSError as e:  # a name too long for the file system (found by fuzzing)
+        raise ConfigError(
+            f"{str(config.store.path)!r} cannot be a file name ({e.strerror}); fix the path",
+            key="store.path",
+        ) from e
+    if is_dir:
         raise ConfigError(
             f"{str(config.store.path)!r} is a directory; name the DuckDB file, "
             "e.g. /var/lib/refresher/refresher.duckdb",

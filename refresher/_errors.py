@@ -72,7 +72,20 @@ class ArchiveError(RefresherError):
 
 
 class ControlError(RefresherError):
-    """The control endpoint of a running daemon failed or refused a request."""
+    """The control endpoint of a running daemon failed or refused a request.
+
+    ``kind`` says which, so callers never read the message: "unreachable" (no daemon answers,
+    or the connection broke), "protocol" (the peer's answer is not a control answer),
+    "bad_request" (the daemon refused a malformed request), "unknown_host", "unknown_policy",
+    "internal" (the daemon failed while answering)."""
+
+    KINDS = frozenset(
+        {"unreachable", "protocol", "bad_request", "unknown_host", "unknown_policy", "internal"}
+    )
+
+    def __init__(self, message: str, *, kind: str = "bad_request") -> None:
+        super().__init__(message)
+        self.kind = kind if kind in self.KINDS else "bad_request"
 
 
 class FetchError(RefresherError):

@@ -290,3 +290,47 @@ def test_a_seeds_file_that_is_not_utf8_is_a_config_error(tmp_path: Path) -> None
     config = load(tmp_path, crawl={"seeds_file": str(seeds)})
     with pytest.raises(ConfigError, match="encoding"):
         config.all_seeds()
+
+
+class _PlugIn:
+    name = "plug-in-test"
+
+    def allocate(self, rates: Any, budget: float, **kwargs: Any) -> Any:
+        return [budget]
+
+
+def test_a_plug_in_policy_can_be_named_and_an_unknown_one_lists_the_registry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import policies
+
+    monkeypatch.setattr(policies._registry, "_registered", {})
+    with pytest.raises(ConfigError) as before:
+        load_config(overrides={"policy": {"name": "plug-in-test"}}, default_file=tmp_path / "x")
+    assert before.value.key == "policy.name" and "'optimal-age'" in str(before.value)
+    policies.register(_PlugIn())
+    config = load_config(
+        overrides={"policy": {"name": "plug-in-test"}}, default_file=tmp_path / "x"
+    )
+    assert config.policy.name == "plug-in-test"
+    assert Config().policy.name == policies.DEFAULT
+
+
+def test_no_file_of_the_project_cites_a_design_brief_outside_it() -> None:
+    root = Path(__file__).resolve().parent.parent
+    offenders = [
+        str(p.relative_to(root))
+        for folder in ("refresher", "policies", "tests", "analysis", "bench", "docs")
+        for p in (root / folder).rglob("*")
+        if p.suffix in (".py", ".md", ".sql", ".toml") and "DESIGN" + ".md" in p.read_text("utf-8")
+    ] + [n for n in ("README.md", "CHANGELOG.md") if "DESIGN" + ".md" in (root / n).read_text()]
+    assert offenders == []
+
+
+def test_a_store_path_too_long_for_the_file_system_is_a_config_error(tmp_path: Path) -> None:
+    # found by fuzz/fuzz.py config: Path.is_dir() raised OSError (ENAMETOOLONG)
+    with pytest.raises(ConfigError, match=r"^store\.path: .*cannot be a file name"):
+        load_config(
+            overrides={"store": {"path": str(tmp_path / ("x" * 300) / "r.duckdb")}},
+            default_file=tmp_path / "none.toml",
+        )

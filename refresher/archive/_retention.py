@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -112,9 +112,12 @@ def _copy_kept(directory: Path, plan: FilePlan) -> tuple[str, list[tuple[int, in
     stem = plan.file[: -len(WARC_SUFFIX)] if plan.file.endswith(WARC_SUFFIX) else plan.file
     if "-p" in stem.rsplit("~", 1)[-1]:  # rewritten before: replace the suffix
         stem = stem[: stem.rindex("-p")]
-    new_name = f"{stem}-p{time.strftime('%Y%m%d%H%M%S', time.gmtime())}{WARC_SUFFIX}"
+    stamp = time.strftime("%Y%m%d%H%M%S", time.gmtime())
+    n = 0
+    while (directory / (new_name := f"{stem}-p{stamp}{n or ''}{WARC_SUFFIX}")).exists():
+        n += 1  # rewritten twice within a second
     moves: list[tuple[int, int]] = []
-    with old.open("rb") as src, (directory / new_name).open("wb") as dst:
+    with old.open("rb") as src, (directory / new_name).open("xb") as dst:
         dst.write(src.read(first_record_end(old)))  # the warcinfo record
         for offset, span in plan.keep:
             src.seek(offset)
@@ -235,9 +238,13 @@ class Pruner:
     keep_versions: int | None
     max_bytes: int | None
     interval: float  # seconds
-    protect: Callable[[], Collection[str]]  # the file being written
+    protect: Callable[[], Collection[str]]  # files not to touch (WarcWriter.unsettled)
     history: HistoryRetention | None = None
     archive: bool = True  # False: no archive, only the history is pruned
+    #: awaited after a pass that removed anything (the snapshot rebuilds its copies)
+    on_change: Callable[[], Awaitable[None]] | None = None
+    #: closes the file being written, so that its old versions can go in a later pass
+    rotate: Callable[[], None] | None = None
     passes: int = field(default=0)
     last: PruneReport | None = None
 
@@ -249,7 +256,9 @@ class Pruner:
             if self.keep_versions is None and self.max_bytes is None and not history:
                 continue
             try:
-                await self.prune()
+                report = await self.prune()
+                if (report.records or report.history_rows) and self.on_change is not None:
+                    await self.on_change()
             except Exception:
                 log.exception("archive prune failed; the index and files are as they were")
 
@@ -264,10 +273,15 @@ class Pruner:
                 records=0, bytes_freed=0, history_rows=rows, history_export=exported
             )
             return self.last
-        protect = set(self.protect())
+        if self.rotate is not None:
+            await trio.to_thread.run_sync(self.rotate)
         plan: PrunePlan = await self.call(
+            # protect() inside the store thread: after every batch queued before it committed
             lambda s: plan_prune(
-                s.con, keep_versions=self.keep_versions, max_bytes=self.max_bytes, protect=protect
+                s.con,
+                keep_versions=self.keep_versions,
+                max_bytes=self.max_bytes,
+                protect=set(self.protect()),
             )
         )
         copies = await trio.to_thread.run_sync(rewrite_files, self.directory, plan)

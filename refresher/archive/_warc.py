@@ -165,6 +165,8 @@ class WarcWriter:
         self._size = 0
         self._serial = 0
         self._synced: dict[str, int] = {}  # file → bytes known to be on disk
+        #: file → rows handed out by write() and not yet passed to sync() (not yet indexed)
+        self._pending: dict[str, int] = {}
         self._host = socket.gethostname().replace("-", "_") or "localhost"
         self._failing: str | None = None
         self._responses = self._revisits = self._bytes = self._files = 0
@@ -199,6 +201,7 @@ class WarcWriter:
             self._size += len(data)
             self._bytes += len(data)
             name = self._name
+            self._pending[name] = self._pending.get(name, 0) + 1
             if capture.kind == "response":
                 self._responses += 1
             else:
@@ -229,7 +232,8 @@ class WarcWriter:
         """Make every record written so far durable; the ``rows`` whose records are."""
         with self._lock:
             fd, name, size = self._fd, self._name, self._size
-            dup = os.dup(fd) if fd is not None else None
+            fresh = self._synced.get(name) == size  # nothing written since the last sync
+            dup = os.dup(fd) if fd is not None and not fresh else None
         if dup is not None:
             try:
                 os.fsync(dup)
@@ -243,6 +247,13 @@ class WarcWriter:
                     self._synced[name] = max(self._synced.get(name, 0), size)
             finally:
                 os.close(dup)
+        with self._lock:
+            for r in rows:  # committed with this batch, or refused: settled either way
+                left = self._pending.get(r.file, 0) - 1
+                if left > 0:
+                    self._pending[r.file] = left
+                else:
+                    self._pending.pop(r.file, None)
         synced = self._synced
         return [r for r in rows if r.offset + r.span <= synced.get(r.file, -1)]
 
@@ -266,7 +277,21 @@ class WarcWriter:
     @property
     def current_file(self) -> str | None:
         """The file being appended to (never pruned)."""
-        return self._name or None
+        return self._name if self._fd is not None else None
+
+    def rotate(self) -> None:
+        """Close the current file (synced); the next record starts a new one."""
+        with self._lock:
+            self._close_file()
+
+    def unsettled(self) -> set[str]:
+        """Files retention must not touch: the one being written and those with records whose
+        index rows are not committed yet."""
+        with self._lock:
+            busy = {f for f, n in self._pending.items() if n > 0}
+            if self._fd is not None:
+                busy.add(self._name)
+            return busy
 
     # -- inside the lock ---------------------------------------------------------------------
 

@@ -36,6 +36,7 @@ from typing import Any
 import httpx
 import trio
 
+from refresher._config import FetchConfig
 from refresher._errors import (
     BodyTooLarge,
     ConfigError,
@@ -134,6 +135,8 @@ class FetchResult:
     retry_after: float | None = None  # seconds, from Retry-After on 429/503
     error_kind: str | None = None  # FetchError.kind
     error: str | None = None  # the FetchError message
+    #: the X-Robots-Tag header (several joined with ", "), passed to the processors
+    robots_tag: str | None = None
     # -- for the archive (refresher.archive): the last response as received ----------------
     #: the last response's header fields, in order, decoded as latin-1
     headers: tuple[tuple[str, str], ...] = ()
@@ -375,6 +378,32 @@ class _Reply:
     payload: bytes | None = None
 
 
+def _check_settings(
+    *, user_agent: str, timeout: float, max_body_bytes: int, max_redirects: int, max_open_hosts: int
+) -> None:
+    """ConfigError for an impossible setting, naming the config key it comes from (the daemon
+    derives ``max_open_hosts`` from ``crawl.workers``, so that one is named as an argument)."""
+    if not user_agent.strip() or "\r" in user_agent or "\n" in user_agent:
+        raise ConfigError(
+            "must be a non-empty single line naming the crawler and a contact URL",
+            key="crawl.user_agent",
+        )
+    if not timeout > 0:
+        raise ConfigError(
+            f"must be a positive number of seconds, got {timeout}", key="fetch.timeout"
+        )
+    for key, number, least in (
+        ("fetch.max_body_bytes", max_body_bytes, 1),
+        ("fetch.max_redirects", max_redirects, 0),
+    ):
+        if number < least:
+            raise ConfigError(f"must be at least {least}, got {number}", key=key)
+    if max_open_hosts < 1:
+        raise ConfigError(
+            f"Fetcher(max_open_hosts={max_open_hosts}): keep at least 1 host's connection open"
+        )
+
+
 class Fetcher:
     """Fetches pages and robots.txt files over per-host keep-alive connections.
 
@@ -397,22 +426,13 @@ class Fetcher:
         verify: bool | ssl.SSLContext = True,
         keepalive_expiry: float = 60.0,
     ) -> None:
-        if not user_agent.strip() or "\r" in user_agent or "\n" in user_agent:
-            raise ConfigError(
-                "must be a non-empty single line naming the crawler and a contact URL",
-                key="fetch.user_agent",
-            )
-        if not timeout > 0:
-            raise ConfigError(
-                f"must be a positive number of seconds, got {timeout}", key="fetch.timeout"
-            )
-        for key, number, least in (
-            ("fetch.max_body_bytes", max_body_bytes, 1),
-            ("fetch.max_redirects", max_redirects, 0),
-            ("fetch.max_open_hosts", max_open_hosts, 1),
-        ):
-            if number < least:
-                raise ConfigError(f"must be at least {least}, got {number}", key=key)
+        _check_settings(
+            user_agent=user_agent,
+            timeout=timeout,
+            max_body_bytes=max_body_bytes,
+            max_redirects=max_redirects,
+            max_open_hosts=max_open_hosts,
+        )
         self._user_agent = user_agent.encode("latin-1", errors="replace")
         self._resolver = resolver
         self._timeout = timeout
@@ -434,6 +454,22 @@ class Fetcher:
         self._bytes = 0
         self._evictions = 0
         self._outcomes: dict[str, int] = {}
+
+    def configure(self, fetch: FetchConfig, *, user_agent: str) -> None:
+        """Take new ``[fetch]`` settings and ``crawl.user_agent`` (SIGHUP): every fetch that
+        starts from now on uses them. Raises :class:`ConfigError` and changes nothing when one
+        is impossible."""
+        _check_settings(
+            user_agent=user_agent,
+            timeout=fetch.timeout,
+            max_body_bytes=fetch.max_body_bytes,
+            max_redirects=fetch.max_redirects,
+            max_open_hosts=self._max_open_hosts,
+        )
+        self._user_agent = user_agent.encode("latin-1", errors="replace")
+        self._timeout = fetch.timeout
+        self._max_body = fetch.max_body_bytes
+        self._max_redirects = fetch.max_redirects
 
     async def __aenter__(self) -> Fetcher:
         return self
@@ -706,6 +742,7 @@ class Fetcher:
             digest=reply.digest if reply is not None else None,
             body=reply.body if reply is not None else None,
             content_type=headers.get("content-type") if headers is not None else None,
+            robots_tag=headers.get("x-robots-tag") if headers is not None else None,
             etag=result_etag,
             last_modified=result_modified,
             not_modified=not_modified,

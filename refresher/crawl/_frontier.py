@@ -32,7 +32,9 @@ from refresher.store._duckdb import HostRow, PageRow
 __all__ = [
     "Frontier",
     "FrontierStatistics",
+    "HostRobots",
     "HostState",
+    "HostTiming",
     "Lease",
     "Pacer",
     "PageSource",
@@ -79,9 +81,35 @@ def next_allowed_after(
     return finished_at + max(delay, backoff), delay, backoff
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HostTiming:
+    """A host's politeness state after a request: handed to :meth:`Frontier.release` (or
+    :meth:`Frontier.requeue`), which alone writes it into the frontier's :class:`HostState`."""
+
+    next_allowed: float  # unix seconds
+    delay: float  # seconds
+    backoff: float  # seconds
+    errors: int  # consecutive failures
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HostRobots:
+    """A host's robots.txt as last fetched, and its rules parsed for ``agent``."""
+
+    rules: Any  # refresher.crawl._robots.RobotsRules
+    agent: str  # the user agent the rules were matched for
+    status: int | None  # None: unreachable
+    body: bytes | None
+    expires_at: float | None  # unix seconds
+
+
 @dataclass(slots=True, eq=False)
 class HostState:
-    """What the frontier knows of one host while it has pages in memory."""
+    """What the frontier knows of one host while it has pages in memory.
+
+    Workers read it through their lease; only the frontier writes it (their new timing and
+    robots come back as values with the release).
+    """
 
     id: int
     name: str
@@ -91,6 +119,7 @@ class HostState:
     backoff: float = 0.0  # seconds
     errors: int = 0
     robots: Any = None  # parsed rules (refresher.crawl._robots.RobotsRules) once known
+    robots_agent: str | None = None  # the user agent ``robots`` was matched for
     robots_status: int | None = None
     robots_body: bytes | None = None
     robots_expires_at: float | None = None
@@ -395,13 +424,21 @@ class Frontier:
             self._hosts.pop(host.id, None)
         self._poke(everyone=False)
 
-    def release(self, lease: Lease, *, next_due: float | None) -> None:
-        """Give the host back (its ``next_allowed`` already updated by the worker).
+    def release(
+        self,
+        lease: Lease,
+        *,
+        next_due: float | None,
+        timing: HostTiming | None = None,
+        robots: HostRobots | None = None,
+    ) -> None:
+        """Give the host back with its new ``timing`` and ``robots`` (None: unchanged).
 
         ``next_due`` (unix seconds) keeps the page in memory when it falls inside the loaded
         window; otherwise, or when None, the page is dropped and the store brings it back.
         """
         page, host = lease.page, lease.host
+        _apply(host, timing, robots)
         if next_due is not None and next_due <= self._cursor[0]:
             heapq.heappush(self._due, (next_due, page.id, _with_due(page, next_due)))
         else:
@@ -409,8 +446,12 @@ class Frontier:
             host.in_memory -= 1
         self._unlease(host)
 
-    def requeue(self, lease: Lease) -> None:
-        """Give the host back with the page at the head of its back queue, still held."""
+    def requeue(
+        self, lease: Lease, *, timing: HostTiming | None = None, robots: HostRobots | None = None
+    ) -> None:
+        """Give the host back with the page at the head of its back queue, still held; with
+        its new ``timing`` and ``robots`` as :meth:`release`."""
+        _apply(lease.host, timing, robots)
         lease.host.queue.appendleft(lease.page)
         self._unlease(lease.host)
 
@@ -475,6 +516,16 @@ class Frontier:
             backing_off=sum(1 for h in self._hosts.values() if h.errors and h.next_allowed > now),
             paused=sum(1 for h in self._hosts.values() if h.paused),
         )
+
+
+def _apply(host: HostState, timing: HostTiming | None, robots: HostRobots | None) -> None:
+    if timing is not None:
+        host.next_allowed, host.delay = timing.next_allowed, timing.delay
+        host.backoff, host.errors = timing.backoff, timing.errors
+    if robots is not None:
+        host.robots, host.robots_agent = robots.rules, robots.agent
+        host.robots_status, host.robots_body = robots.status, robots.body
+        host.robots_expires_at = robots.expires_at
 
 
 def _replace(page: PageRow, **changes: Any) -> PageRow:

@@ -3,30 +3,40 @@
 One refresh of one page, in order: robots.txt for the host when it is unknown or expired (a
 request of its own, after which the host waits its politeness delay before the page); the robots
 check (a disallowed page is recorded as ``denied`` and never requested); the conditional GET;
-the change test (digest of the body against the last successful fetch; a 304 is never a
-change); the politeness delay and backoff; the record to the store; the host back to the
-frontier.
+the outcome (:func:`refresher.crawl._outcome.classify`, pure); processing a new body and the
+content-seen test; the politeness delay and backoff; the record to the store; the host back to
+the frontier with its new timing and robots (the frontier alone writes its host state); the
+links to discovery.
 """
 
 from __future__ import annotations
 
-import email.utils
+import functools
 import os
 import time
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import trio
 
-from refresher._config import Config
+from refresher._config import Config, DiscoveryConfig
 from refresher._errors import DNSFailure, FetchError
 from refresher.archive._keep import Keeper
 from refresher.crawl._fetch import Fetcher, FetchResult
-from refresher.crawl._frontier import Frontier, HostState, Lease, next_allowed_after
+from refresher.crawl._frontier import (
+    Frontier,
+    HostRobots,
+    HostState,
+    HostTiming,
+    Lease,
+    next_allowed_after,
+)
+from refresher.crawl._outcome import Outcome, classify, meaningful
 from refresher.crawl._robots import RobotsRules, rules_for_response
+from refresher.discover._content import ContentSeen, document_key
 from refresher.discover._discovery import Discovery, Found, sitemap_links
-from refresher.discover._parse import Document, Extracted, Link, meaningful_change, process
+from refresher.discover._parse import Document, Extracted, HtmlLinks, Link, Processor, process
 from refresher.discover._url import canonicalize
 from refresher.ops._logging import get_logger
 from refresher.refresh._allocate import Allocator
@@ -37,18 +47,29 @@ __all__ = ["Crawler", "CrawlerStatistics"]
 log = get_logger("crawl")
 
 
-def _http_date(value: str | None) -> float | None:
-    """An HTTP date as unix seconds; None when absent or unreadable."""
-    if not value:
-        return None
-    try:
-        return email.utils.parsedate_to_datetime(value).timestamp()
-    except (TypeError, ValueError, IndexError, OverflowError):
-        return None
+#: documents remembered for the content-seen test
+_DOCUMENTS_REMEMBERED = 100_000
+_NOTHING = Extracted()
 
 
-#: bodies remembered for the content-seen test (16-byte digest → page id)
-_DIGESTS_REMEMBERED = 100_000
+def processors(discovery: DiscoveryConfig) -> dict[str, Processor]:
+    """The built-in processors as ``[discovery]`` configures them (replacing the defaults)."""
+    html = HtmlLinks(
+        include_media=discovery.include_media,
+        max_links=discovery.max_links_per_page,
+        max_url_length=discovery.max_url_length,
+    )
+    return {html.name: html}
+
+
+def _host_update(host_id: int, timing: HostTiming) -> HostUpdate:
+    return HostUpdate(
+        host_id=host_id,
+        next_allowed=timing.next_allowed,
+        delay=timing.delay,
+        backoff=timing.backoff,
+        errors=timing.errors,
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -105,13 +126,13 @@ class Crawler:
         self._robots = 0
         self._bytes = 0
         self._meaningful = 0
-        self._duplicates = 0
         # start times (trio clock) of the requests in the last WIRE_WINDOW seconds
         self._wire: deque[float] = deque()
         self._wire_since: float | None = None  # when run() began
         self._discovery = discovery
         self._keeper = keeper  # the archive and the change feed
-        self._digests: OrderedDict[bytes, int] = OrderedDict()
+        self._seen = ContentSeen(_DOCUMENTS_REMEMBERED)
+        self._builtins = processors(config.discovery)
         # One parse thread per core: libxml2 parses without the GIL, but link resolution
         # and the simhash hold it, and twenty threads taking turns at it spend their time
         # switching (bench/bench_parsers.py measures 1, 2, 8 and 20 threads).
@@ -119,8 +140,9 @@ class Crawler:
         self.idle = trio.Event()  # set when every worker has stopped
 
     def configure(self, config: Config) -> None:
-        """Take new politeness, fetch and robots settings (SIGHUP)."""
+        """Take new politeness, robots, user agent and link-extraction settings (SIGHUP)."""
         self.config = config
+        self._builtins = processors(config.discovery)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         self._wire_since = trio.current_time()
@@ -138,11 +160,15 @@ class Crawler:
             except Exception:
                 # A bug must not stop the crawl: the page keeps its due time in the store.
                 log.exception("refresh failed", url=lease.page.url)
-                self._frontier.release(lease, next_due=None)
+                self._frontier.release(
+                    lease, next_due=None, timing=self.fallback_timing(lease.host)
+                )
             except BaseException:
                 # Cancelled mid-fetch (drain deadline passed): nothing is recorded, the page
                 # keeps its due time in the store and is fetched again after restart.
-                self._frontier.release(lease, next_due=None)
+                self._frontier.release(
+                    lease, next_due=None, timing=self.fallback_timing(lease.host)
+                )
                 raise
             finally:
                 self._busy -= 1
@@ -155,30 +181,42 @@ class Crawler:
             self._frontier.requeue(lease)
             return
         now = self._wall()
-        if host.robots is None or (host.robots_expires_at or 0.0) <= now:
+        agent = self.config.crawl.user_agent
+        robots: HostRobots | None = None
+        rules: RobotsRules | None = host.robots if host.robots_agent == agent else None
+        if rules is None or (host.robots_expires_at or 0.0) <= now:
             if host.robots_body is not None and (host.robots_expires_at or 0.0) > now:
-                host.robots = rules_for_response(
-                    host.robots_status, host.robots_body, self.config.crawl.user_agent
+                # Known and fresh, but not parsed yet (a restart) or for another user agent.
+                rules = rules_for_response(host.robots_status, host.robots_body, agent)
+                robots = HostRobots(
+                    rules=rules,
+                    agent=agent,
+                    status=host.robots_status,
+                    body=host.robots_body,
+                    expires_at=host.robots_expires_at,
                 )
             else:
-                if await self._fetch_robots(lease):
+                fetched = await self._fetch_robots(lease)
+                if fetched is not None:
                     # The robots request counts against the host's politeness; the page waits.
-                    self._frontier.requeue(lease)
+                    timing, robots = fetched
+                    self._frontier.requeue(lease, timing=timing, robots=robots)
                 return
-        rules: RobotsRules = host.robots
+        assert rules is not None
         if not rules.allowed(page.url):
-            await self._record_denied(lease, now)
+            await self._record_denied(lease, now, robots)
             return
         self._on_wire()
         result = await self._fetcher.fetch(
             page.url, etag=page.etag, last_modified=page.last_modified
         )
-        await self._record(lease, result)
+        await self._record(lease, result, robots)
 
-    async def _fetch_robots(self, lease: Lease) -> bool:
-        """Fetch the host's robots.txt; False when the host name does not resolve, which is
-        recorded as the page's failed fetch (kind "dns", the host backs off) rather than as
-        an unreachable robots.txt, which would deny every page."""
+    async def _fetch_robots(self, lease: Lease) -> tuple[HostTiming, HostRobots] | None:
+        """Fetch the host's robots.txt: the host's new timing and robots. None when the host
+        name does not resolve, which is recorded as the page's failed fetch (kind "dns", the
+        host backs off, the lease is released) rather than as an unreachable robots.txt, which
+        would deny every page."""
         host, page = lease.host, lease.page
         c = self.config
         target = canonicalize(page.url)
@@ -190,16 +228,18 @@ class Crawler:
         elapsed = trio.current_time() - t0
         self._robots += 1
         if isinstance(error, DNSFailure):
-            await self._record(lease, _failed(page.url, error, started, self._wall(), elapsed))
-            return False
+            failed = _failed(page.url, error, started, self._wall(), elapsed)
+            await self._record(lease, failed, None)
+            return None
         rules = rules_for_response(status, body, c.crawl.user_agent)
         now = self._wall()
         ok = status is not None and status < 500
         expires = now + (c.robots.expiry if ok else c.robots.retry_after_failure)
-        host.robots, host.robots_status, host.robots_body = rules, status, body
-        host.robots_expires_at = expires
-        self._politeness(
-            host, finished_at=now, response_time=elapsed, failed=False, retry_after=None
+        robots = HostRobots(
+            rules=rules, agent=c.crawl.user_agent, status=status, body=body, expires_at=expires
+        )
+        timing = self._timing(
+            host, rules, finished_at=now, response_time=elapsed, failed=False, retry_after=None
         )
         log.info(
             "robots.txt fetched",
@@ -213,8 +253,8 @@ class Crawler:
                 host_id=host.id, status=status, body=body, fetched_at=now, expires_at=expires
             )
         )
-        await self._store.update_host(self._host_update(host))
-        if self._discovery is not None and self.config.discovery.sitemaps:
+        await self._store.update_host(_host_update(host.id, timing))
+        if self._discovery is not None and c.discovery.sitemaps:
             sitemaps = list(rules.sitemaps) or [f"{target.scheme}://{host.name}/sitemap.xml"]
             self._discovery.submit(
                 Found(
@@ -225,51 +265,51 @@ class Crawler:
                     synthetic=True,
                 )
             )
+        return timing, robots
 
-        return True
-
-    def _politeness(
+    def _timing(
         self,
         host: HostState,
+        rules: RobotsRules | None,
         *,
         finished_at: float,
         response_time: float,
         failed: bool,
         retry_after: float | None,
-    ) -> None:
+    ) -> HostTiming:
+        """The host's politeness state after a request that ended at ``finished_at``."""
         p = self.config.politeness
-        host.errors = host.errors + 1 if failed else 0
-        crawl_delay = host.robots.crawl_delay if host.robots is not None else None
-        host.next_allowed, host.delay, host.backoff = next_allowed_after(
+        errors = host.errors + 1 if failed else 0
+        next_allowed, delay, backoff = next_allowed_after(
             finished_at=finished_at,
             response_time=response_time,
             min_delay=p.min_delay,
-            crawl_delay=crawl_delay,
+            crawl_delay=rules.crawl_delay if rules is not None else None,
             factor=p.response_time_factor,
             max_delay=p.max_delay,
             failed=failed,
-            errors=host.errors,
+            errors=errors,
             backoff_base=p.backoff_base,
             max_backoff=p.max_backoff,
             retry_after=retry_after,
         )
+        return HostTiming(next_allowed=next_allowed, delay=delay, backoff=backoff, errors=errors)
 
-    @staticmethod
-    def _host_update(host: HostState) -> HostUpdate:
-        return HostUpdate(
-            host_id=host.id,
-            next_allowed=host.next_allowed,
-            delay=host.delay or 0.0,
-            backoff=host.backoff,
-            errors=host.errors,
+    def fallback_timing(self, host: HostState) -> HostTiming:
+        """A host's timing when its refresh failed before one was computed (a bug, a
+        cancellation): its usual delay from now, so a failing refresh cannot hammer it."""
+        delay = max(self.config.politeness.min_delay, host.delay or 0.0)
+        return HostTiming(
+            next_allowed=self._wall() + delay, delay=delay, backoff=host.backoff, errors=host.errors
         )
 
-    async def _record_denied(self, lease: Lease, now: float) -> None:
+    async def _record_denied(self, lease: Lease, now: float, robots: HostRobots | None) -> None:
         page, host = lease.page, lease.host
         self._denied += 1
         # Out of the plan (the allocator leaves denied pages out) until robots.txt may have
         # changed: looked at again when it is re-fetched, or on a slow schedule of its own.
-        expires = host.robots_expires_at or 0.0
+        known = robots.expires_at if robots is not None else host.robots_expires_at
+        expires = known or 0.0
         due = expires if expires > now else now + DENIED_RECHECK
         record = FetchRecord(
             page_id=page.id,
@@ -293,91 +333,32 @@ class Crawler:
             due_at=due,
         )
         await self._store.record(record)
-        self._frontier.release(lease, next_due=due)
+        self._frontier.release(lease, next_due=due, robots=robots)
 
-    async def _record(self, lease: Lease, r: FetchResult) -> None:
+    async def _record(self, lease: Lease, r: FetchResult, robots: HostRobots | None) -> None:
         page, host = lease.page, lease.host
-        self._fetches += 1
-        self._bytes += r.bytes
-        ok = r.status is not None and 200 <= r.status < 300
-        changed = ok and page.digest is not None and r.digest != page.digest
-        failed = r.error_kind is not None or (
-            r.status is not None and (r.status >= 500 or r.status == 429)
-        )
-        if r.error_kind is not None:
-            self._errors += 1
-        self._changed += changed
-        self._not_modified += r.not_modified
-        self._politeness(
+        o = classify(page, r)
+        self._count(o, r)
+        rules = robots.rules if robots is not None else host.robots
+        timing = self._timing(
             host,
+            rules,
             finished_at=r.finished_at,
             response_time=r.duration,
-            failed=failed,
+            failed=o.failed,
             retry_after=r.retry_after,
         )
-        if ok:
-            etag, last_modified, digest = r.etag, r.last_modified, r.digest
-        elif r.not_modified:
-            etag = r.etag or page.etag
-            last_modified = r.last_modified or page.last_modified
-            digest = page.digest
+        extracted = await self._process(r) if o.process else None
+        if extracted is not None:
+            fingerprint = extracted.fingerprint
+        elif o.success and r.body is not None:
+            fingerprint = page.fingerprint  # the body of last time: the same text
         else:
-            etag, last_modified, digest = page.etag, page.last_modified, page.digest
-        if r.error_kind is not None:
-            status = "error"
-        elif ok:
-            status = "ok"
-        elif r.not_modified:
-            status = "not_modified"
-        else:
-            status = f"http_{r.status}"
-        extracted, fingerprint, meaningful, duplicate_of = None, None, None, None
-        if ok:
-            if r.body is not None and r.digest != page.digest:
-                doc = Document(url=r.final_url, content_type=r.content_type, body=r.body)
-                # lxml work is CPU-bound: off the event loop, one thread per core.
-                extracted = await trio.to_thread.run_sync(process, doc, limiter=self._parsing)
-                fingerprint = extracted.fingerprint
-            elif r.body is not None:
-                # The same body as last time: the same links and fingerprint; skip the parse.
-                fingerprint = page.fingerprint
-            meaningful = changed and (
-                meaningful_change(page.fingerprint, fingerprint)
-                if fingerprint is not None or page.fingerprint is not None
-                else True  # no text to compare: every change counts
-            )
-            duplicate_of = self._content_seen(page.id, r.digest)
-        elif r.not_modified:
-            meaningful = False
-        if page.source == "sitemap" and r.status in (404, 410):
-            status = "gone"  # a guessed /sitemap.xml that is not there: not fetched again
+            fingerprint = None
+        duplicate_of = self._content_seen(page.id, r, o, extracted)
+        change = meaningful(o, page.fingerprint, fingerprint)
+        self._meaningful += bool(change)
         due = r.finished_at + self._allocator.interval(page)
-        record = FetchRecord(
-            page_id=page.id,
-            host_id=host.id,
-            started_at=r.started_at,
-            finished_at=r.finished_at,
-            duration=r.duration,
-            status=r.status,
-            body_bytes=r.bytes,
-            digest=r.digest,
-            changed=changed,
-            not_modified=r.not_modified,
-            error_kind=r.error_kind,
-            policy=self._allocator.policy,
-            final_url=r.final_url if r.final_url != page.url else r.location,
-            redirects=len(r.redirects),
-            etag=etag,
-            last_modified=last_modified,
-            page_digest=digest,
-            page_status=status,
-            due_at=due,
-            fingerprint=fingerprint,
-            meaningful=meaningful,
-            duplicate_of=duplicate_of,
-            last_modified_at=_http_date(last_modified) if ok or r.not_modified else None,
-        )
-        self._meaningful += bool(meaningful)
         capture = None
         if self._keeper is not None:
             capture = await self._keeper.keep(
@@ -387,24 +368,98 @@ class Crawler:
                 previous_digest=page.digest,
                 etag=page.etag,
                 last_modified=page.last_modified,
-                meaningful=meaningful,
+                meaningful=change,
             )
-        await self._store.record(record, capture)
-        await self._store.update_host(self._host_update(host))
+        await self._store.record(
+            self._fetch_record(lease, r, o, due, fingerprint, change, duplicate_of), capture
+        )
+        await self._store.update_host(_host_update(host.id, timing))
         lease = self._frontier.update_page(
             lease,
-            etag=etag,
-            last_modified=last_modified,
-            digest=digest,
+            etag=o.etag,
+            last_modified=o.last_modified,
+            digest=o.digest,
             fingerprint=fingerprint if fingerprint is not None else page.fingerprint,
         )
         # A gone page is not due again: the loader skips it too.
-        self._frontier.release(lease, next_due=None if status == "gone" else due)
+        self._frontier.release(lease, next_due=due if o.due else None, timing=timing, robots=robots)
+        self._discover(lease, r, extracted, duplicate_of)
+
+    def _count(self, o: Outcome, r: FetchResult) -> None:
+        self._fetches += 1
+        self._bytes += r.bytes
+        self._errors += r.error_kind is not None
+        self._changed += o.changed
+        self._not_modified += o.status == "not_modified"
+
+    async def _process(self, r: FetchResult) -> Extracted:
+        assert r.body is not None
+        doc = Document(
+            url=r.final_url, content_type=r.content_type, body=r.body, robots_tag=r.robots_tag
+        )
+        # lxml work is CPU-bound: off the event loop, one thread per core.
+        return await trio.to_thread.run_sync(
+            functools.partial(process, doc, builtins=self._builtins), limiter=self._parsing
+        )
+
+    def _content_seen(
+        self, page_id: int, r: FetchResult, o: Outcome, extracted: Extracted | None
+    ) -> int | None:
+        """Another page that recently yielded this document (content-seen), if any."""
+        if not o.success or r.digest is None:
+            return None
+        if extracted is not None:
+            return self._seen.test(page_id, document_key(r.digest, extracted))
+        if r.body is None:  # a body no processor reads: its bytes are all it yields
+            return self._seen.test(page_id, document_key(r.digest, _NOTHING))
+        return self._seen.again(page_id)  # the body of last time, not processed again
+
+    def _fetch_record(
+        self,
+        lease: Lease,
+        r: FetchResult,
+        o: Outcome,
+        due: float,
+        fingerprint: int | None,
+        change: bool | None,
+        duplicate_of: int | None,
+    ) -> FetchRecord:
+        page = lease.page
+        return FetchRecord(
+            page_id=page.id,
+            host_id=lease.host.id,
+            started_at=r.started_at,
+            finished_at=r.finished_at,
+            duration=r.duration,
+            status=r.status,
+            body_bytes=r.bytes,
+            digest=r.digest,
+            changed=o.changed,
+            not_modified=r.not_modified,
+            error_kind=r.error_kind,
+            policy=self._allocator.policy,
+            final_url=r.final_url if r.final_url != page.url else r.location,
+            redirects=len(r.redirects),
+            etag=o.etag,
+            last_modified=o.last_modified,
+            page_digest=o.digest,
+            page_status=o.status,
+            due_at=due,
+            fingerprint=fingerprint,
+            meaningful=change,
+            duplicate_of=duplicate_of,
+            last_modified_at=o.last_modified_at,
+        )
+
+    def _discover(
+        self, lease: Lease, r: FetchResult, extracted: Extracted | None, duplicate_of: int | None
+    ) -> None:
         if self._discovery is None:
             return
+        page = lease.page
         if extracted is not None and duplicate_of is None:
-            # Content-seen: a body already served by another page is processed once, and an
-            # unchanged body has no links we have not seen.
+            # Content-seen: a document another page yielded recently (same bytes, same
+            # resolved links) is processed once, and an unchanged body has no new links.
             self._discovery.submit(
                 Found(page_id=page.id, depth=page.depth, url=r.final_url, extracted=extracted)
             )
@@ -419,20 +474,6 @@ class Crawler:
                     synthetic=True,
                 )
             )
-
-    def _content_seen(self, page_id: int, digest: bytes | None) -> int | None:
-        """Another page that served this exact body recently, if any (a bounded memory)."""
-        if digest is None:
-            return None
-        other = self._digests.get(digest)
-        if other is None or other == page_id:
-            self._digests[digest] = page_id
-            self._digests.move_to_end(digest)
-            if len(self._digests) > _DIGESTS_REMEMBERED:
-                self._digests.popitem(last=False)
-            return None
-        self._duplicates += 1
-        return other
 
     def _on_wire(self) -> None:
         now = trio.current_time()
@@ -462,7 +503,7 @@ class Crawler:
             robots_fetches=self._robots,
             bytes=self._bytes,
             meaningful=self._meaningful,
-            duplicates=self._duplicates,
+            duplicates=self._seen.statistics().duplicates,
             wire_rate=self.wire_rate(),
         )
 

@@ -80,7 +80,7 @@ def _codec(label: str) -> str | None:
     name = _LABELS.get(name, name)
     try:
         name = codecs.lookup(name).name
-    except LookupError:
+    except (LookupError, ValueError):  # ValueError: a NUL in the label (found by fuzzing)
         return None
     name = _SUPERSETS.get(name, name)
     return name if name in _WEB_CODECS else None

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import trio
 
+from refresher._config import DiscoveryConfig
 from refresher.crawl._frontier import Frontier
 from refresher.discover._filter import UrlFilter
 from refresher.discover._parse import Extracted, Link
@@ -75,7 +76,7 @@ class Discovery:
         self._allocator = allocator
         self.filter = url_filter
         self.seen = seen
-        self._kinds = _PAGE_KINDS | (_MEDIA_KINDS if include_media else frozenset())
+        self._kinds = _kinds(include_media)
         self._send, self._recv = trio.open_memory_channel[Found](queue)
         self._wall = wall_clock
         self._documents = 0
@@ -83,6 +84,12 @@ class Discovery:
         self._links = 0
         self._new = 0
         self._edges = 0
+
+    def configure(self, discovery: DiscoveryConfig) -> None:
+        """Take new ``[discovery]`` settings (SIGHUP): the kinds of link followed and the URL
+        filter's scope and limits (see :meth:`UrlFilter.configure`)."""
+        self._kinds = _kinds(discovery.include_media)
+        self.filter.configure(discovery.filter_config())
 
     def submit(self, found: Found) -> bool:
         """Queue a document's findings; False (counted) when the queue is full."""
@@ -157,6 +164,10 @@ class Discovery:
             edges=self._edges,
             queued=self._recv.statistics().current_buffer_used,
         )
+
+
+def _kinds(include_media: bool) -> frozenset[str]:
+    return _PAGE_KINDS | (_MEDIA_KINDS if include_media else frozenset())
 
 
 def _followed(ex: Extracted, kinds: frozenset[str]) -> Sequence[Link]:

@@ -38,7 +38,7 @@ import heapq
 import re
 from collections import Counter
 from collections.abc import Callable, Hashable, Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Generic, TypeVar
 
 from refresher._errors import ConfigError, InvalidURL
@@ -263,15 +263,11 @@ class UrlFilter:
             calendar_window_days=calendar_window_days,
             strip_tracking_params=strip_tracking_params,
         )
-        c = self.config
-        self._hosts = set(_host_keys(c.allowed_hosts, "discovery.allowed_hosts"))
-        self._domains = frozenset(_domains(c.allowed_domains))
+        self._seed_hosts: set[str] = set()
+        self._hosts: set[str] = set()
         self.add_seed_hosts(seeds_hosts)
-        self._include = _compile_patterns(c.include, "discovery.include")
-        self._exclude = _compile_patterns(c.exclude, "discovery.exclude")
-        self._schemes = frozenset(c.schemes)
-        self._strip = TRACKING_PARAMS if c.strip_tracking_params else None
-        self._window = datetime.timedelta(days=c.calendar_window_days)
+        self._strip = TRACKING_PARAMS if strip_tracking_params else None
+        self.configure(self.config)
         self._today = today
         self._pages: dict[str, int] = {}
         self._variants: _CappedCounts[int] = _CappedCounts(max_tracked_paths)
@@ -290,6 +286,22 @@ class UrlFilter:
     ) -> UrlFilter:
         return cls(seeds_hosts=seeds_hosts, today=today, **asdict(config))
 
+    def configure(self, config: FilterConfig) -> None:
+        """Take new scope, limits and trap settings (SIGHUP); counts and seed hosts stay.
+
+        ``strip_tracking_params`` is restart-only: it changes the identity of pages, and seeds
+        and links must canonicalise alike, so the running value is kept."""
+        c = replace(config, strip_tracking_params=self.config.strip_tracking_params)
+        hosts = set(_host_keys(c.allowed_hosts, "discovery.allowed_hosts"))
+        domains = frozenset(_domains(c.allowed_domains))
+        include = _compile_patterns(c.include, "discovery.include")
+        exclude = _compile_patterns(c.exclude, "discovery.exclude")
+        self.config = c
+        self._hosts = hosts | self._seed_hosts
+        self._domains, self._include, self._exclude = domains, include, exclude
+        self._schemes = frozenset(c.schemes)
+        self._window = datetime.timedelta(days=c.calendar_window_days)
+
     @property
     def strip_params(self) -> frozenset[str] | None:
         """The parameters links lose in :func:`canonicalize` (None: all are kept)."""
@@ -298,6 +310,7 @@ class UrlFilter:
     def add_seed_hosts(self, hosts: Iterable[str]) -> None:
         """Put these host keys in scope (seeds added while running)."""
         for host in hosts:
+            self._seed_hosts.add(host.lower())
             self._hosts.add(host.lower())
 
     def set_pages(self, pages_per_host: Mapping[str, int]) -> None:

@@ -90,8 +90,8 @@ def _load_plugins() -> dict[str, Processor]:
     return _plugins
 
 
-def _all() -> dict[str, Processor]:
-    merged = {**_BUILTIN, **_load_plugins()}
+def _all(builtins: Mapping[str, Processor] | None = None) -> dict[str, Processor]:
+    merged = {**_BUILTIN, **(builtins or {}), **_load_plugins()}
     merged.update(_registered)
     return merged
 
@@ -132,12 +132,19 @@ _SITEMAP_SUFFIXES = (".xml", ".xml.gz")
 _HTML_MIMES = frozenset(HtmlLinks.mime_types)
 
 
-def processors_for(content_type: str | None, *, url: str | None = None) -> tuple[Processor, ...]:
+def processors_for(
+    content_type: str | None,
+    *,
+    url: str | None = None,
+    builtins: Mapping[str, Processor] | None = None,
+) -> tuple[Processor, ...]:
     """The processors for a document, by the MIME type of ``content_type``. A URL ending in
     ``.xml`` or ``.xml.gz`` (as a robots.txt Sitemap line gives) also gets the sitemap
-    processor, whatever the server called the type, unless it is HTML."""
+    processor, whatever the server called the type, unless it is HTML. ``builtins`` replaces
+    built-ins by name for this call (the daemon's configured ``HtmlLinks``); plug-ins and
+    :func:`register` still take precedence."""
     mime = _mime(content_type)
-    everyone = _all()
+    everyone = _all(builtins)
     chosen = [p for p in everyone.values() if mime and _accepts(p, mime)]
     sitemaps = everyone.get("sitemaps")
     if (
@@ -161,15 +168,16 @@ def _sniff(body: bytes) -> str | None:
     return None
 
 
-def process(doc: Document) -> Extracted:
+def process(doc: Document, *, builtins: Mapping[str, Processor] | None = None) -> Extracted:
     """Run every processor for ``doc`` and merge the results: links in processor order without
     repeats, flags or-ed, the first canonical and fingerprint, counts added. A processor that
-    raises is logged and counted ("processor_error"); nothing propagates."""
-    chosen = processors_for(doc.content_type, url=doc.url)
+    raises is logged and counted ("processor_error"); nothing propagates. ``builtins`` as in
+    :func:`processors_for`."""
+    chosen = processors_for(doc.content_type, url=doc.url, builtins=builtins)
     if not chosen and _mime(doc.content_type) in ("", "application/octet-stream"):
         sniffed = _sniff(doc.body)
         if sniffed is not None:
-            chosen = processors_for(sniffed)
+            chosen = processors_for(sniffed, builtins=builtins)
     results: list[Extracted] = []
     for processor in chosen:
         try:

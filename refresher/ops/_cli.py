@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import policies
 from refresher import __version__
 from refresher._config import Config, load_config, merge_tables, parse_override, read_seeds_file
 from refresher._errors import ControlError, RefresherError, StoreError
@@ -84,7 +85,7 @@ def _parser() -> argparse.ArgumentParser:
     _common(run)
     run.add_argument("--budget", type=float, help="fetches per second (budget.fetches_per_second)")
     run.add_argument("--workers", type=int, help="concurrent fetches (crawl.workers)")
-    run.add_argument("--policy", help="uniform | proportional | optimal | optimal-age")
+    run.add_argument("--policy", help=f"a policy name: {' | '.join(policies.available())}")
     run.add_argument("--seed", action="append", help="a seed URL (repeatable)")
     run.add_argument(
         "--log-format",
@@ -123,7 +124,7 @@ def _parser() -> argparse.ArgumentParser:
     policy.add_argument("--budget", type=float, help="what-if budget, fetches per second")
     policy.add_argument("--json", action="store_true", help="machine-readable output")
     switch = policy.add_mutually_exclusive_group()
-    for name in ("uniform", "proportional", "optimal", "optimal-age"):
+    for name in policies.available():  # the registry: plug-in policies get a flag too
         switch.add_argument(
             f"--{name}",
             dest="switch",
@@ -338,7 +339,7 @@ def _cmd_pause(args: argparse.Namespace) -> int:
         request(config.control_socket, {"op": args.command, "host": args.host})
         where = "running daemon"
     except ControlError as e:
-        if "unknown host" in str(e):
+        if e.kind != "unreachable":  # a daemon answered: its refusal stands
             raise
         store = _open_existing(config)
         try:
@@ -370,7 +371,7 @@ def _cmd_policy(args: argparse.Namespace) -> int:
             request(config.control_socket, {"op": "policy", "name": args.switch})
             where = "running daemon"
         except ControlError as e:
-            if "unknown policy" in str(e):
+            if e.kind != "unreachable":  # a daemon answered: its refusal stands
                 raise
             store = Store(config.store.path, memory_limit=config.store.memory_limit)
             try:
@@ -397,15 +398,21 @@ def _cmd_policy(args: argparse.Namespace) -> int:
             inputs = InputSettings.from_config(config).load(store)
         finally:
             store.close()
-        table = policy_table(inputs, args.budget or config.budget.fetches_per_second)
+        table = policy_table(
+            inputs, args.budget or config.budget.fetches_per_second, decide=config.policy.decide
+        )
     if args.json:
         _print_json(table)
         return 0
     print(f"{table['pages']} pages at a budget of {table['budget']:g} fetches/s")
-    print(f"{'policy':<14}{'freshness':>12}{'age (s)':>14}{'unplaced/s':>12}")
+    print(f"{'policy':<14}{'freshness':>12}{'weighted':>10}{'age (s)':>14}{'unplaced/s':>12}")
     for name, row in table["policies"].items():
         age = "never" if row["age"] is None else f"{row['age']:.1f}"
-        print(f"{name:<14}{row['freshness']:>12.4f}{age:>14}{row['unplaced']:>12.3g}")
+        print(
+            f"{name:<14}{row['freshness']:>12.4f}{row['weighted']:>10.4f}{age:>14}"
+            f"{row['unplaced']:>12.3g}"
+        )
+    print(f"(decide={table['decide']}: {table['definition']})")
     return 0
 
 

@@ -96,11 +96,13 @@ class ControlServer:
             return {"ok": False, "error": 'expected {"op": "..."}'}
         try:
             answer = await self._handler(req)
-        except (ControlError, ValueError, TypeError, KeyError) as e:
-            return {"ok": False, "error": str(e)}
+        except ControlError as e:
+            return {"ok": False, "error": str(e), "kind": e.kind}
+        except (ValueError, TypeError, KeyError) as e:
+            return {"ok": False, "error": str(e), "kind": "bad_request"}
         except Exception as e:
             log.exception("control request failed", op=req.get("op"))
-            return {"ok": False, "error": f"internal error: {e}"}
+            return {"ok": False, "error": f"internal error: {e}", "kind": "internal"}
         return {**answer, "ok": True}
 
     @staticmethod
@@ -120,7 +122,9 @@ def request(path: Path, payload: dict[str, Any], *, timeout: float = 30.0) -> di
         try:
             sock.connect(str(path))
         except OSError as e:
-            raise ControlError(f"no daemon answers at {str(path)!r} ({e.strerror})") from e
+            raise ControlError(
+                f"no daemon answers at {str(path)!r} ({e.strerror})", kind="unreachable"
+            ) from e
         broken: OSError | None = None
         try:
             sock.sendall(json.dumps(payload).encode() + b"\n")
@@ -135,13 +139,18 @@ def request(path: Path, payload: dict[str, Any], *, timeout: float = 30.0) -> di
                     break  # an answer without its newline: judge it below
                 if broken is not None:
                     raise broken
-                raise ControlError("the daemon closed the connection without an answer")
+                raise ControlError(
+                    "the daemon closed the connection without an answer", kind="unreachable"
+                )
             data += chunk
     except TimeoutError as e:
-        raise ControlError(f"the daemon at {str(path)!r} did not answer in {timeout} s") from e
+        raise ControlError(
+            f"the daemon at {str(path)!r} did not answer in {timeout} s", kind="unreachable"
+        ) from e
     except OSError as e:
         raise ControlError(
-            f"the connection to {str(path)!r} broke ({e.strerror}); is the daemon still running?"
+            f"the connection to {str(path)!r} broke ({e.strerror}); is the daemon still running?",
+            kind="unreachable",
         ) from e
     finally:
         sock.close()
@@ -150,10 +159,15 @@ def request(path: Path, payload: dict[str, Any], *, timeout: float = 30.0) -> di
     except ValueError as e:
         raise ControlError(
             f"{str(path)!r} answered something that is not JSON ({e}); "
-            "is it a refresher control socket?"
+            "is it a refresher control socket?",
+            kind="protocol",
         ) from e
     if not isinstance(answer, dict):
-        raise ControlError(f"{str(path)!r} answered {answer!r}, not a JSON object")
+        raise ControlError(f"{str(path)!r} answered {answer!r}, not a JSON object", kind="protocol")
     if not answer.get("ok"):
-        raise ControlError(str(answer.get("error", "request refused")))
+        kind = answer.get("kind")
+        raise ControlError(
+            str(answer.get("error", "request refused")),
+            kind=kind if isinstance(kind, str) else "bad_request",
+        )
     return answer

@@ -6,13 +6,12 @@ watchdog — each with ``nursery.start`` — and only then tell systemd READY=1.
 
 Signals: SIGTERM/SIGINT stop taking work, give in-flight fetches ``daemon.drain_timeout``
 seconds to finish, commit the writer's last batch and exit 0. SIGHUP re-reads the config and
-applies what can change while running (budget, policy, politeness, fetch and robots settings,
-seeds, log level); the rest needs a restart and is logged as such.
+applies its live keys; each restart-only key that changed is logged by name and keeps its running
+value (the table is :data:`refresher.ops._reload.RELOAD`).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import signal
 import time
@@ -26,7 +25,7 @@ import trio
 
 import policies
 from refresher._config import Config
-from refresher._errors import ConfigError, InvalidURL, RefresherError
+from refresher._errors import ConfigError, ControlError, InvalidURL, RefresherError
 from refresher.archive._archive import open_writer
 from refresher.archive._keep import Keeper
 from refresher.archive._retention import HistoryRetention, Pruner
@@ -45,6 +44,7 @@ from refresher.ops._control import ControlServer
 from refresher.ops._logging import configure_logging, get_logger
 from refresher.ops._metrics import MetricsServer
 from refresher.ops._notify import Notifier, format_status
+from refresher.ops._reload import RELOAD, changed_keys, effective
 from refresher.refresh._allocate import Allocator, InputSettings, priority_level
 from refresher.store._backup import backup_service
 from refresher.store._duckdb import HostRow, NewPage, PageRow, Store, StoreService
@@ -206,6 +206,9 @@ class Daemon:
         ):
             if part is not None:
                 out[name] = _plain(part.statistics())
+        if self._allocator is not None:
+            # how the estimator reads the history now ([estimate], a reload changes it)
+            out["estimator"] = _plain(self._allocator.inputs)
         if self._discovery is not None:
             out["filter"] = _plain(self._discovery.filter.statistics())
             out["seen"] = _plain(self._discovery.seen.statistics())
@@ -252,8 +255,9 @@ class Daemon:
         if op == "policy":
             name = req.get("name")
             if name not in policies.available():
-                raise ValueError(
-                    f"unknown policy {name!r}; known: {', '.join(policies.available())}"
+                raise ControlError(
+                    f"unknown policy {name!r}; known: {', '.join(policies.available())}",
+                    kind="unknown_policy",
                 )
             assert self._allocator is not None and self._store is not None
             configured, budget, now = self.config.policy.name, self._allocator.budget, self._wall()
@@ -273,12 +277,16 @@ class Daemon:
             self._frontier.set_paused(host, paused)
             found = await self._store.call(lambda s: s.set_paused(host, paused))
             if not found:
-                raise ValueError(f"unknown host {host!r}; `refresher status --hosts` lists them")
+                raise ControlError(
+                    f"unknown host {host!r}; `refresher status --hosts` lists them",
+                    kind="unknown_host",
+                )
             # The loader skips paused hosts: reload so their held pages go, or come back.
             self._frontier.reset()
             return {"host": host, "paused": paused}
         raise ValueError(
-            f"unknown op {op!r}; known: status, seed, reload, pause, resume, policy, policy_table"
+            f"unknown op {op!r}; known: status, seed, reload, pause, resume, policy, "
+            "policy_table, backup"
         )
 
     async def reload(self) -> None:
@@ -292,15 +300,33 @@ class Daemon:
             self.notifier.ready()
             return
         old = self.config
-        for section in ("store", "frontier", "control", "dns", "metrics", "snapshot", "sinks"):
-            if getattr(old, section) != getattr(new, section):
-                log.warning("config section changed; takes effect after a restart", section=section)
-        if old.crawl.workers != new.crawl.workers:
-            log.warning("crawl.workers changed; takes effect after a restart")
+        changed = changed_keys(old, new)
+        for key in changed:
+            if RELOAD[key] == "restart":
+                log.warning("config key changed; takes effect after a restart", key=key)
+        # Restart-only keys keep their running values, so the config in force is what runs.
+        new = effective(old, new)
+        try:
+            self._configure(old, new)
+        except ConfigError as e:
+            log.error("reload failed; keeping the running configuration", error=str(e))
+            self.notifier.ready()
+            return
         self.config = new
-        configure_logging(format=new.log.format, level=new.log.level)
+        if seeds:
+            await self.add_seeds(seeds)
+        log.info("configuration reloaded")
+        self.notifier.ready()
+
+    def _configure(self, old: Config, new: Config) -> None:
+        """Hand each component its live settings (see refresher.ops._reload.RELOAD)."""
         assert self._allocator is not None and self._crawler is not None
+        if self._fetcher is not None:  # first: it refuses impossible values
+            self._fetcher.configure(new.fetch, user_agent=new.crawl.user_agent)
+        configure_logging(format=new.log.format, level=new.log.level)
         self._crawler.configure(new)
+        if self._discovery is not None:
+            self._discovery.configure(new.discovery)
         self._configure_archive(old, new)
         # A policy named anew in the config wins over an earlier switch; otherwise it stays.
         policy = self._allocator.policy if old.policy.name == new.policy.name else new.policy.name
@@ -310,21 +336,13 @@ class Daemon:
             explore=new.policy.explore,
             weights=new.policy.weights,
             decide=new.policy.decide,
+            resolve_interval=new.policy.resolve_interval,
+            inputs=InputSettings.from_config(new),
         )
-        if seeds:
-            await self.add_seeds(seeds)
-        log.info("configuration reloaded")
-        self.notifier.ready()
 
     def _configure_archive(self, old: Config, new: Config) -> None:
-        """Retention and the free-space floor are live; the rest of [archive] restart-only."""
-        live = ("max_bytes", "keep_versions", "prune_interval", "min_free_bytes")
-        if any(
-            getattr(old.archive, f.name) != getattr(new.archive, f.name)
-            for f in dataclasses.fields(new.archive)
-            if f.name not in live
-        ):
-            log.warning("config section changed; takes effect after a restart", section="archive")
+        """Retention and the free-space floor are live (the rest of [archive] is restart-only,
+        see refresher.ops._reload.RELOAD)."""
         if self._prune is not None:
             self._prune.keep_versions = new.archive.keep_versions
             self._prune.max_bytes = new.archive.max_bytes
@@ -370,11 +388,17 @@ class Daemon:
             keep_versions=c.archive.keep_versions,
             max_bytes=c.archive.max_bytes,
             interval=c.archive.prune_interval,
-            protect=lambda: [writer.current_file or ""] if writer is not None else [],
+            protect=writer.unsettled if writer is not None else set,
+            rotate=writer.rotate if writer is not None else None,
             history=HistoryRetention.from_config(c),
             archive=writer is not None,
+            on_change=self._snapshot_rebuild,
         )
         return self._prune
+
+    async def _snapshot_rebuild(self) -> None:
+        if self._snapshotter is not None:
+            await self._snapshotter.rebuild_next()
 
     async def _heartbeat(
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED

@@ -34,7 +34,13 @@ from numpy.typing import NDArray
 import policies
 from refresher.crawl._frontier import Frontier
 from refresher.ops._logging import get_logger
-from refresher.refresh._estimate import Estimate, estimate_pages, last_modified_consistent
+from refresher.refresh._estimate import (
+    DEFAULT_SPREAD,
+    MODELS,
+    Estimate,
+    estimate_pages,
+    last_modified_consistent,
+)
 from refresher.refresh._static import static_probability
 from refresher.store._duckdb import PageRow, Store, StoreService
 from refresher.store._first_fetch import first_fetch_quiet
@@ -161,8 +167,8 @@ def load_inputs(
     meaningful: bool = False,
     history: int = 32,
     weights: str = "pagerank",
-    model: str = "log-normal",
-    spread: float = 2.0,
+    model: str = MODELS[0],
+    spread: float = DEFAULT_SPREAD,
 ) -> PolicyInputs:
     """Everything a plan needs, read and estimated in the store thread.
 
@@ -300,51 +306,93 @@ def plan(
     """Target rates: the policy's split of B·(1 − explore), plus exploration.
 
     ``decide = "expected"``: the optimal policies maximise the expected value under each
-    rate's posterior (:func:`policies.solve_expected`) where ``inputs.rate_sd`` gives one;
-    "plug-in" takes λ̂ as exact."""
+    rate's posterior (:func:`policies.solve_expected`) where ``inputs.rate_sd`` gives one, and
+    the exploration share goes to the pages the plan gave nothing in proportion to the
+    posterior probability that they are worth fetching (:func:`worth_fetching`); what that
+    leaves of the share goes back to the plan. "plug-in" takes λ̂ as exact and explores in
+    equal parts."""
     n = inputs.page_ids.size
     if n == 0:
         alloc = policies.solve(policy, np.zeros(0), budget)
         return Plan(target=np.zeros(0), allocation=alloc, explored=0)
-    share = budget * (1.0 - explore)
     if decide not in DECISIONS:
         raise ValueError(f"decide must be one of {', '.join(DECISIONS)}, not {decide!r}")
-    if (
+    expected = (
         decide == "expected"
         and inputs.rate_sd is not None
         and policy in policies.EXPECTED_POLICIES
-        and (inputs.rates > 0).all()
-    ):
-        weights = inputs.weights
-        if inputs.static_p is not None:  # a static page's value does not depend on f
-            weights = weights * (1.0 - inputs.static_p)
-        alloc = policies.solve_expected(
+        and bool((inputs.rates > 0).all())
+    )
+    share = budget * (1.0 - explore)
+    alloc = _solve(inputs, policy, share, expected)
+    target = np.array(alloc.rates, dtype=np.float64)
+    starved = target <= 0.0
+    spare = budget - share
+    worth = np.ones(n)
+    if expected and starved.any() and spare > 0:
+        worth = worth_fetching(inputs, alloc)
+        used = spare * float(worth[starved].mean())
+        if used < spare * 0.999:  # the rest of the share goes back to the plan
+            share = budget - used
+            alloc = _solve(inputs, policy, share, expected)
+            target = np.array(alloc.rates, dtype=np.float64)
+            starved = target <= 0.0
+            worth = worth_fetching(inputs, alloc)
+            spare = used
+    explored = int(starved.sum())
+    mass = float(worth[starved].sum())
+    if explored and spare > 0 and mass > 0:
+        target[starved] = spare * worth[starved] / mass
+    elif spare > 0:
+        target *= budget / max(float(target.sum()), 1e-300)
+    return Plan(target=target, allocation=alloc, explored=explored)
+
+
+def _effective_weights(inputs: PolicyInputs) -> NDArray[np.float64]:
+    """The weights a page's value is scaled by: a static page's value does not depend on f."""
+    if inputs.static_p is None:
+        return inputs.weights
+    return np.asarray(inputs.weights * (1.0 - inputs.static_p), dtype=np.float64)
+
+
+def _solve(inputs: PolicyInputs, policy: str, share: float, expected: bool) -> policies.Allocation:
+    if expected:
+        assert inputs.rate_sd is not None
+        return policies.solve_expected(
             policy,
             np.log(inputs.rates),
             inputs.rate_sd,
             share,
-            weights=weights,
+            weights=_effective_weights(inputs),
             hosts=inputs.host_index,
             host_caps=inputs.host_caps,
         )
-    else:
-        alloc = policies.solve(
-            policy,
-            inputs.rates,
-            share,
-            weights=inputs.weights,
-            hosts=inputs.host_index,
-            host_caps=inputs.host_caps,
-        )
-    target = np.array(alloc.rates, dtype=np.float64)
-    starved = target <= 0.0
-    explored = int(starved.sum())
-    spare = budget - share
-    if explored and spare > 0:
-        target[starved] = spare / explored
-    elif spare > 0:
-        target *= budget / max(float(target.sum()), 1e-300)
-    return Plan(target=target, allocation=alloc, explored=explored)
+    return policies.solve(
+        policy,
+        inputs.rates,
+        share,
+        weights=inputs.weights,
+        hosts=inputs.host_index,
+        host_caps=inputs.host_caps,
+    )
+
+
+def worth_fetching(inputs: PolicyInputs, alloc: policies.Allocation) -> NDArray[np.float64]:
+    """Per page, the posterior probability that its true λ is slow enough for the plan's
+    multiplier to give it fetches (freshness: w/λ > μ, so P(ln λ < ln(w/μ))): where an
+    exploration fetch can change the plan. Pages surely too fast to keep fresh get ~0."""
+    from scipy.special import ndtr
+
+    mu = np.full(inputs.rates.size, alloc.multiplier)
+    if alloc.host_multipliers is not None:
+        mu = np.asarray(alloc.host_multipliers, dtype=np.float64)[inputs.host_index]
+    w = _effective_weights(inputs)
+    sd = np.zeros_like(mu) if inputs.rate_sd is None else inputs.rate_sd
+    with np.errstate(divide="ignore", invalid="ignore"):
+        gap = np.log(w) - np.log(mu) - np.log(inputs.rates)
+        z = np.where(sd > 0, gap / np.maximum(sd, 1e-300), np.where(gap > 0, np.inf, -np.inf))
+    out = np.where(np.isnan(z), 0.0, ndtr(z))
+    return np.asarray(out, dtype=np.float64)
 
 
 def _save(store: Store, inputs: PolicyInputs, target: NDArray[np.float64], now: float) -> None:
@@ -373,18 +421,36 @@ def _save(store: Store, inputs: PolicyInputs, target: NDArray[np.float64], now: 
         store.con.unregister("_plan")
 
 
-def policy_table(inputs: PolicyInputs, budget: float) -> dict[str, Any]:
-    """Expected mean freshness and age (seconds) of the page set under every policy."""
+#: what every freshness and age of :func:`policy_table`, the allocator's statistics and the
+#: metrics mean: one definition, printed with the table
+DEFINITION = (
+    "expected freshness and age per page at its estimated rate, under the plan made as the "
+    "daemon makes it (host politeness caps, policy.decide, page weights); 'freshness' and "
+    "'age' average pages equally, 'weighted' weighs them by the page weights"
+)
+
+
+def policy_table(inputs: PolicyInputs, budget: float, *, decide: str = "plug-in") -> dict[str, Any]:
+    """Expected mean freshness and age (seconds) of the page set under every policy, planned
+    as the daemon plans (``decide``, host caps, weights); see :data:`DEFINITION`."""
     table: dict[str, Any] = {}
+    weights = inputs.weights
     for name in policies.available():
-        p = plan(inputs, name, budget, explore=0.0)
+        p = plan(inputs, name, budget, explore=0.0, decide=decide)
         age = policies.mean_age(inputs.rates, p.target)
         table[name] = {
             "freshness": policies.mean_freshness(inputs.rates, p.target),
+            "weighted": policies.mean_freshness(inputs.rates, p.target, weights),
             "age": age if math.isfinite(age) else None,  # None: a changing page never fetched
             "unplaced": p.allocation.unplaced,
         }
-    return {"budget": budget, "pages": int(inputs.page_ids.size), "policies": table}
+    return {
+        "budget": budget,
+        "pages": int(inputs.page_ids.size),
+        "decide": decide,
+        "definition": DEFINITION,
+        "policies": table,
+    }
 
 
 def priority_level(page: PageRow, now: float, levels: int) -> int:
@@ -407,8 +473,8 @@ class InputSettings:
     meaningful: bool = False
     history: int = 32
     weights: str = "pagerank"
-    model: str = "log-normal"
-    spread: float = 2.0
+    model: str = MODELS[0]
+    spread: float = DEFAULT_SPREAD
 
     @classmethod
     def from_config(cls, config: Config) -> InputSettings:
@@ -496,8 +562,17 @@ class Allocator:
         explore: float | None = None,
         weights: str | None = None,
         decide: str | None = None,
+        resolve_interval: float | None = None,
+        inputs: InputSettings | None = None,
     ) -> None:
+        """New settings (a policy switch, SIGHUP); a change that alters the plan re-solves at
+        once. ``inputs`` replaces how the estimator reads the history ([estimate],
+        politeness.min_delay, policy.weights)."""
         changed = budget != self.budget or policy != self.policy
+        if resolve_interval is not None:
+            self.resolve_interval = resolve_interval
+        if inputs is not None and inputs != self.inputs:
+            self.inputs, changed = inputs, True
         if decide is not None and decide != self.decide:
             self.decide, changed = decide, True
         self.budget, self.policy = budget, policy
@@ -561,7 +636,8 @@ class Allocator:
         """:func:`policy_table` of the current page set, at ``budget`` (default: B)."""
         inputs = await self._store.call(self.inputs.load)
         b = self.budget if budget is None else budget
-        return await trio.to_thread.run_sync(lambda: policy_table(inputs, b))
+        decide = self.decide
+        return await trio.to_thread.run_sync(lambda: policy_table(inputs, b, decide=decide))
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         await self.solve()

@@ -50,6 +50,7 @@ from numpy.typing import ArrayLike, NDArray
 from scipy.special import gammaincinv, ndtri
 
 __all__ = [
+    "DEFAULT_SPREAD",
     "MODELS",
     "Estimate",
     "LogNormalPrior",
@@ -65,8 +66,10 @@ __all__ = [
     "log_normal_host_prior",
 ]
 
-#: the priors ``estimate_pages`` knows
+#: the priors ``estimate_pages`` knows, the default first (``[estimate] model`` reads these)
 MODELS = ("log-normal", "gamma")
+#: the log-normal prior's default sd of ln λ (natural-log units; ``[estimate] spread``)
+DEFAULT_SPREAD = 2.0
 
 Float = NDArray[np.float64]
 Index = NDArray[np.intp]
@@ -761,8 +764,8 @@ def estimate_pages(
     since_change: ArrayLike | None = None,
     trusted_hosts: ArrayLike | None = None,
     prior: Prior | None = None,
-    model: str = "log-normal",
-    spread: float = 2.0,
+    model: str = MODELS[0],
+    spread: float = DEFAULT_SPREAD,
     confidence: float = 0.95,
 ) -> Estimate:
     """The estimate for every page, choosing the method per page.

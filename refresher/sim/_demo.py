@@ -100,7 +100,8 @@ async def _show(daemon: Daemon, site: Site, interval: float) -> None:
 
 
 def start_fresh(config: Config) -> list[Path]:
-    """Remove the previous demo run (history, truth beside it, snapshot); returns the removed.
+    """Remove the previous demo run (history, truth beside it, snapshot, WARC files); returns
+    the removed.
 
     A history and its truth only make sense together: the simulated web is new every run, so
     a second run appended to the first history would pair it with the wrong truth. A store
@@ -120,6 +121,10 @@ def start_fresh(config: Config) -> list[Path]:
             if part.exists():
                 part.unlink()
                 gone.append(part)
+    if gone:  # the WARC files of that run go with its history (their index was in it)
+        for warc in sorted(config.archive_dir.glob("*.warc.gz")):
+            warc.unlink()
+            gone.append(warc)
     return gone
 
 
@@ -174,8 +179,8 @@ async def _demo(args: argparse.Namespace, overrides: dict[str, Any]) -> int:
         f"\nThe history is in {db}, the simulated web's truth in {truth}. Try:\n"
         f'  refresher query --store {db} "SELECT host, count(*) AS fetches, '
         'sum(changed::INT) AS changes FROM fetch_log GROUP BY host ORDER BY host"\n'
-        f'  refresher query --store {db} "SELECT policy, freshness, age FROM '
-        'freshness_by_policy"\n'
+        f'  refresher query --store {db} "SELECT to_timestamp(window_start) AS since, policy, '
+        'budget, freshness, age FROM freshness_by_policy"\n'
         f'  refresher query --store {db} --truth {truth} "SELECT host, freshness, '
         'estimated_freshness FROM true_freshness_by_host()"',
         file=sys.stdout,

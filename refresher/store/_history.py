@@ -7,8 +7,8 @@ counters (``pages.fetches``, ``changes``, ``first_seen``, ``last_change``) are k
 ``pages`` and are not recounted, so they go on summarising the whole history. The freshness
 views over a window that reaches back past the retention period see fewer refreshes there.
 
-A running daemon's snapshot copies ``fetches`` incrementally, so it keeps the deleted rows
-until the daemon restarts (the first snapshot of a process is rebuilt from the store).
+A running daemon's snapshot copies ``fetches`` incrementally: after a pass that deleted rows,
+the daemon makes its next snapshot a rebuild (:meth:`Snapshotter.rebuild_next`).
 """
 
 from __future__ import annotations

@@ -78,7 +78,8 @@ T = TypeVar("T")
 DEFAULT_SNAPSHOT_NAME = "snapshot.duckdb"
 
 #: Append-only tables copied incrementally, by the column that grows with each commit.
-_APPEND_ONLY = {"fetches": "id"}
+#: Retention deletes from them: :meth:`Snapshotter.rebuild_next` after it.
+_APPEND_ONLY = {"fetches": "id", "warc_records": "id"}
 
 _ALIAS = "rf_snapshot"
 
@@ -195,6 +196,12 @@ class Snapshotter:
             # missing, or a path that cannot be a file: nothing to remove
             with contextlib.suppress(OSError):
                 name.unlink()
+
+    async def rebuild_next(self) -> None:
+        """Make the next snapshot start from nothing: rows of a table copied incrementally were
+        deleted or changed (archive and history retention)."""
+        async with self._lock:
+            self._fresh_staging = False
 
     async def write_now(self) -> Path:
         """Publish a snapshot holding every fetch queued before this call; returns its path.

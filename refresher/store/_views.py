@@ -8,8 +8,9 @@ stock ``duckdb`` CLI can run it. :func:`create_views` (re)creates the objects;
 Units: every time is unix seconds (DOUBLE; ``to_timestamp(x)`` shows it), every duration and
 every age is seconds, freshness is a fraction in [0, 1], rates are per second.
 
-The model (DESIGN.md §3). A *refresh* is a successful fetch: status 2xx or 304 (the copy equals
-the live page as of the fetch's ``finished_at``); a failed fetch refreshes nothing. Between a
+The model (Cho & Garcia-Molina 2003; docs/model.md). A *refresh* is a successful fetch:
+status 2xx or 304 (the copy equals the live page as of the fetch's ``finished_at``); a failed
+fetch refreshes nothing. Between a
 refresh at s and the next one the copy is estimated fresh at t with probability
 ``P = e^(−λ̂(t−s))`` and its expected age is ``E[age] = (t−s) − (1 − e^(−λ̂(t−s)))/λ̂``.
 Time averages integrate these exactly between refresh points (∫ e^(−λx) dx = (1 − e^(−λL))/λ

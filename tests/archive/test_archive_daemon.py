@@ -180,3 +180,31 @@ async def test_the_change_feed_gets_every_change_and_a_hung_webhook_only_drops(
     assert sorted((x["url"], x["digest"]) for x in lines) == sorted(
         (u, bytes(dg).hex()) for u, dg in responses
     )
+
+
+async def test_the_daemon_prunes_old_versions_periodically_and_every_page_keeps_its_latest(
+    site, short_dir, daemons
+):
+    s, port = site
+    config = daemon_config(
+        short_dir,
+        port=port,
+        seeds=s.urls(),
+        archive={"keep_versions": 1, "prune_interval": 1.0, "revisits": False},
+        snapshot={"interval": 0.5},
+    )
+    d = daemons(config)
+    await d.ready()
+    await wait_for(lambda: d.event("archive pruned"), what="a retention pass")
+    pruned = d.event("archive pruned")
+    d.signal(signal.SIGTERM)
+    assert await d.wait_exit() == 0
+    assert pruned is not None and pruned["records"] > 0
+    db = short_dir / "refresher.duckdb"
+    directory = short_dir / "archive"
+    for file, offset, kind, digest in indexed_records(db):
+        record = read_record(directory / file, offset)
+        assert kind == "response" and blake(record.body) == bytes(digest)
+    archived = {r[0] for r in query_db(db, "SELECT url FROM warc_records")}
+    ok_pages = {r[0] for r in query_db(db, "SELECT url FROM pages WHERE digest IS NOT NULL")}
+    assert ok_pages <= archived  # every page with a copy still has its latest version

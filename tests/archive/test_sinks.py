@@ -162,11 +162,12 @@ async def test_the_webhook_retries_with_backoff_until_the_receiver_takes_the_cha
 
 
 def test_an_unknown_sink_name_is_refused_with_the_installed_ones(tmp_path):
-    config = load_config(
-        None, overrides={"sinks": {"names": ["nope"]}}, default_file=tmp_path / "x"
-    )
+    # refused when the config loads, before the daemon creates anything
     with pytest.raises(ConfigError, match=r"installed: .*jsonl.*webhook"):
-        load_sinks(config)
+        load_config(None, overrides={"sinks": {"names": ["nope"]}}, default_file=tmp_path / "x")
+    config = load_config(None, default_file=tmp_path / "x")
+    with pytest.raises(ConfigError, match=r"installed: .*jsonl.*webhook"):
+        load_sinks(config, ["nope"])
 
 
 async def test_sinks_load_by_entry_point(tmp_path):

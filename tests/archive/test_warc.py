@@ -174,3 +174,15 @@ def test_a_file_that_is_not_warc_is_reported_by_name_and_left_in_place(tmp_path)
     w = WarcWriter(tmp_path, min_free_bytes=0)
     assert w.recover({}) == [bad.name]
     assert bad.exists() and w.statistics().corrupt_files == 1
+
+
+def test_a_file_is_settled_for_retention_once_closed_and_every_row_synced(tmp_path):
+    w = WarcWriter(tmp_path, min_free_bytes=0)
+    row = w.write(capture(result()))
+    assert row is not None and w.unsettled() == {row.file}
+    w.rotate()
+    assert w.unsettled() == {row.file}  # closed, but its index row is not committed yet
+    w.sync([row])
+    assert w.unsettled() == set() and w.current_file is None
+    later = w.write(capture(result(body=b"<p>2</p>")))
+    assert later is not None and later.file != row.file and w.unsettled() == {later.file}

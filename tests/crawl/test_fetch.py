@@ -18,7 +18,7 @@ import pytest
 import trio
 from _rawserver import Connection, Handler, RawServer, Reply, Request, http_handler, raw_server
 
-from refresher._errors import InvalidURL
+from refresher._errors import ConfigError, InvalidURL
 from refresher.crawl._dns import Resolver
 from refresher.crawl._fetch import (
     ACCEPT_ENCODING,
@@ -608,3 +608,35 @@ async def test_https_with_a_certificate_for_another_name_is_a_connect_error(tls:
         result = await f.fetch("https://other.fetch.test/")
     assert result.error_kind == "connect"
     assert tls.sni == ["other.fetch.test"]
+
+
+async def test_the_x_robots_tag_header_reaches_the_result() -> None:
+    page = html(PAGE, ("X-Robots-Tag", "noindex"), ("X-Robots-Tag", "nofollow"))
+    async with site(http_handler(app_of({"/": page}))) as (_server, f):
+        result = await f.fetch("http://a.fetch.test/")
+    assert result.robots_tag is not None
+    assert {v.strip() for v in result.robots_tag.split(",")} == {"noindex", "nofollow"}
+
+
+def test_bad_fetcher_settings_name_keys_that_exist() -> None:
+    resolver = Resolver()
+    with pytest.raises(ConfigError) as agent:
+        Fetcher(user_agent=" ", resolver=resolver)
+    assert agent.value.key == "crawl.user_agent"
+    with pytest.raises(ConfigError) as hosts:
+        Fetcher(user_agent=UA, resolver=resolver, max_open_hosts=0)
+    assert hosts.value.key is None and "max_open_hosts=0" in str(hosts.value)
+
+
+async def test_configure_changes_the_user_agent_and_limits_of_the_next_fetch() -> None:
+    from refresher._config import FetchConfig
+
+    async with site(http_handler(app_of({"/": html()}))) as (server, f):
+        await f.fetch("http://a.fetch.test/")
+        f.configure(FetchConfig(max_body_bytes=10), user_agent="newbot/2.0")
+        cut = await f.fetch("http://a.fetch.test/")
+        with pytest.raises(ConfigError) as bad:
+            f.configure(FetchConfig(timeout=0.0), user_agent="newbot/2.0")
+    assert [r.headers["user-agent"] for r in server.requests] == [UA, "newbot/2.0"]
+    assert cut.error_kind == "too_large"
+    assert bad.value.key == "fetch.timeout"

@@ -9,7 +9,7 @@ import math
 import pytest
 import trio
 
-from refresher.crawl._frontier import Frontier, next_allowed_after
+from refresher.crawl._frontier import Frontier, HostRobots, HostTiming, next_allowed_after
 from refresher.store._duckdb import HostRow, PageRow
 
 EPOCH = 1.7e9  # the injected wall clock starts here
@@ -81,8 +81,8 @@ async def run_workers(
             await trio.sleep(fetch_time)
             end = wall()
             on_fetch(lease, "end", end)
-            lease.host.next_allowed = end + delay
-            frontier.release(lease, next_due=end + 5.0)
+            timing = HostTiming(next_allowed=end + delay, delay=delay, backoff=0.0, errors=0)
+            frontier.release(lease, next_due=end + 5.0, timing=timing)
 
     async with trio.open_nursery() as nursery:
         await nursery.start(frontier.run)
@@ -276,3 +276,27 @@ def test_retry_after_is_honoured_up_to_the_backoff_cap():
     assert politeness(retry_after=120.0)[0] == 220.0
     assert politeness(retry_after=1e9)[0] == 100.0 + 3600.0
     assert math.isclose(politeness(retry_after=0.5)[0], 101.0)
+
+
+async def test_release_applies_the_hosts_new_timing_and_robots(autojump_clock):
+    pages = [page(1, host=1, due=EPOCH), page(2, host=1, due=EPOCH)]
+    frontier, _ = make(pages, window=60.0)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(frontier.run)
+        lease = await frontier.acquire()
+        assert lease is not None
+        timing = HostTiming(next_allowed=wall() + 7.0, delay=7.0, backoff=0.0, errors=0)
+        robots = HostRobots(rules="rules", agent="bot", status=404, body=b"", expires_at=EPOCH + 9)
+        frontier.release(lease, next_due=None, timing=timing, robots=robots)
+        assert (lease.host.next_allowed, lease.host.delay) == (timing.next_allowed, 7.0)
+        assert (lease.host.robots, lease.host.robots_agent, lease.host.robots_status) == (
+            "rules",
+            "bot",
+            404,
+        )
+        released = wall()
+        second = await frontier.acquire()
+        assert second is not None and second.page.id == 2
+        assert wall() - released >= 7.0  # the new next_allowed held the host back
+        frontier.close()
+        nursery.cancel_scope.cancel()

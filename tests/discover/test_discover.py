@@ -169,3 +169,107 @@ async def test_sitemaps_from_robots_txt_bring_pages_no_link_reaches_and_their_la
     assert pages["http://s.sim.test/sitemap.xml"][0] == "sitemap"
     assert pages["http://s.sim.test/hidden"][1] is not None  # <lastmod> kept as a change signal
     assert pages["http://n.sim.test/sitemap.xml"][2] == "gone"
+
+
+#: pages per host: the home page links /p0, /p3, /p6 and each /pN links /p(N+1), up to /p8
+_TEMPLATE_PAGES = 9
+
+
+def _template_app(request: Request) -> Reply:
+    """Every host serves byte-identical pages with relative links only (no <base>)."""
+    path = request.target.split("?")[0]
+    if path == "/robots.txt":
+        return Reply(status=404)
+    if path == "/":
+        links = ["/p0", "/p3", "/p6"]
+    elif (m := re.fullmatch(r"/p(\d+)", path)) and int(m.group(1)) < _TEMPLATE_PAGES:
+        n = int(m.group(1))
+        links = [f"/p{n + 1}"] if n + 1 < _TEMPLATE_PAGES else []
+    else:
+        return Reply(status=404)
+    body = "".join(f'<a href="{href}">{href}</a>' for href in links)
+    html = f"<!DOCTYPE html><html><head><title>Template</title></head><body>{body}</body></html>"
+    return Reply(headers=[("content-type", "text/html")], body=html.encode())
+
+
+async def test_twenty_hosts_with_byte_identical_pages_are_each_crawled_whole(short_dir, daemons):
+    hosts = [f"t{i}.sim.test" for i in range(20)]
+    wanted = {(h, p) for h in hosts for p in ["/", *(f"/p{n}" for n in range(_TEMPLATE_PAGES))]}
+    assert len(wanted) == 200
+    async with raw_server(http_handler(_template_app)) as server:
+        config = daemon_config(
+            short_dir,
+            port=server.port,
+            seeds=[f"http://{h}/" for h in hosts],  # host roots only
+            budget={"fetches_per_second": 60.0},
+        )
+        d = daemons(config)
+        await d.ready()
+
+        def missing() -> set[tuple[str, str]]:
+            got = {(r.headers.get("host", "").split(":")[0], r.target) for r in server.requests}
+            return wanted - got
+
+        await wait_for(lambda: not missing(), what="every page of every host fetched")
+        d.signal(signal.SIGTERM)
+        assert await d.wait_exit() == 0
+    db = short_dir / "refresher.duckdb"
+    assert query_db(db, "SELECT count(*) FROM pages")[0][0] == 200
+    # Only the last page of each host yields nothing (no links): those are true duplicates;
+    # every other page names links on its own host.
+    dups = query_db(db, "SELECT url FROM pages WHERE duplicate_of IS NOT NULL")
+    assert len(dups) == 19 and {url.rsplit("/", 1)[1] for (url,) in dups} == {"p8"}
+
+
+def _settings_app(request: Request) -> Reply:
+    """x: its home page says X-Robots-Tag: nofollow; y: an image and more links than allowed."""
+    host = request.headers.get("host", "").split(":")[0]
+    path = request.target
+    if path == "/robots.txt":
+        return Reply(status=404)
+    headers = [("content-type", "text/html")]
+    if (host, path) == ("x.sim.test", "/"):
+        headers.append(("X-Robots-Tag", "nofollow"))
+        body = '<a href="/secret">s</a>'
+    elif (host, path) == ("y.sim.test", "/"):
+        body = '<img src="/pic.png"><a href="/a">a</a><a href="/b">b</a><a href="/c">c</a>'
+    elif path == "/pic.png":
+        return Reply(headers=[("content-type", "image/png")], body=b"\x89PNG")
+    else:
+        body = "leaf"
+    return Reply(headers=headers, body=f"<html><body>{body}</body></html>".encode())
+
+
+async def test_link_settings_and_the_x_robots_tag_reach_the_parser(short_dir, daemons):
+    async with raw_server(http_handler(_settings_app)) as server:
+        config = daemon_config(
+            short_dir,
+            port=server.port,
+            seeds=["http://x.sim.test/", "http://y.sim.test/"],
+            discovery={"include_media": True, "max_links_per_page": 3},
+        )
+        d = daemons(config)
+        await d.ready()
+
+        def fetched(host: str, path: str) -> int:
+            return sum(
+                1
+                for r in server.requests
+                if r.target == path and r.headers.get("host", "").startswith(host)
+            )
+
+        await wait_for(
+            lambda: fetched("y.sim.test", "/pic.png") and fetched("x.sim.test", "/") >= 2,
+            what="the image fetched and x's home page refreshed",
+        )
+        d.signal(signal.SIGTERM)
+        assert await d.wait_exit() == 0
+    urls = {u for (u,) in query_db(short_dir / "refresher.duckdb", "SELECT url FROM pages")}
+    assert "http://x.sim.test/secret" not in urls  # the header's nofollow is honoured
+    # include_media: the image is a page; max_links_per_page = 3: the img and two links of three
+    assert {u for u in urls if u.startswith("http://y.sim.test/")} == {
+        "http://y.sim.test/",
+        "http://y.sim.test/pic.png",
+        "http://y.sim.test/a",
+        "http://y.sim.test/b",
+    }

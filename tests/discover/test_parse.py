@@ -231,3 +231,13 @@ def test_parse_counters_add_up_results() -> None:
     counters.add(Extracted())
     assert counters.statistics().documents == 3
     assert stats.documents == 2  # a snapshot does not move
+
+
+def test_a_charset_label_with_a_nul_byte_is_an_unknown_charset_not_a_crash() -> None:
+    # found by fuzz/fuzz.py charset: codecs.lookup raises ValueError on an embedded NUL
+    doc = Document(
+        url="http://a.test/",
+        content_type='text/html; charset="utf\x008"',
+        body=b'<a href="/x">x</a>',
+    )
+    assert [link.url for link in HtmlLinks().process(doc).links] == ["http://a.test/x"]

@@ -213,3 +213,27 @@ async def test_a_peer_that_answers_something_else_is_a_control_error(
     await serve_raw(nursery, path, garbage)
     with pytest.raises(ControlError, match=error):
         await ask(path, {"op": "status"})
+
+
+async def _kinds(req: dict[str, Any]) -> dict[str, Any]:
+    if req["op"] == "pause":
+        raise ControlError(f"unknown host {req.get('host')!r}", kind="unknown_host")
+    raise ValueError("bad")
+
+
+async def test_a_refusal_carries_its_kind_so_callers_never_read_the_message(
+    nursery: trio.Nursery, sock_path: Path
+) -> None:
+    await nursery.start(ControlServer(sock_path, _kinds).run)
+    with pytest.raises(ControlError) as unknown:
+        await ask(sock_path, {"op": "pause", "host": "nowhere.test"})
+    assert unknown.value.kind == "unknown_host"
+    with pytest.raises(ControlError) as bad:
+        await ask(sock_path, {"op": "other"})
+    assert bad.value.kind == "bad_request"
+
+
+async def test_no_daemon_is_unreachable(tmp_path: Path) -> None:
+    with pytest.raises(ControlError) as e:
+        await ask(tmp_path / "none.sock", {"op": "status"})
+    assert e.value.kind == "unreachable"

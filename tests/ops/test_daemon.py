@@ -7,6 +7,7 @@ import json
 import signal
 
 import pytest
+import trio
 from conftest import DaemonProcess, cli, daemon_config, query_db, wait_for
 
 from refresher.ops._control import request
@@ -317,7 +318,9 @@ async def test_a_paused_host_is_left_alone_until_resumed(site, short_dir, daemon
     d = daemons(config)
     await d.ready()
     await wait_for(lambda: len(s.requests.entries(host="b.sim.test")) >= 3, what="b fetched")
-    result = cli("pause", "--config", str(config), "b.sim.test")
+    # In a thread: the site runs on this event loop and must answer while the CLI starts, or
+    # requests sent before the pause would be logged after it.
+    result = await trio.to_thread.run_sync(cli, "pause", "--config", str(config), "b.sim.test")
     assert result.returncode == 0 and "paused (running daemon)" in result.stdout
     # at most the one request in flight at the pause may still arrive
     paused_at = len(s.requests.entries(host="b.sim.test")) + 1

@@ -10,6 +10,7 @@ import re
 import shutil
 import stat
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -169,7 +170,9 @@ needs_systemd_analyze = pytest.mark.skipif(
 )
 
 
-def verify(tmp_path: Path, units: dict[str, str], *names: str) -> list[str]:
+def verify(
+    tmp_path: Path, units: dict[str, str], *names: str, binary: Path | None = None
+) -> list[str]:
     """``systemd-analyze verify`` on ``units`` written to ``tmp_path``: its complaints.
 
     verify insists that ExecStart's binary exists, so /usr/bin/refresher is replaced by a stub
@@ -177,9 +180,10 @@ def verify(tmp_path: Path, units: dict[str, str], *names: str) -> list[str]:
     writes about our files count as failures too.
     """
     assert SYSTEMD_ANALYZE is not None
-    stub = tmp_path / "refresher"
-    stub.write_text("#!/bin/sh\nexit 0\n", encoding="utf-8")
-    stub.chmod(stub.stat().st_mode | stat.S_IXUSR)
+    stub = binary or tmp_path / "refresher"
+    if binary is None:
+        stub.write_text("#!/bin/sh\nexit 0\n", encoding="utf-8")
+        stub.chmod(stub.stat().st_mode | stat.S_IXUSR)
     for name, text in units.items():
         (tmp_path / name).write_text(text.replace("/usr/bin/refresher", str(stub)), "utf-8")
     result = subprocess.run(
@@ -200,6 +204,17 @@ def test_systemd_analyze_verify_accepts_the_units(tmp_path: Path) -> None:
     units = {name: (SYSTEMD_DIR / name).read_text(encoding="utf-8") for name in UNIT_NAMES}
     # A template is verified through an instance of it.
     assert verify(tmp_path, units, "refresher.service", "refresher@demo.service") == []
+
+
+@needs_systemd_analyze
+def test_systemd_analyze_verify_accepts_the_unit_running_the_installed_refresher(
+    tmp_path: Path,
+) -> None:
+    # The ExecStart a drop-in sets for a venv install: this checkout's real console script.
+    installed = Path(sys.executable).parent / "refresher"
+    assert installed.is_file(), f"no console script at {installed}; pip install -e ."
+    units = {"refresher.service": (SYSTEMD_DIR / "refresher.service").read_text("utf-8")}
+    assert verify(tmp_path, units, "refresher.service", binary=installed) == []
 
 
 @needs_systemd_analyze

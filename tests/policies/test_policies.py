@@ -33,7 +33,7 @@ def own_registry(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(policies._registry, "_registered", {})
 
 
-# --- the paper's example (DESIGN.md §3) --------------------------------------------------
+# --- the paper's example (Cho & Garcia-Molina 2003; docs/model.md) ----------------------
 
 
 @pytest.mark.parametrize(
@@ -42,7 +42,7 @@ def own_registry(monkeypatch: pytest.MonkeyPatch) -> None:
         ("uniform", [1.0, 1.0, 1.0, 1.0, 1.0]),
         ("proportional", [0.33, 0.67, 1.0, 1.33, 1.67]),
         ("optimal", [1.15, 1.36, 1.35, 1.14, 0.00]),
-        # The paper (and DESIGN.md) print 0.84 for f_1: its row is rounded to sum to 5. The
+        # The paper prints 0.84 for f_1: its row is rounded to sum to 5. The
         # exact optimum is f_1 = 0.83487 (a general-purpose solver agrees, and the mean age,
         # 0.2503, matches to four decimals), which rounds to 0.83.
         ("optimal-age", [0.83, 0.97, 1.03, 1.07, 1.09]),

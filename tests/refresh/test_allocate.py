@@ -3,6 +3,7 @@ and end to end, a daemon whose fetches move toward the optimal allocation."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import signal
@@ -58,6 +59,19 @@ def test_exploration_gives_pages_the_policy_starved_a_share_and_spends_the_budge
     # nothing starved: the whole budget goes to the policy's split
     u = plan(inputs(np.arange(1, 6) / day), "uniform", 5 / day, explore=0.05)
     assert u.explored == 0 and u.target.tolist() == pytest.approx([1 / day] * 5)
+
+
+def test_expected_exploration_goes_where_a_re_check_can_change_the_plan():
+    # Four slow pages the plan keeps, two fast ones it drops: one surely too fast (narrow
+    # posterior), one that might well be slow (wide posterior).
+    rates = np.array([0.01, 0.01, 0.01, 0.01, 5.0, 5.0])
+    given = dataclasses.replace(inputs(rates), rate_sd=np.array([0.1, 0.1, 0.1, 0.1, 0.05, 2.0]))
+    p = plan(given, "optimal", 0.1, explore=0.05, decide="expected")
+    assert p.target.sum() == pytest.approx(0.1)
+    assert p.target[4] < 1e-6 < p.target[5]
+    assert p.target[5] < 0.05 * 0.1  # the share it does not need goes back to the plan
+    plug = plan(given, "optimal", 0.1, explore=0.05)
+    assert plug.target[4] == plug.target[5] == pytest.approx(0.05 * 0.1 / 2)
 
 
 def test_host_caps_bind_and_the_rest_is_reported_unplaced():
@@ -433,3 +447,26 @@ def test_the_first_copys_last_modified_on_an_honest_host_counts_as_quiet_time(tm
     }
     rate = dict(zip(got.page_ids.tolist(), got.rates.tolist(), strict=True))
     assert rate[ids[1]] < rate[ids[2]] / 2  # a day without a change: slower
+
+
+def test_the_policy_table_uses_the_allocators_definition_and_shows_weighted_freshness():
+    from dataclasses import replace
+
+    rng = np.random.default_rng(3)
+    rates = np.geomspace(1e-4, 1e-1, 40)
+    weighted = replace(
+        inputs(rates, hosts=[i % 4 for i in range(40)], caps=[0.2, 0.2, 0.2, 0.2]),
+        weights=rng.gamma(0.5, 2.0, 40),
+        rate_sd=np.full(40, 0.8),
+    )
+    table = policy_table(weighted, 0.5, decide="expected")
+    rows = table["policies"]
+    for name in ("uniform", "optimal"):
+        target = plan(weighted, name, 0.5, explore=0.0, decide="expected").target
+        # scored as the allocator's statistics and the metrics score a plan: F̄ at λ̂
+        assert rows[name]["freshness"] == pytest.approx(policies.mean_freshness(rates, target))
+    # the optimal policy maximises weighted freshness: its weighted column beats uniform's
+    assert rows["optimal"]["weighted"] >= rows["uniform"]["weighted"]
+    assert rows["optimal"]["weighted"] != pytest.approx(rows["optimal"]["freshness"])
+    assert table["decide"] == "expected" and "host politeness caps" in table["definition"]
+    json.dumps(table, allow_nan=False)

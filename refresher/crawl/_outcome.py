@@ -1,0 +1,105 @@
+"""One refresh outcome, computed once: what a fetch means for the page, without any I/O.
+
+:func:`classify` reads a page's stored state and a :class:`FetchResult` and says everything the
+crawler then acts on: whether the fetch was a refresh and a change, whether it counts against
+the host, the page's status in the store's vocabulary, the validators to send next time and
+whether the body must be processed. The worker only carries the outcome out (parse, record,
+release, discover), so the definitions live here and are tested without a network.
+"""
+
+from __future__ import annotations
+
+import email.utils
+from dataclasses import dataclass
+from typing import Literal
+
+from refresher.crawl._fetch import FetchResult
+from refresher.discover._parse import meaningful_change
+from refresher.store._duckdb import PageRow
+
+__all__ = ["Outcome", "PageStatus", "classify", "http_date", "meaningful"]
+
+#: a page's status after a fetch, the store's ``pages.status`` vocabulary (besides "new"):
+#: "ok" a 2xx body; "not_modified" a 304; "error" no response or any other status (a 404 may
+#: come back, so it is fetched again); "denied" robots.txt forbids it; "gone" a guessed sitemap
+#: URL that answered 404/410, never fetched again
+PageStatus = Literal["ok", "not_modified", "error", "denied", "gone"]
+
+
+def http_date(value: str | None) -> float | None:
+    """An HTTP date as unix seconds; None when absent or unreadable."""
+    if not value:
+        return None
+    try:
+        return email.utils.parsedate_to_datetime(value).timestamp()
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Outcome:
+    """What one fetch of one page means."""
+
+    status: PageStatus
+    #: a refresh: a 2xx body or a 304, the local copy now equals the page
+    success: bool
+    #: a 2xx body whose digest differs from the last one (a first fetch is no change)
+    changed: bool
+    #: counts against the host: a transport error, a 5xx or a 429 (backoff grows)
+    failed: bool
+    #: the validators and digest the page keeps for its next conditional GET
+    etag: str | None
+    last_modified: str | None
+    digest: bytes | None
+    #: the Last-Modified the page now has, unix seconds (only after a refresh)
+    last_modified_at: float | None
+    #: a 2xx body not seen on this page before: run the processors over it
+    process: bool
+    #: the page stays due (False for "gone")
+    due: bool
+
+
+def classify(page: PageRow, r: FetchResult) -> Outcome:
+    """The outcome of fetching ``page`` with result ``r``; pure."""
+    ok = r.error_kind is None and r.status is not None and 200 <= r.status < 300
+    not_modified = r.error_kind is None and r.not_modified
+    status: PageStatus
+    if ok:
+        etag, last_modified, digest = r.etag, r.last_modified, r.digest
+        status = "ok"
+    elif not_modified:
+        # A 304 may repeat the validators or leave them out: keep what we had.
+        etag = r.etag or page.etag
+        last_modified = r.last_modified or page.last_modified
+        digest = page.digest
+        status = "not_modified"
+    else:
+        etag, last_modified, digest = page.etag, page.last_modified, page.digest
+        status = "error"
+    if page.source == "sitemap" and r.error_kind is None and r.status in (404, 410):
+        status = "gone"  # a guessed /sitemap.xml that is not there: not fetched again
+    return Outcome(
+        status=status,
+        success=ok or not_modified,
+        changed=ok and page.digest is not None and r.digest != page.digest,
+        failed=r.error_kind is not None
+        or (r.status is not None and (r.status >= 500 or r.status == 429)),
+        etag=etag,
+        last_modified=last_modified,
+        digest=digest,
+        last_modified_at=http_date(last_modified) if ok or not_modified else None,
+        process=ok and r.body is not None and r.digest != page.digest,
+        due=status != "gone",
+    )
+
+
+def meaningful(outcome: Outcome, old: int | None, new: int | None) -> bool | None:
+    """Whether a change moved the visible text beyond the near-duplicate threshold, given the
+    old and new simhash fingerprints; None when the fetch was no refresh (nothing to say)."""
+    if not outcome.success:
+        return None
+    if not outcome.changed:
+        return False
+    if old is None and new is None:
+        return True  # no text to compare: every change counts
+    return meaningful_change(old, new)
