@@ -27,7 +27,7 @@ from typing import Any
 
 import trio
 
-from refresher.store._duckdb import HostRow, PageRow
+from refresher.store._interface import HostRow, PageRow
 
 __all__ = [
     "Frontier",

@@ -40,7 +40,7 @@ from refresher.discover._threads import ParseThreads
 from refresher.discover._url import canonicalize
 from refresher.ops._logging import get_logger
 from refresher.refresh._allocate import Allocator
-from refresher.store._duckdb import FetchRecord, HostUpdate, RobotsUpdate, StoreService
+from refresher.store._interface import FetchRecord, HostUpdate, RobotsUpdate, Store
 
 __all__ = ["Crawler", "CrawlerStatistics"]
 
@@ -105,7 +105,7 @@ class Crawler:
         config: Config,
         frontier: Frontier,
         fetcher: Fetcher,
-        store: StoreService,
+        store: Store,
         allocator: Allocator,
         discovery: Discovery | None = None,
         wall_clock: Callable[[], float] = time.time,
@@ -165,13 +165,13 @@ class Crawler:
                 # A bug must not stop the crawl: the page keeps its due time in the store.
                 log.exception("refresh failed", url=lease.page.url)
                 self._frontier.release(
-                    lease, next_due=None, timing=self.fallback_timing(lease.host)
+                    lease, next_due=None, timing=self._fallback_timing(lease.host)
                 )
             except BaseException:
                 # Cancelled mid-fetch (drain deadline passed): nothing is recorded, the page
                 # keeps its due time in the store and is fetched again after restart.
                 self._frontier.release(
-                    lease, next_due=None, timing=self.fallback_timing(lease.host)
+                    lease, next_due=None, timing=self._fallback_timing(lease.host)
                 )
                 raise
             finally:
@@ -299,7 +299,7 @@ class Crawler:
         )
         return HostTiming(next_allowed=next_allowed, delay=delay, backoff=backoff, errors=errors)
 
-    def fallback_timing(self, host: HostState) -> HostTiming:
+    def _fallback_timing(self, host: HostState) -> HostTiming:
         """A host's timing when its refresh failed before one was computed (a bug, a
         cancellation): its usual delay from now, so a failing refresh cannot hammer it."""
         delay = max(self.config.politeness.min_delay, host.delay or 0.0)
