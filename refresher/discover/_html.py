@@ -230,7 +230,8 @@ def _tree(body: bytes, codec: str, start: int, errors: str) -> Any:
         data = body[start:] if start else body
     else:  # rarer: decode in Python, then hand libxml2 the UTF-8 it is told to expect
         data = body[start:].decode(codec, errors).encode("utf-8", "replace")
-    data = _without_early_end(data)
+    if _ends_early(data):
+        raise _NoTree
     parser = _tree_parser()
     try:
         root = etree.fromstring(data, parser)
@@ -241,19 +242,17 @@ def _tree(body: bytes, codec: str, start: int, errors: str) -> Any:
     return root
 
 
-_END_TAGS = re.compile(rb"</(?:html|body)\s*>", re.IGNORECASE)
 _ONLY_END_TAGS = re.compile(rb"(?:</(?:html|body)\s*>|\s)*")
 
 
-def _without_early_end(data: bytes) -> bytes:
-    """``data`` without its ``</body>`` and ``</html>`` tags when markup follows them: the
-    tree builder drops what comes after the end of the document, while browsers (and the
-    streaming target) still read it. Most pages end there, and are returned as they are."""
+def _ends_early(data: bytes) -> bool:
+    """Whether markup follows the first ``</body>`` or ``</html>``: the tree builder drops
+    what comes after the end of the document, while browsers (and the streaming target)
+    still read it; and such a tag may sit in raw text (a script, ``<noframes>``), where
+    removing it would change the page. Such pages stream; most end at their end tags."""
     low = data.lower()
     ends = [i for i in (low.find(b"</body"), low.find(b"</html")) if i >= 0]
-    if ends and not _ONLY_END_TAGS.fullmatch(low, min(ends)):
-        return _END_TAGS.sub(b"", data)
-    return data
+    return bool(ends) and _ONLY_END_TAGS.fullmatch(low, min(ends)) is None
 
 
 def _visible_text(root: Any) -> Iterator[str]:

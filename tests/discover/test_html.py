@@ -7,10 +7,15 @@ from __future__ import annotations
 
 import random
 import tracemalloc
+from collections import Counter
+from typing import Any
 
 import pytest
-from _pages import STORY, fixture, html, triples, urls
+from _pages import DATA, STORY, fixture, html, triples, urls
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from refresher.discover import _charset, _html, _simhash
 from refresher.discover._parse import (
     Document,
     Extracted,
@@ -342,3 +347,60 @@ def test_a_10_mb_page_with_100000_links_stays_within_bounded_memory() -> None:
     assert result.fingerprint is not None
     # Decoding the body or building a tree would each take more than the body's size.
     assert peak < 8_000_000, f"peak {peak / 1e6:.1f} MB of Python memory"
+
+
+# --------------------------------------------------------------------------- tree vs stream
+
+
+def _both_paths(body: bytes, url: str = "http://example.com/dir/page.html") -> tuple[Any, Any]:
+    """(links, canonical, flags, fingerprint, counts) from the tree path and the streaming path;
+    None for the tree path when it refuses the page (which then streams)."""
+    results: list[Any] = []
+    for streaming in (False, True):
+        skipped: Counter[str] = Counter()
+        charset = _charset.choose_charset(body, "text/html", skipped)
+        found = _html._Links(HtmlLinks(include_media=True), url, skipped)
+        if streaming:
+            target = _html._HtmlTarget(found, skipped)
+            _html._stream(body, charset, target)
+            text = target.text
+        else:
+            text = _simhash._Simhash()
+            try:
+                _html._from_tree(_html._tree(body, *charset), found, text)
+            except _html._NoTree:
+                results.append(None)
+                continue
+        flags = (found.noindex, found.nofollow)
+        results.append((found.links, found.canonical, flags, text.value(), dict(skipped)))
+    return results[0], results[1]
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in DATA.glob("*.html")))
+def test_the_tree_path_finds_what_the_streaming_parser_finds(name: str) -> None:
+    tree, stream = _both_paths(fixture(name))
+    if tree is None:  # markup after </body> or </html>: the page streams
+        assert _html._ends_early(fixture(name)), name
+    else:
+        assert tree == stream
+
+
+_TAGS = ["a", "p", "div", "script", "style", "noscript", "b", "base", "link", "meta", "br"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.sampled_from([f"<{t}>" for t in _TAGS] + [f"</{t}>" for t in _TAGS]),
+            st.sampled_from(['<a href="/x">', '<a href="y.html#f">', "<!-- c -->", "&amp;"]),
+            st.sampled_from(['<base href="/b/">', '<link rel=canonical href="/c">']),
+            st.text(alphabet="ab c.\n\u00e9", max_size=12),
+        ),
+        max_size=40,
+    )
+)
+def test_the_tree_path_agrees_with_the_streaming_parser_on_tag_soup(parts: list[str]) -> None:
+    body = "".join(parts).encode()
+    tree, stream = _both_paths(body)
+    assert tree is None or tree == stream
