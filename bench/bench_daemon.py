@@ -156,11 +156,9 @@ def scratch(args: argparse.Namespace, prefix: str) -> Iterator[Path]:
 
 def write_config(directory: Path, **sections: dict[str, Any]) -> Path:
     """A daemon config with everything under ``directory``; ``sections`` override keys."""
+    sections["policy"] = {"name": "uniform", **sections.get("policy", {})}
     tables = harness_config(
-        directory,
-        user_agent="refresher-bench/1.0 (+http://127.0.0.1/)",
-        policy={"name": "uniform"},
-        **sections,
+        directory, user_agent="refresher-bench/1.0 (+http://127.0.0.1/)", **sections
     )
     return harness_write_config(directory / "refresher.toml", tables)
 

@@ -18,7 +18,7 @@ import tomllib
 from collections.abc import Callable
 from pathlib import Path
 
-import atheris
+import atheris  # type: ignore[import-untyped]
 
 with atheris.instrument_imports(include=["refresher"]):
     from refresher._config import load_config, parse_override
@@ -64,23 +64,20 @@ def sitemap(data: bytes) -> None:
 def charset(data: bytes) -> None:
     fdp = atheris.FuzzedDataProvider(data)
     label = fdp.ConsumeUnicodeNoSurrogates(24)
-    _processed("http://a.test/", f"text/html; charset={label}", fdp.ConsumeBytes(fdp.remaining_bytes()))
+    body = fdp.ConsumeBytes(fdp.remaining_bytes())
+    _processed("http://a.test/", f"text/html; charset={label}", body)
 
 
 def config(data: bytes) -> None:
     text = data.decode("utf-8", "replace")
-    try:
+    with contextlib.suppress(ConfigError):
         parse_override(text)
-    except ConfigError:
-        pass
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError:
         return
-    try:
+    with contextlib.suppress(ConfigError):
         load_config(overrides=doc, default_file=_NO_FILE)
-    except ConfigError:
-        pass
 
 
 def _http() -> Callable[[bytes], None]:

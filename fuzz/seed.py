@@ -49,7 +49,7 @@ def _sitemap() -> list[bytes]:
 def _charset() -> list[bytes]:
     out = []
     for label in ("utf-8", "windows-1252", "shift_jis", "utf-16le", "x-unknown"):
-        body = f'<meta charset="{label}"><a href="/é">é</a>'.encode("utf-8")
+        body = f'<meta charset="{label}"><a href="/é">é</a>'.encode()
         out.append(label.encode().ljust(24, b" ") + body)
     return out
 
@@ -65,7 +65,7 @@ def _config() -> list[bytes]:
 def _http() -> list[bytes]:
     return [
         b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: 5\r\n\r\nhello",
-        b"HTTP/1.1 304 Not Modified\r\nETag: \"e\"\r\n\r\n",
+        b'HTTP/1.1 304 Not Modified\r\nETag: "e"\r\n\r\n',
         b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Encoding: gzip\r\n\r\n"
         + f"{len(gzip.compress(b'x')):x}\r\n".encode()
         + gzip.compress(b"x")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
+import inspect
 import os
 import shutil
 import subprocess
@@ -45,13 +47,22 @@ def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     )
 
 
+async def acli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """:func:`cli` in a thread: a test whose servers run on its own event loop must keep them
+    answering while the command runs."""
+    return await trio.to_thread.run_sync(functools.partial(cli, *args, timeout=timeout))
+
+
 async def wait_for(
     predicate: Callable[[], Any], *, timeout: float = DEADLINE, what: str = ""
 ) -> Any:
-    """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` seconds."""
+    """Poll ``predicate`` (a function, or an async one) until it returns something truthy;
+    fail after ``timeout`` seconds."""
     with trio.move_on_after(timeout):
         while True:
             value = predicate()
+            if inspect.isawaitable(value):
+                value = await value
             if value:
                 return value
             await trio.sleep(0.05)
