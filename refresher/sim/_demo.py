@@ -70,7 +70,10 @@ async def _show(daemon: Daemon, site: Site, interval: float) -> None:
         store = daemon.store
         if store is None or "crawler" not in status:
             continue
-        rows = await store.last_refreshes()
+        try:
+            rows = await store.last_refreshes()
+        except trio.ClosedResourceError:
+            return  # the daemon is stopping: its store takes no more requests
         est, true = _freshness(site, rows, time.time())
         c, s = status["crawler"], status.get("store", {})
         # The rate over this line's own interval (the daemon's progress rate starts at 0).
