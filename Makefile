@@ -24,7 +24,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check refresher policies
 
 typecheck: $(STAMP)
-	$(BIN)/mypy refresher policies
+	$(BIN)/mypy refresher
 	$(BIN)/mypy --strict analysis
 
 bench: $(STAMP)

@@ -37,10 +37,8 @@ import argparse
 import itertools
 import json
 import math
-import os
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -59,8 +57,9 @@ import numpy as np
 import trio
 from matplotlib.figure import Figure
 
-import policies
+from refresher import policies
 from refresher._errors import RefresherError
+from refresher.sim._harness import DaemonProcess, harness_config, write_config
 from refresher.sim._simweb import SimwebConfig, plan_web, serve_simweb, site_of, write_truth
 from refresher.sim._site import Site
 
@@ -260,18 +259,6 @@ def disallowed(robots: str | None) -> list[str]:
     ]
 
 
-def _toml(value: Any) -> str:
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, str):
-        return json.dumps(value)  # a JSON string is a TOML basic string
-    if isinstance(value, Mapping):
-        return "{ " + ", ".join(f"{json.dumps(k)} = {_toml(v)}" for k, v in value.items()) + " }"
-    return "[" + ", ".join(_toml(v) for v in value) + "]"
-
-
 def _daemon_config(
     path: Path,
     *,
@@ -282,75 +269,44 @@ def _daemon_config(
     policy: str,
     settings: CompareSettings,
 ) -> Path:
-    sections: dict[str, dict[str, Any]] = {
-        "store": {"path": str(store), "flush_interval": 0.5},
-        "crawl": {
-            "seeds": list(seeds),
-            "workers": settings.workers,
-            "user_agent": "refresher-compare/1.0 (+http://127.0.0.1/)",
-        },
-        "budget": {"fetches_per_second": settings.budget},
-        "policy": {
+    tables = harness_config(
+        path.parent,
+        user_agent="refresher-compare/1.0 (+http://127.0.0.1/)",
+        store={"path": str(store), "flush_interval": 0.5},
+        crawl={"seeds": list(seeds), "workers": settings.workers},
+        budget={"fetches_per_second": settings.budget},
+        policy={
             "name": policy,
             "resolve_interval": settings.resolve_interval,
             "explore": settings.explore,
             "weights": settings.weights,
         },
-        "politeness": {
+        politeness={
             "min_delay": settings.min_delay,
             "response_time_factor": 0.0,
             "max_delay": 5.0,
             "backoff_base": 0.5,
             "max_backoff": 2.0,
         },
-        "fetch": {"timeout": 5.0},
-        "dns": {"static": {f"*.{settings.simweb.domain}": f"127.0.0.1:{port}"}},
-        "frontier": {"window": 10.0},
-        "discovery": {"enabled": False},
-        "snapshot": {"interval": 0.0},
-        "control": {"socket": str(control)},
-        "log": {"format": "json", "level": "info", "progress_interval": 10.0},
-        "daemon": {"drain_timeout": 5.0},
-    }
-    text = "".join(
-        f"[{name}]\n" + "".join(f"{k} = {_toml(v)}\n" for k, v in table.items()) + "\n"
-        for name, table in sections.items()
+        fetch={"timeout": 5.0},
+        dns={"static": {f"*.{settings.simweb.domain}": f"127.0.0.1:{port}"}},
+        frontier={"window": 10.0},
+        discovery={"enabled": False},
+        snapshot={"interval": 0.0},
+        control={"socket": str(control)},
+        log={"progress_interval": 10.0},
     )
-    path.write_text(text)
-    return path
-
-
-def _logged(log: Path, event: str) -> bool:
-    for line in log.read_bytes().splitlines():
-        try:
-            obj = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(obj, dict) and obj.get("event") == event:
-            return True
-    return False
+    return write_config(path, tables)
 
 
 @contextmanager
-def _daemon(config: Path, log: Path) -> Iterator[subprocess.Popen[bytes]]:
+def _daemon(config: Path, log: Path) -> Iterator[DaemonProcess]:
     """``refresher run`` as a child process; killed on the way out if it still runs."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    for name in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"):
-        env.pop(name, None)
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "refresher", "run", "--config", str(config)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=env,
-        )
-        try:
-            yield proc
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+    daemon = DaemonProcess(config, log_path=log)
+    try:
+        yield daemon
+    finally:
+        daemon.kill()
 
 
 async def _until(what: str, check: Any, log: Path) -> None:
@@ -383,7 +339,8 @@ async def _run(policy: str, settings: CompareSettings, run_dir: Path) -> tuple[f
                 settings=settings,
             )
             log = run_dir / "daemon.log"
-            with _daemon(config, log) as proc:
+            with _daemon(config, log) as daemon:
+                proc = daemon.proc
 
                 def ready() -> bool:
                     if proc.poll() is not None:
@@ -391,7 +348,7 @@ async def _run(policy: str, settings: CompareSettings, run_dir: Path) -> tuple[f
                             f"the daemon exited ({proc.returncode}) before it was ready:\n"
                             + log.read_text(errors="replace")[-2000:]
                         )
-                    return _logged(log, "ready")
+                    return daemon.event("ready") is not None
 
                 await _until("become ready", ready, log)
                 start = time.time()

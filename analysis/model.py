@@ -31,8 +31,8 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 from numpy.typing import NDArray
 
-import policies
 from analysis.compare import disallowed
+from refresher import policies
 from refresher._errors import RefresherError
 from refresher.refresh._allocate import PolicyInputs, plan, uncertainty
 from refresher.refresh._estimate import MODELS, estimate_pages

@@ -38,7 +38,7 @@ import numpy as np
 from matplotlib.figure import Figure
 from numpy.typing import NDArray
 
-import policies
+from refresher import policies
 from refresher._errors import RefresherError, StoreError
 
 if __package__ in (None, ""):  # run as a file: python analysis/plots.py

@@ -30,12 +30,12 @@ CREATE OR REPLACE TEMP VIEW refreshes AS SELECT f.id AS fetch_id, f.page_id, f.f
            AS next_refresh_at,
        f.status, f.changed, f.policy
 FROM fetches f
-WHERE (f.status BETWEEN 200 AND 299 OR f.status = 304);
+WHERE (f.error_kind IS NULL AND (f.status BETWEEN 200 AND 299 OR f.not_modified));
 
 CREATE OR REPLACE TEMP VIEW page_rates AS WITH hist AS (
     SELECT f.page_id, count(*) - 1 AS intervals, count(*) FILTER (WHERE f.changed) AS changes,
            max(f.finished_at) - min(f.finished_at) AS span
-    FROM fetches f WHERE (f.status BETWEEN 200 AND 299 OR f.status = 304) GROUP BY f.page_id
+    FROM fetches f WHERE (f.error_kind IS NULL AND (f.status BETWEEN 200 AND 299 OR f.not_modified)) GROUP BY f.page_id
 ), pooled AS (
     SELECT sum(changes) / nullif(sum(span), 0) AS rate FROM hist WHERE intervals > 0
 ), chosen AS (
@@ -60,7 +60,7 @@ FROM chosen;
 
 CREATE OR REPLACE TEMP VIEW page_freshness_now AS WITH last AS (
     SELECT f.page_id, max(f.finished_at) AS last_refresh
-    FROM fetches f WHERE (f.status BETWEEN 200 AND 299 OR f.status = 304) GROUP BY f.page_id
+    FROM fetches f WHERE (f.error_kind IS NULL AND (f.status BETWEEN 200 AND 299 OR f.not_modified)) GROUP BY f.page_id
 )
 SELECT p.id AS page_id, p.url, h.name AS host, l.last_refresh, s.ended_at AS now,
        s.ended_at - l.last_refresh AS since_refresh, r.rate, r.rate_source,

@@ -21,7 +21,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import policies
+from refresher import policies
 
 DAY = 86_400.0
 BUILTIN = ("uniform", "proportional", "optimal", "optimal-age")

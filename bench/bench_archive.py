@@ -2,11 +2,12 @@
 
 Run from the repository root: ``.venv/bin/python bench/bench_archive.py``. For each web of the
 family (``--webs``: seed:mean-change-interval pairs) the demo site runs in a child process,
-and ``refresher run`` runs twice on a fresh store, with ``archive.enabled`` on and off, for
+and ``refresher run`` runs on a fresh store with the archive on, off, and without revisits, for
 ``--seconds`` after "ready" at ``--budget`` fetches per second. Printed per run: fetches, new
-versions archived (``response`` records), revisits, WARC bytes on disk per new version and per
-fetch, the daemon's CPU milliseconds per fetch (user + system, all threads, from /proc), and
-how much of the machine the daemon waited for (other load). Asserts nothing.
+versions archived (``response`` records), revisits, compressed bytes per new version (response
+and request records) and per revisit, WARC bytes on disk per fetch, the daemon's CPU
+milliseconds per fetch (user + system, all threads, from /proc), and how long its threads
+waited for a CPU (other load). A third run per web has revisits off. Asserts nothing.
 """
 
 from __future__ import annotations
@@ -52,26 +53,30 @@ def site(
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Run:
     web: str
-    archive: bool
+    archive: str  # on | off | no revisits
     fetches: int
     responses: int
     revisits: int
-    warc_bytes: int
+    response_bytes: int  # compressed bytes of response + request records
+    revisit_bytes: int
+    warc_bytes: int  # the files on disk
     cpu: float  # seconds
     wait: float  # seconds runnable but not running
 
     def row(self) -> str:
-        per_change = self.warc_bytes / self.responses if self.responses else float("nan")
-        per_fetch = self.warc_bytes / self.fetches if self.fetches else float("nan")
-        ms = 1000 * self.cpu / self.fetches if self.fetches else float("nan")
+        nan = float("nan")
+        per_change = self.response_bytes / self.responses if self.responses else nan
+        per_revisit = self.revisit_bytes / self.revisits if self.revisits else nan
+        per_fetch = self.warc_bytes / self.fetches if self.fetches else nan
+        ms = 1000 * self.cpu / self.fetches if self.fetches else nan
         return (
-            f"| {self.web} | {'on' if self.archive else 'off'} | {self.fetches} | "
-            f"{self.responses} | {self.revisits} | {per_change:,.0f} | {per_fetch:,.0f} | "
+            f"| {self.web} | {self.archive} | {self.fetches} | {self.responses} | "
+            f"{self.revisits} | {per_change:,.0f} | {per_revisit:,.0f} | {per_fetch:,.0f} | "
             f"{ms:.2f} | {self.wait:.1f} |"
         )
 
 
-def run(args: argparse.Namespace, web: str, port: int, seeds: Path, archive: bool) -> Run:
+def run(args: argparse.Namespace, web: str, port: int, seeds: Path, archive: str) -> Run:
     with bd.scratch(args, "ba-") as directory:
         config = bd.write_config(
             directory,
@@ -80,7 +85,7 @@ def run(args: argparse.Namespace, web: str, port: int, seeds: Path, archive: boo
             budget={"fetches_per_second": args.budget},
             politeness={"min_delay": 0.05, "response_time_factor": 0.0},
             dns={"static": {"*.sim.test": f"127.0.0.1:{port}"}},
-            archive={"enabled": archive},
+            archive={"enabled": archive != "off", "revisits": archive == "on"},
             snapshot={"interval": 0.0},
         )
         daemon = bd.Daemon(config)
@@ -93,14 +98,21 @@ def run(args: argparse.Namespace, web: str, port: int, seeds: Path, archive: boo
             daemon.stop()
         db = directory / "refresher.duckdb"
         fetches = bd.query(db, "SELECT count(*) FROM fetches", {})[0][0]
-        kinds = dict(bd.query(db, "SELECT kind, count(*) FROM warc_records GROUP BY kind", {}))
+        kinds = {
+            k: (n, b)
+            for k, n, b in bd.query(
+                db, "SELECT kind, count(*), sum(span) FROM warc_records GROUP BY kind", {}
+            )
+        }
         warc = sum(p.stat().st_size for p in (directory / "archive").glob("*.warc.gz"))
         return Run(
             web=web,
             archive=archive,
             fetches=fetches,
-            responses=kinds.get("response", 0),
-            revisits=kinds.get("revisit", 0),
+            responses=kinds.get("response", (0, 0))[0],
+            revisits=kinds.get("revisit", (0, 0))[0],
+            response_bytes=kinds.get("response", (0, 0))[1],
+            revisit_bytes=kinds.get("revisit", (0, 0))[1],
             warc_bytes=warc,
             cpu=c1 - c0,
             wait=w1 - w0,
@@ -130,16 +142,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             seeds = work / "seeds.txt"
             seeds.write_text("".join(f"{u}\n" for u in urls))
             with site(args.hosts, args.pages, int(seed), float(interval), work) as (_, port):
-                for archive in (True, False):
+                for archive in ("on", "off", "no revisits"):
                     r = run(args, f"seed {seed}, 1/λ̄ {interval} s", port, seeds, archive)
                     print(r.row(), flush=True)
                     rows.append(r)
     print()
     print(
-        "| web | archive | fetches | new versions | revisits | WARC bytes / new version |"
-        " WARC bytes / fetch | CPU ms / fetch | CPU wait s |"
+        "| web | archive | fetches | new versions | revisits | bytes / new version |"
+        " bytes / revisit | WARC bytes / fetch | CPU ms / fetch | CPU wait s |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(r.row())
     return 0

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import math
 import os
 import shutil
@@ -48,15 +47,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import duckdb
+import duckdb  # sql-ok: build_store and query only
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from refresher.ops._daemon import check_seeds  # noqa: E402
 from refresher.ops._logging import configure_logging  # noqa: E402
+from refresher.sim._harness import DaemonProcess, harness_config  # noqa: E402
+from refresher.sim._harness import write_config as harness_write_config  # noqa: E402
 from refresher.sim._site import Site, make_demo_site  # noqa: E402
-from refresher.store._duckdb import Store  # noqa: E402
+from refresher.store import DuckDBStore, RobotsUpdate  # noqa: E402
 
 #: the log line of one robots.txt request
 ROBOTS_LINE = '"robots.txt fetched"'
@@ -153,63 +154,20 @@ def scratch(args: argparse.Namespace, prefix: str) -> Iterator[Path]:
             shutil.rmtree(directory, ignore_errors=True)
 
 
-def toml_value(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, str):
-        return json.dumps(v)
-    if isinstance(v, dict):
-        return "{ " + ", ".join(f"{json.dumps(k)} = {toml_value(x)}" for k, x in v.items()) + " }"
-    return repr(v)
-
-
 def write_config(directory: Path, **sections: dict[str, Any]) -> Path:
     """A daemon config with everything under ``directory``; ``sections`` override keys."""
-    base: dict[str, dict[str, Any]] = {
-        "store": {"path": str(directory / "refresher.duckdb")},
-        "crawl": {"user_agent": "refresher-bench/1.0 (+http://127.0.0.1/)"},
-        "policy": {"name": "uniform"},
-        "control": {"socket": str(directory / "control.sock")},
-        "log": {"format": "json", "level": "info", "progress_interval": 1.0},
-        "daemon": {"drain_timeout": 5.0},
-    }
-    for name, table in sections.items():
-        base.setdefault(name, {}).update(table)
-    lines: list[str] = []
-    for name, table in base.items():
-        lines.append(f"[{name}]")
-        lines.extend(f"{k} = {toml_value(v)}" for k, v in table.items())
-        lines.append("")
-    path = directory / "refresher.toml"
-    path.write_text("\n".join(lines))
-    return path
+    sections["policy"] = {"name": "uniform", **sections.get("policy", {})}
+    tables = harness_config(
+        directory, user_agent="refresher-bench/1.0 (+http://127.0.0.1/)", **sections
+    )
+    return harness_write_config(directory / "refresher.toml", tables)
 
 
-class Daemon:
-    """``refresher run`` as a child process with its JSON log lines in a file."""
+class Daemon(DaemonProcess):
+    """``refresher run`` as a child process (the harness's), with the bench's waits."""
 
     def __init__(self, config: Path) -> None:
-        self.log_path = config.with_suffix(".log")
-        env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=str(ROOT))
-        env.pop("NOTIFY_SOCKET", None)
-        with self.log_path.open("wb") as log:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "refresher", "run", "--config", str(config)],
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-            )
-        self.pid = self.process.pid
-
-    def events(self, name: str | None = None) -> list[dict[str, Any]]:
-        out = []
-        for line in self.log_path.read_bytes().splitlines():
-            with contextlib.suppress(ValueError):
-                obj = json.loads(line)
-                if isinstance(obj, dict) and (name is None or obj.get("event") == name):
-                    out.append(obj)
-        return out
+        super().__init__(config, env={"PYTHONPATH": str(ROOT)})
 
     def count(self, needle: str) -> int:
         """Log lines containing ``needle`` (cheaper than parsing them all)."""
@@ -219,23 +177,23 @@ class Daemon:
         """Seconds from start until the "ready" log line."""
         t0 = time.monotonic()
         while not self.events("ready"):
-            if self.process.poll() is not None:
+            if self.proc.poll() is not None:
                 tail = self.log_path.read_text(errors="replace")[-3000:]
-                raise SystemExit(f"the daemon exited ({self.process.returncode}):\n{tail}")
+                raise SystemExit(f"the daemon exited ({self.proc.returncode}):\n{tail}")
             if time.monotonic() - t0 > START_TIMEOUT:
-                stop(self.process)
+                stop(self.proc)
                 raise SystemExit(f"the daemon was not ready after {START_TIMEOUT:.0f} s")
             time.sleep(0.05)
         return time.monotonic() - t0
 
-    def stop(self) -> int | None:
-        return stop(self.process)
+    def stop(self, timeout: float = STOP_TIMEOUT) -> int | None:
+        return stop(self.proc, timeout)
 
 
 def query(db: Path, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
-    con = duckdb.connect(str(db), read_only=True)
+    con = duckdb.connect(str(db), read_only=True)  # sql-ok: finished runs' figures, read-only
     try:
-        return con.execute(sql, params).fetchall()
+        return con.execute(sql, params).fetchall()  # sql-ok: finished runs' figures, read-only
     finally:
         con.close()
 
@@ -385,23 +343,22 @@ def warm_store(path: Path, site: Site) -> None:
     if rejected:
         raise SystemExit(f"the demo site's own URLs were rejected: {rejected[:3]}")
     now = time.time()
-    store = Store(path)
+    store = DuckDBStore(path)
     try:
-        store.add_pages(pages, now=now)
-        store.con.executemany(
-            "UPDATE hosts SET robots_status = ?, robots_body = ?, robots_fetched_at = ?, "
-            "robots_expires_at = ? WHERE name = ?",
-            [
-                [
-                    404 if h.robots is None else 200,
-                    b"" if h.robots is None else h.robots.encode(),
-                    now,
-                    now + 86_400.0,
-                    h.name,
-                ]
-                for h in site.hosts
-            ],
-        )
+        rows = store.add_pages(pages, now=now)
+        host_id = {h.name: h.id for h in store.hosts({r.host_id for r in rows}).values()}
+        robots = [
+            RobotsUpdate(
+                host_id=host_id[h.name],
+                status=404 if h.robots is None else 200,
+                body=b"" if h.robots is None else h.robots.encode(),
+                fetched_at=now,
+                expires_at=now + 86_400.0,
+            )
+            for h in site.hosts
+            if h.name in host_id
+        ]
+        store.write([], [], robots)
     finally:
         store.close()
 
@@ -522,11 +479,11 @@ def build_store(path: Path, *, pages: int, hosts: int, due_now: bool) -> float:
     never fetched, hence due at once.
     """
     t0 = time.perf_counter()
-    Store(path).close()  # the schema, migrated exactly as the daemon does it
-    con = duckdb.connect(str(path))
+    DuckDBStore(path).close()  # the schema, migrated exactly as the daemon does it
+    con = duckdb.connect(str(path))  # sql-ok: synthetic store
     try:
         now = time.time()
-        con.execute(
+        con.execute(  # sql-ok: synthetic store
             "INSERT INTO hosts (id, name, scheme) "
             "SELECT i, 'h' || (i - 1) || '.mem.test', 'http' FROM range(1, ? + 1) t(i)",
             [hosts],
@@ -538,7 +495,7 @@ def build_store(path: Path, *, pages: int, hosts: int, due_now: bool) -> float:
             else "$now - random() * 3600, '\"' || md5(i::VARCHAR)[:16] || '\"', "
             "unhex(md5(i::VARCHAR)), 1, 'ok'"
         )
-        con.execute(
+        con.execute(  # sql-ok: synthetic store
             f"""
             INSERT INTO pages (id, url, host_id, first_seen, due_at,
                                last_fetch, etag, digest, fetches, status)
@@ -552,7 +509,7 @@ def build_store(path: Path, *, pages: int, hosts: int, due_now: bool) -> float:
             """,
             {"h": hosts, "now": now, "n": pages},
         )
-        con.execute("CHECKPOINT")
+        con.execute("CHECKPOINT")  # sql-ok: synthetic store
     finally:
         con.close()
     return time.perf_counter() - t0

@@ -10,10 +10,10 @@ plug in through the entry-point group ``refresher.policies``.
 
 from __future__ import annotations
 
-from ._builtin import OptimalAge, OptimalFreshness, Proportional, Uniform
+from ._builtin import DEFAULT, OptimalAge, OptimalFreshness, Proportional, Uniform
 from ._expected import EXPECTED_POLICIES, expected_value, solve_expected
 from ._model import age, freshness, marginal_age, marginal_freshness, mean_age, mean_freshness
-from ._registry import DEFAULT, ENTRY_POINT_GROUP, Policy, available, get, register, solve
+from ._registry import ENTRY_POINT_GROUP, Policy, available, get, register, solve
 from ._solve import Allocation
 
 __all__ = [

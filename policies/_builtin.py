@@ -8,7 +8,7 @@ from numpy.typing import ArrayLike, NDArray
 from ._solve import Allocation, Problem, optimal, water_fill
 from ._table import age_response, freshness_response
 
-__all__ = ["BUILTIN", "OptimalAge", "OptimalFreshness", "Proportional", "Uniform"]
+__all__ = ["BUILTIN", "DEFAULT", "OptimalAge", "OptimalFreshness", "Proportional", "Uniform"]
 
 
 class _Builtin:
@@ -90,3 +90,8 @@ class OptimalAge(_Builtin):
 
 
 BUILTIN: tuple[_Builtin, ...] = (Uniform(), Proportional(), OptimalFreshness(), OptimalAge())
+
+#: the policy a config names when it names none. Defined here, not in ``_registry``: the
+#: registry imports ``refresher`` (for its error tree), whose config reads this name while
+#: ``policies`` may still be importing.
+DEFAULT = "optimal"

@@ -21,14 +21,12 @@ from numpy.typing import ArrayLike, NDArray
 
 from refresher._errors import ConfigError
 
-from ._builtin import BUILTIN
+from ._builtin import BUILTIN, DEFAULT
 from ._solve import Allocation, Problem, group_sum
 
 __all__ = ["DEFAULT", "ENTRY_POINT_GROUP", "Policy", "available", "get", "register", "solve"]
 
 ENTRY_POINT_GROUP = "refresher.policies"
-#: the policy ``[policy] name`` defaults to
-DEFAULT = "optimal"
 
 
 @runtime_checkable

@@ -23,12 +23,25 @@ from refresher._errors import (
 )
 from refresher.archive._archive import Archive, Version
 from refresher.archive._sinks import Change, Sink
+from refresher.crawl._dns import Resolver
 from refresher.crawl._fetch import Fetcher, FetchResult
 from refresher.crawl._frontier import Frontier
 from refresher.crawl._robots import RobotsRules
 from refresher.ops._control import request
 from refresher.ops._daemon import Daemon, run_daemon
-from refresher.store._duckdb import SCHEMA_VERSION, Store
+from refresher.store import (
+    SCHEMA_VERSION,
+    DuckDBStore,
+    FetchRecord,
+    HostRow,
+    HostUpdate,
+    NewPage,
+    PageRow,
+    RobotsUpdate,
+    Store,
+    StoreService,
+    open_store,
+)
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -42,23 +55,33 @@ __all__ = [
     "ControlError",
     "DNSFailure",
     "Daemon",
+    "DuckDBStore",
     "FetchError",
+    "FetchRecord",
     "FetchResult",
     "FetchTimeout",
     "Fetcher",
     "Frontier",
+    "HostRow",
+    "HostUpdate",
     "InvalidURL",
+    "NewPage",
+    "PageRow",
     "ProtocolFailure",
     "ReadFailure",
     "RefresherError",
+    "Resolver",
     "RobotsRules",
+    "RobotsUpdate",
     "Sink",
     "Store",
     "StoreError",
+    "StoreService",
     "TooManyRedirects",
     "Version",
     "__version__",
     "load_config",
+    "open_store",
     "request",
     "run_daemon",
 ]

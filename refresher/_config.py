@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import policies
+from refresher import policies
 from refresher._errors import ConfigError
 from refresher.discover._filter import FilterConfig
 from refresher.refresh._estimate import DEFAULT_SPREAD, MODELS

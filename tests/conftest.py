@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import json
+import functools
+import inspect
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -18,8 +17,10 @@ from typing import Any
 import pytest
 import trio
 
+from refresher.sim import _harness as harness
+from refresher.sim._harness import harness_config, write_config
 from refresher.sim._site import HostSpec, PageSpec, Site, serve_site
-from refresher.store._duckdb import FetchRecord
+from refresher.store import FetchRecord
 
 #: Generous deadlines: a loaded 2-core CI machine must not fail a correct daemon.
 DEADLINE = 60.0
@@ -46,13 +47,22 @@ def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     )
 
 
+async def acli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """:func:`cli` in a thread: a test whose servers run on its own event loop must keep them
+    answering while the command runs."""
+    return await trio.to_thread.run_sync(functools.partial(cli, *args, timeout=timeout))
+
+
 async def wait_for(
     predicate: Callable[[], Any], *, timeout: float = DEADLINE, what: str = ""
 ) -> Any:
-    """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` seconds."""
+    """Poll ``predicate`` (a function, or an async one) until it returns something truthy;
+    fail after ``timeout`` seconds."""
     with trio.move_on_after(timeout):
         while True:
             value = predicate()
+            if inspect.isawaitable(value):
+                value = await value
             if value:
                 return value
             await trio.sleep(0.05)
@@ -96,39 +106,13 @@ def short_dir() -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def toml_value(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, str):
-        return json.dumps(v)
-    if isinstance(v, list):
-        return "[" + ", ".join(toml_value(x) for x in v) + "]"
-    if isinstance(v, dict):
-        return "{ " + ", ".join(f"{json.dumps(k)} = {toml_value(x)}" for k, x in v.items()) + " }"
-    return repr(v)
-
-
-def write_config(path: Path, sections: dict[str, dict[str, Any]]) -> Path:
-    lines = []
-    for name, table in sections.items():
-        lines.append(f"[{name}]")
-        lines.extend(f"{k} = {toml_value(v)}" for k, v in table.items())
-        lines.append("")
-    path.write_text("\n".join(lines))
-    return path
-
-
 def daemon_config(
     directory: Path, *, port: int, seeds: list[str], **sections: dict[str, Any]
 ) -> Path:
     """A test config: fast politeness, JSON debug logs, everything under ``directory``."""
     base: dict[str, dict[str, Any]] = {
-        "store": {"path": str(directory / "refresher.duckdb"), "flush_interval": 0.2},
-        "crawl": {
-            "seeds": seeds,
-            "workers": 8,
-            "user_agent": "refresher-test/1.0 (+http://127.0.0.1/)",
-        },
+        "store": {"flush_interval": 0.2},
+        "crawl": {"seeds": seeds, "workers": 8},
         "budget": {"fetches_per_second": 40.0},
         "policy": {"name": "uniform", "resolve_interval": 5.0},
         "politeness": {
@@ -143,58 +127,28 @@ def daemon_config(
         "frontier": {"window": 5.0},
         # no guessed /sitemap.xml pages: tests count pages exactly
         "discovery": {"sitemaps": False},
-        "log": {"format": "json", "level": "debug", "progress_interval": 1.0},
-        "daemon": {"drain_timeout": 5.0},
+        "log": {"level": "debug"},
     }
     for name, table in sections.items():
         base.setdefault(name, {}).update(table)
-    return write_config(directory / "refresher.toml", base)
+    tables = harness_config(directory, user_agent="refresher-test/1.0 (+http://127.0.0.1/)", **base)
+    return write_config(directory / "refresher.toml", tables)
 
 
-class DaemonProcess:
-    """``refresher run`` as a real child process, its JSON log lines in a file."""
+class DaemonProcess(harness.DaemonProcess):
+    """``refresher run`` as a real child process (:class:`refresher.sim._harness.DaemonProcess`),
+    its JSON log lines in a file of its own, with waits for the tests."""
 
     def __init__(self, config: Path, *args: str, env: dict[str, str] | None = None) -> None:
         """``env`` is added to the environment (after NOTIFY_SOCKET and WATCHDOG_* are removed)."""
-        self.config = config
-        self.log_path = config.with_suffix(f".{os.getpid()}.{id(self)}.log")
-        self._log = self.log_path.open("wb")
-        base = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        for name in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"):
-            base.pop(name, None)
-        env = {**base, **(env or {})}
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "refresher", "run", "--config", str(config), *args],
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=env,
-        )
-
-    def events(self) -> list[dict[str, Any]]:
-        out = []
-        for line in self.log_path.read_bytes().splitlines():
-            with contextlib.suppress(ValueError):
-                obj = json.loads(line)
-                if isinstance(obj, dict):
-                    out.append(obj)
-        return out
-
-    def event(self, name: str) -> dict[str, Any] | None:
-        found = [e for e in self.events() if e.get("event") == name]
-        return found[-1] if found else None
+        log_path = config.with_suffix(f".{os.getpid()}.{id(self)}.log")
+        super().__init__(config, *args, log_path=log_path, env=env)
 
     def acknowledged(self) -> int:
         acks = [
             e.get("acknowledged", 0) for e in self.events() if e.get("event") == "batch committed"
         ]
         return max(acks, default=0)
-
-    def output(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def signal(self, signum: int) -> None:
-        self.proc.send_signal(signum)
 
     async def wait_exit(self, timeout: float = DEADLINE) -> int:
         code = await wait_for(lambda: self.proc.poll() is not None, timeout=timeout, what="exit")
@@ -212,10 +166,7 @@ class DaemonProcess:
         await wait_for(check, what="daemon ready")
 
     def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait()
-        self._log.close()
+        self.kill()
 
 
 @pytest.fixture

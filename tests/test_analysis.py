@@ -218,3 +218,23 @@ def test_on_a_generated_web_optimal_is_at_least_uniform_within_two_standard_erro
     error = result.margin_error("optimal", "uniform")
     assert math.isfinite(error) and error > 0
     assert margin >= -2.0 * error, (margin, error)
+
+
+def test_the_family_tunes_and_reports_on_different_webs_drawn_the_same_every_time() -> None:
+    from analysis import family
+
+    assert not set(family.TUNE) & set(family.REPORT)
+    assert len(family.REPORT) >= 16
+    assert family.family_web(101) == family.family_web(101)
+    webs = [family.family_web(s) for s in family.REPORT]
+    assert len({w.label for w in webs}) == len(webs)
+    assert all(0.1 <= w.budget / model.model_web(w.simweb).rates.sum() <= 3.0 for w in webs)
+
+
+def test_the_family_measures_freshness_and_age_exactly_in_each_window() -> None:
+    from analysis import family
+
+    # fetched at 1 s and 6 s, changed at 3 s: over (4, 8] stale until 6 s, then fresh
+    fresh, age = family._windows([[1.0, 6.0]], [np.array([3.0])], [8.0])
+    assert fresh.tolist() == pytest.approx([0.5])
+    assert age.tolist() == pytest.approx([1.0])  # ∫ from 4 to 6 of (t − 3) dt, over 4 s

@@ -2,13 +2,25 @@ from __future__ import annotations
 import __future__
 
 import importlib.metadata
+import re
 import types
+from pathlib import Path
 
 import refresher
 from refresher import _errors
 
 # The public API, as intended. Changing it is a decision: update this list with it.
 PUBLIC_API = [
+    "open_store",
+    "StoreService",
+    "RobotsUpdate",
+    "Resolver",
+    "PageRow",
+    "NewPage",
+    "HostUpdate",
+    "HostRow",
+    "FetchRecord",
+    "DuckDBStore",
     "SCHEMA_VERSION",
     "Archive",
     "ArchiveError",
@@ -82,3 +94,41 @@ def test_every_error_of_the_error_tree_is_exported_and_derives_from_refresher_er
 
 def test_the_version_matches_the_installed_distribution() -> None:
     assert refresher.__version__ == importlib.metadata.version("refresher")
+
+
+def test_the_policies_are_installed_as_refresher_policies_and_no_top_level_name() -> None:
+    from refresher import policies
+
+    top_level = importlib.metadata.distribution("refresher").read_text("top_level.txt") or ""
+    assert top_level.split() == ["refresher"]  # no "policies" to collide in site-packages
+    assert policies.__name__ == "refresher.policies"
+    assert policies.ENTRY_POINT_GROUP == "refresher.policies"
+    assert {"uniform", "optimal"} <= set(policies.available())
+
+
+def test_the_frontier_and_the_fetcher_take_only_public_names() -> None:
+    # Fetcher needs a Resolver, Frontier's source returns PageRow/HostRow: all in refresher.
+    resolver = refresher.Resolver(static={"a.example": "127.0.0.1:1"})
+    fetcher = refresher.Fetcher(user_agent="test/1.0", resolver=resolver)
+    assert fetcher.statistics().fetches == 0
+
+    async def source(
+        after: tuple[float, int], until: float, limit: int, known: frozenset[int]
+    ) -> tuple[list[refresher.PageRow], dict[int, refresher.HostRow]]:
+        return [], {}
+
+    frontier = refresher.Frontier(source=source, budget=1.0)
+    assert frontier.statistics().in_memory == 0
+    assert issubclass(refresher.StoreService, object) and refresher.Store is not None
+
+
+def test_nothing_imports_the_policies_by_their_folder_name() -> None:
+    # One module object: a plug-in registered through refresher.policies must be the one the
+    # daemon sees, so nothing may import the source folder as a top-level "policies".
+    root = Path(__file__).parents[1]
+    pattern = re.compile(r"^\s*(import policies\b|from policies\b)", re.M)
+    files = [
+        p for d in ("refresher", "tests", "bench", "analysis") for p in (root / d).rglob("*.py")
+    ]
+    offenders = [str(p.relative_to(root)) for p in files if pattern.search(p.read_text())]
+    assert offenders == []

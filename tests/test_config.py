@@ -302,7 +302,7 @@ class _PlugIn:
 def test_a_plug_in_policy_can_be_named_and_an_unknown_one_lists_the_registry(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import policies
+    from refresher import policies
 
     monkeypatch.setattr(policies._registry, "_registered", {})
     with pytest.raises(ConfigError) as before:

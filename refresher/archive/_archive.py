@@ -17,8 +17,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import duckdb
-
 from refresher._config import Config
 from refresher._errors import ArchiveError, InvalidURL, StoreError
 from refresher.archive._warc import WarcWriter, read_record
@@ -26,12 +24,11 @@ from refresher.discover._url import canonicalize
 from refresher.ops._logging import get_logger
 from refresher.store._captures import (
     IndexedCapture,
-    file_ends,
     latest_captures,
     lookup_captures,
-    open_index,
+    query_index,
 )
-from refresher.store._duckdb import Store
+from refresher.store._duckdb import DuckDBStore
 from refresher.store._snapshot import DEFAULT_SNAPSHOT_NAME, snapshot_path
 
 __all__ = ["Archive", "Version", "cdxj_line", "open_writer", "surt"]
@@ -61,7 +58,7 @@ class Version:
         return datetime.fromtimestamp(self.captured_at, UTC)
 
 
-def open_writer(config: Config, store: Store) -> WarcWriter | None:
+def open_writer(config: Config, store: DuckDBStore) -> WarcWriter | None:
     """The daemon's WARC writer after checking the archive directory; None when disabled.
 
     Records where the archive is (store meta ``archive_dir``) so readers find it.
@@ -77,7 +74,7 @@ def open_writer(config: Config, store: Store) -> WarcWriter | None:
         min_free_bytes=a.min_free_bytes,
         compress_level=a.compress_level,
     )
-    corrupt = writer.recover(file_ends(store.con))
+    corrupt = writer.recover(store.archive_file_ends())
     if corrupt:
         log.error("corrupt archive files skipped for reads", files=corrupt)
     store.set_meta("archive_dir", str(directory.resolve()))
@@ -106,18 +103,7 @@ class Archive:
     # -- queries -------------------------------------------------------------------------
 
     def _query(self, fn: Any) -> tuple[Any, Path]:
-        con, _source = open_index(self.path, self.snapshot)
-        try:
-            directory = self._directory
-            if directory is None:
-                row = con.execute("SELECT value FROM meta WHERE key = 'archive_dir'").fetchall()
-                directory = Path(row[0][0]) if row else self.path.parent / "archive"
-            try:
-                return fn(con), directory
-            except duckdb.CatalogException:
-                return [], directory  # a store from before the archive: nothing archived
-        finally:
-            con.close()
+        return query_index(self.path, self.snapshot, fn, directory=self._directory)
 
     def versions(self, url: str, *, at: float | None = None) -> list[IndexedCapture]:
         """The archived versions (responses) of ``url`` at or before ``at``, newest first."""

@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from refresher._config import Config
-from refresher._errors import ArchiveError
+from refresher._errors import ArchiveError, StoreError
 from refresher.archive._archive import Archive
 from refresher.archive._export import export
 from refresher.archive._retention import HistoryRetention, prune_now
-from refresher.store._duckdb import Store
+from refresher.store._duckdb import DuckDBStore
 
 __all__ = ["COMMANDS", "add_commands", "run_command"]
 
@@ -123,10 +123,18 @@ def _prune(args: argparse.Namespace, config: Config) -> int:
             file=sys.stderr,
         )
         return 2
-    store = Store(config.store.path, memory_limit=config.store.memory_limit)
+    if not config.store.path.exists():
+        raise StoreError(f"no store at {str(config.store.path)!r}; fix store.path or --store")
+    try:
+        store = DuckDBStore(config.store.path, memory_limit=config.store.memory_limit)
+    except StoreError as e:
+        raise StoreError(
+            f"{e}; a running daemon applies retention itself every archive.prune_interval "
+            "seconds (set the keys and `refresher reload`), or stop it to prune now"
+        ) from e
     try:
         report = prune_now(
-            store.con,
+            store,
             config.archive_dir,
             keep_versions=keep,
             max_bytes=max_bytes,

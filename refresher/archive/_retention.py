@@ -29,14 +29,8 @@ import trio
 from refresher._config import Config
 from refresher.archive._warc import WARC_SUFFIX, first_record_end
 from refresher.ops._logging import get_logger
-from refresher.store._captures import (
-    delete_captures,
-    files_of,
-    prune_candidates,
-    records_in_files,
-    rename_file,
-)
-from refresher.store._history import prune_history
+from refresher.store._duckdb import DuckDBStore, StoreService
+from refresher.store._prune import FilePlan, PrunePlan, apply_plan, plan_prune
 
 __all__ = [
     "HistoryRetention",
@@ -52,23 +46,6 @@ log = get_logger("retention")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class FilePlan:
-    file: str
-    drop: tuple[int, ...]  # index row ids
-    keep: tuple[tuple[int, int], ...]  # (offset, span) of the records kept, by offset
-    dropped_bytes: int
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class PrunePlan:
-    files: tuple[FilePlan, ...]
-
-    @property
-    def records(self) -> int:
-        return sum(len(f.drop) for f in self.files)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class PruneReport:
     """What a pass removed."""
 
@@ -79,30 +56,6 @@ class PruneReport:
     seconds: float = 0.0
     history_rows: int = 0  # fetches deleted by the history retention
     history_export: str | None = None  # the Parquet file they went to
-
-
-def plan_prune(
-    con: Any, *, keep_versions: int | None, max_bytes: int | None, protect: Collection[str] = ()
-) -> PrunePlan:
-    """What a pass would remove (reads the index only)."""
-    if keep_versions is None and max_bytes is None:
-        return PrunePlan(files=())
-    drop = set(prune_candidates(con, keep_versions=keep_versions, max_bytes=max_bytes))
-    files = [f for f in files_of(con, sorted(drop)) if f not in protect]
-    plans: dict[str, list[Any]] = {f: [[], [], 0] for f in files}
-    for rid, file, offset, span in records_in_files(con, files):
-        plan = plans[file]
-        if rid in drop:
-            plan[0].append(rid)
-            plan[2] += span
-        else:
-            plan[1].append((offset, span))
-    return PrunePlan(
-        files=tuple(
-            FilePlan(file=f, drop=tuple(p[0]), keep=tuple(p[1]), dropped_bytes=p[2])
-            for f, p in plans.items()
-        )
-    )
 
 
 def _copy_kept(directory: Path, plan: FilePlan) -> tuple[str, list[tuple[int, int]]]:
@@ -133,23 +86,6 @@ def rewrite_files(directory: Path, plan: PrunePlan) -> dict[str, tuple[str, list
     return {f.file: _copy_kept(directory, f) for f in plan.files if f.keep}
 
 
-def apply_plan(
-    con: Any, plan: PrunePlan, copies: dict[str, tuple[str, list[tuple[int, int]]]]
-) -> None:
-    """The index change of a pass, in one transaction."""
-    con.execute("BEGIN")
-    try:
-        for f in plan.files:
-            delete_captures(con, f.drop)
-            if f.file in copies:
-                new, moves = copies[f.file]
-                rename_file(con, f.file, new, moves)
-        con.execute("COMMIT")
-    except Exception:
-        con.execute("ROLLBACK")
-        raise
-
-
 def _finish(directory: Path, plan: PrunePlan, copies: dict[str, Any], t0: float) -> PruneReport:
     for f in plan.files:
         (directory / f.file).unlink(missing_ok=True)
@@ -172,7 +108,7 @@ def _finish(directory: Path, plan: PrunePlan, copies: dict[str, Any], t0: float)
 
 
 def prune_now(
-    con: Any,
+    store: DuckDBStore,
     directory: Path,
     *,
     keep_versions: int | None,
@@ -181,18 +117,18 @@ def prune_now(
     dry_run: bool = False,
     history: HistoryRetention | None = None,
 ) -> PruneReport:
-    """A whole pass on a store connection nobody else writes to (``refresher prune``)."""
+    """A whole pass on a store nobody else writes to (``refresher prune``)."""
     t0 = time.perf_counter()
     rows, exported = (0, None)
     if history is not None and not dry_run:
-        rows, exported = history.apply(con, time.time())
-    plan = plan_prune(con, keep_versions=keep_versions, max_bytes=max_bytes, protect=protect)
+        rows, exported = history.apply(store, time.time())
+    plan = store.plan_prune(keep_versions=keep_versions, max_bytes=max_bytes, protect=protect)
     if dry_run:
         return PruneReport(
             records=plan.records, bytes_freed=sum(f.dropped_bytes for f in plan.files)
         )
     copies = rewrite_files(directory, plan)
-    apply_plan(con, plan, copies)
+    store.apply_prune(plan, copies)
     report = _finish(directory, plan, copies, t0)
     return dataclasses.replace(report, history_rows=rows, history_export=exported)
 
@@ -214,15 +150,26 @@ class HistoryRetention:
             export_dir=config.store.history_export_dir,
         )
 
-    def apply(self, con: Any, now: float) -> tuple[int, str | None]:
+    def apply(self, store: DuckDBStore, now: float) -> tuple[int, str | None]:
+        """Prune ``store`` (nobody else writing to it) as of ``now`` (unix seconds)."""
         if self.seconds is None:
             return 0, None
-        n, path = prune_history(
-            con,
-            before=now - self.seconds,
-            keep_per_page=self.keep_per_page,
-            export_dir=self.export_dir,
+        n, path = store.prune_history(
+            before=now - self.seconds, keep_per_page=self.keep_per_page, export_dir=self.export_dir
         )
+        return self.logged(n, path)
+
+    async def apply_live(self, store: StoreService, now: float) -> tuple[int, str | None]:
+        """:meth:`apply` through a running daemon's store queue."""
+        if self.seconds is None:
+            return 0, None
+        n, path = await store.prune_history(
+            before=now - self.seconds, keep_per_page=self.keep_per_page, export_dir=self.export_dir
+        )
+        return self.logged(n, path)
+
+    @staticmethod
+    def logged(n: int, path: Path | None) -> tuple[int, str | None]:
         if n:
             log.info("history pruned", fetches=n, exported=str(path) if path else None)
         return n, str(path) if path else None
@@ -230,10 +177,10 @@ class HistoryRetention:
 
 @dataclass(slots=True)
 class Pruner:
-    """The daemon's periodic pass: planning and the index change in the store's thread (through
-    ``call``), the file copying in a worker thread so the store's queue does not wait on it."""
+    """The daemon's periodic pass: planning and the index change through the store's queue,
+    the file copying in a worker thread so the store's queue does not wait on it."""
 
-    call: Callable[[Callable[[Any], Any]], Any]  # StoreService.call
+    store: StoreService
     directory: Path
     keep_versions: int | None
     max_bytes: int | None
@@ -267,7 +214,7 @@ class Pruner:
         history = self.history
         rows, exported = (0, None)
         if history is not None:
-            rows, exported = await self.call(lambda s: history.apply(s.con, time.time()))
+            rows, exported = await history.apply_live(self.store, time.time())
         if not self.archive:
             self.last = PruneReport(
                 records=0, bytes_freed=0, history_rows=rows, history_export=exported
@@ -275,17 +222,11 @@ class Pruner:
             return self.last
         if self.rotate is not None:
             await trio.to_thread.run_sync(self.rotate)
-        plan: PrunePlan = await self.call(
-            # protect() inside the store thread: after every batch queued before it committed
-            lambda s: plan_prune(
-                s.con,
-                keep_versions=self.keep_versions,
-                max_bytes=self.max_bytes,
-                protect=set(self.protect()),
-            )
+        plan = await self.store.plan_prune(
+            keep_versions=self.keep_versions, max_bytes=self.max_bytes, protect=self.protect
         )
         copies = await trio.to_thread.run_sync(rewrite_files, self.directory, plan)
-        await self.call(lambda s: apply_plan(s.con, plan, copies))
+        await self.store.apply_prune(plan, copies)
         report = await trio.to_thread.run_sync(_finish, self.directory, plan, copies, t0)
         report = dataclasses.replace(report, history_rows=rows, history_export=exported)
         self.passes += 1

@@ -49,6 +49,7 @@ from refresher._errors import (
     TooManyRedirects,
 )
 from refresher.crawl._dns import Resolver
+from refresher.store._interface import is_success
 
 __all__ = [
     "ACCEPT_ENCODING",
@@ -149,12 +150,8 @@ class FetchResult:
 
     @property
     def ok(self) -> bool:
-        """True for a 2xx answer or a 304 (a successful fetch for the change test)."""
-        return (
-            self.error_kind is None
-            and self.status is not None
-            and (200 <= self.status < 300 or self.not_modified)
-        )
+        """A successful fetch, one that refreshes the copy (:func:`refresher.store.is_success`)."""
+        return is_success(self.status, not_modified=self.not_modified, error_kind=self.error_kind)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

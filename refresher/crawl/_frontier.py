@@ -27,7 +27,7 @@ from typing import Any
 
 import trio
 
-from refresher.store._duckdb import HostRow, PageRow
+from refresher.store._interface import HostRow, PageRow
 
 __all__ = [
     "Frontier",
@@ -227,7 +227,10 @@ class Frontier:
         self._leased = 0
         self._dispatched = 0
         self._cursor: tuple[float, int] = (-math.inf, -1)
-        self._changed = trio.Event()
+        # Idle workers park here. A released host wakes one of them, not all: with hundreds
+        # of workers a broadcast made each re-check the queues for every release.
+        self._waiters = trio.lowlevel.ParkingLot()
+        self._timer_at = math.inf  # wall time the earliest timed waiter wakes at
         self._load_now = trio.Event()
         self._closed = False
         self._closed_event = trio.Event()
@@ -239,9 +242,11 @@ class Frontier:
     def _to_trio(self, wall: float) -> float:
         return wall - self._wall() + trio.current_time()
 
-    def _poke(self) -> None:
-        self._changed.set()
-        self._changed = trio.Event()
+    def _poke(self, *, everyone: bool = True) -> None:
+        if everyone:
+            self._waiters.unpark_all()
+        else:
+            self._waiters.unpark(count=1)
 
     # -- input -----------------------------------------------------------------------------
 
@@ -382,14 +387,29 @@ class Frontier:
                         self._unlease(host)
                         return None
                     self._dispatched += 1
+                    # Hand on: another worker takes the next ready host or the timer.
+                    self._poke(everyone=False)
                     return Lease(page, host)
                 wake = t
             if self._due:
                 wake = min(wake, self._due[0][0])
-            changed = self._changed
-            with trio.move_on_at(self._to_trio(wake) if wake < math.inf else math.inf):
-                await changed.wait()
+            await self._park(wake)
         return None
+
+    async def _park(self, wake: float) -> None:
+        """Wait to be woken, and until ``wake`` (wall seconds) only when no other worker
+        waits for an earlier time: one timed waiter, not every idle worker, wakes when a
+        host's politeness delay or a page's due time passes."""
+        if wake >= self._timer_at:
+            await self._waiters.park()
+            return
+        self._timer_at = wake
+        try:
+            with trio.move_on_at(self._to_trio(wake)):
+                await self._waiters.park()
+        finally:
+            if self._timer_at == wake:
+                self._timer_at = math.inf
 
     def _unlease(self, host: HostState) -> None:
         host.leased = False
@@ -402,7 +422,7 @@ class Frontier:
             self._active -= 1
         if host.in_memory == 0:
             self._hosts.pop(host.id, None)
-        self._poke()
+        self._poke(everyone=False)
 
     def release(
         self,

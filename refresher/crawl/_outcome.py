@@ -15,7 +15,7 @@ from typing import Literal
 
 from refresher.crawl._fetch import FetchResult
 from refresher.discover._parse import meaningful_change
-from refresher.store._duckdb import PageRow
+from refresher.store._interface import PageRow, is_change
 
 __all__ = ["Outcome", "PageStatus", "classify", "http_date", "meaningful"]
 
@@ -61,8 +61,9 @@ class Outcome:
 
 def classify(page: PageRow, r: FetchResult) -> Outcome:
     """The outcome of fetching ``page`` with result ``r``; pure."""
-    ok = r.error_kind is None and r.status is not None and 200 <= r.status < 300
-    not_modified = r.error_kind is None and r.not_modified
+    success = r.ok  # the one definition: refresher.store.is_success
+    not_modified = success and r.not_modified
+    ok = success and not not_modified  # a complete 2xx body
     status: PageStatus
     if ok:
         etag, last_modified, digest = r.etag, r.last_modified, r.digest
@@ -80,8 +81,14 @@ def classify(page: PageRow, r: FetchResult) -> Outcome:
         status = "gone"  # a guessed /sitemap.xml that is not there: not fetched again
     return Outcome(
         status=status,
-        success=ok or not_modified,
-        changed=ok and page.digest is not None and r.digest != page.digest,
+        success=success,
+        changed=is_change(
+            r.status,
+            not_modified=r.not_modified,
+            error_kind=r.error_kind,
+            digest=r.digest,
+            previous=page.digest,
+        ),
         failed=r.error_kind is not None
         or (r.status is not None and (r.status >= 500 or r.status == 429)),
         etag=etag,

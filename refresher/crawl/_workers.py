@@ -36,10 +36,11 @@ from refresher.crawl._robots import RobotsRules, rules_for_response
 from refresher.discover._content import ContentSeen, document_key
 from refresher.discover._discovery import Discovery, Found, sitemap_links
 from refresher.discover._parse import Document, Extracted, HtmlLinks, Link, Processor, process
+from refresher.discover._threads import ParseThreads
 from refresher.discover._url import canonicalize
 from refresher.ops._logging import get_logger
 from refresher.refresh._allocate import Allocator
-from refresher.store._duckdb import FetchRecord, HostUpdate, RobotsUpdate, StoreService
+from refresher.store._interface import FetchRecord, HostUpdate, RobotsUpdate, Store
 
 __all__ = ["Crawler", "CrawlerStatistics"]
 
@@ -104,7 +105,7 @@ class Crawler:
         config: Config,
         frontier: Frontier,
         fetcher: Fetcher,
-        store: StoreService,
+        store: Store,
         allocator: Allocator,
         discovery: Discovery | None = None,
         wall_clock: Callable[[], float] = time.time,
@@ -132,6 +133,10 @@ class Crawler:
         self._keeper = keeper  # the archive and the change feed
         self._seen = ContentSeen(_DOCUMENTS_REMEMBERED)
         self._builtins = processors(config.discovery)
+        # One parse thread per core: libxml2 parses without the GIL, but link resolution
+        # and the simhash hold it, and twenty threads taking turns at it spend their time
+        # switching (bench/bench_parsers.py measures 1, 2, 8 and 20 threads).
+        self._parsing = ParseThreads()
         self.idle = trio.Event()  # set when every worker has stopped
 
     def configure(self, config: Config) -> None:
@@ -141,10 +146,14 @@ class Crawler:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         self._wire_since = trio.current_time()
-        async with trio.open_nursery() as nursery:
-            for _ in range(self.config.crawl.workers):
-                nursery.start_soon(self._worker)
-            task_status.started()
+        self._parsing = ParseThreads()  # its threads start with the first parse
+        try:
+            async with trio.open_nursery() as nursery:
+                for _ in range(self.config.crawl.workers):
+                    nursery.start_soon(self._worker)
+                task_status.started()
+        finally:
+            self._parsing.close()  # every parse was awaited: nothing is left to wait for
         self.idle.set()
 
     async def _worker(self) -> None:
@@ -156,13 +165,13 @@ class Crawler:
                 # A bug must not stop the crawl: the page keeps its due time in the store.
                 log.exception("refresh failed", url=lease.page.url)
                 self._frontier.release(
-                    lease, next_due=None, timing=self.fallback_timing(lease.host)
+                    lease, next_due=None, timing=self._fallback_timing(lease.host)
                 )
             except BaseException:
                 # Cancelled mid-fetch (drain deadline passed): nothing is recorded, the page
                 # keeps its due time in the store and is fetched again after restart.
                 self._frontier.release(
-                    lease, next_due=None, timing=self.fallback_timing(lease.host)
+                    lease, next_due=None, timing=self._fallback_timing(lease.host)
                 )
                 raise
             finally:
@@ -290,7 +299,7 @@ class Crawler:
         )
         return HostTiming(next_allowed=next_allowed, delay=delay, backoff=backoff, errors=errors)
 
-    def fallback_timing(self, host: HostState) -> HostTiming:
+    def _fallback_timing(self, host: HostState) -> HostTiming:
         """A host's timing when its refresh failed before one was computed (a bug, a
         cancellation): its usual delay from now, so a failing refresh cannot hammer it."""
         delay = max(self.config.politeness.min_delay, host.delay or 0.0)
@@ -392,10 +401,8 @@ class Crawler:
         doc = Document(
             url=r.final_url, content_type=r.content_type, body=r.body, robots_tag=r.robots_tag
         )
-        # lxml work is CPU-bound: off the event loop.
-        return await trio.to_thread.run_sync(
-            functools.partial(process, doc, builtins=self._builtins)
-        )
+        # lxml work is CPU-bound: off the event loop, on the parse threads.
+        return await self._parsing.run(functools.partial(process, doc, builtins=self._builtins))
 
     def _content_seen(
         self, page_id: int, r: FetchResult, o: Outcome, extracted: Extracted | None

@@ -24,7 +24,7 @@ from refresher.discover._seen import UrlSeen
 from refresher.discover._url import CanonicalURL
 from refresher.ops._logging import get_logger
 from refresher.refresh._allocate import Allocator
-from refresher.store._duckdb import HostRow, NewPage, PageRow, Store, StoreService
+from refresher.store._interface import DocumentUpdate, NewPage, Store
 
 __all__ = ["Discovery", "DiscoveryStatistics", "Found", "sitemap_links"]
 
@@ -62,7 +62,7 @@ class Discovery:
     def __init__(
         self,
         *,
-        store: StoreService,
+        store: Store,
         frontier: Frontier,
         allocator: Allocator,
         url_filter: UrlFilter,
@@ -135,19 +135,16 @@ class Discovery:
         now = self._wall()
         page_id = found.page_id
 
-        synthetic = found.synthetic
-
-        def save(store: Store) -> tuple[list[PageRow], dict[int, HostRow], int]:
-            rows = store.add_pages(new, now=now)
-            edges = 0
-            if not synthetic:
-                edges = store.add_links(page_id, linked, now=now)
-                store.save_document(
-                    page_id, canonical=ex.canonical, noindex=ex.noindex, lastmod=ex.lastmod
-                )
-            return rows, store.hosts({r.host_id for r in rows}), edges
-
-        rows, hosts, edges = await self._store.call(save)
+        update = DocumentUpdate(
+            page_id=page_id,
+            new=new,
+            linked=linked,
+            canonical=ex.canonical,
+            noindex=ex.noindex,
+            lastmod=ex.lastmod,
+            synthetic=found.synthetic,
+        )
+        rows, hosts, edges = await self._store.save_document(update, now=now)
         self._edges += edges
         if rows:
             self._new += len(rows)

@@ -12,17 +12,21 @@ import dataclasses
 import json
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import policies
-from refresher import __version__
+from refresher import __version__, policies
 from refresher._config import Config, load_config, merge_tables, parse_override, read_seeds_file
 from refresher._errors import ControlError, RefresherError, StoreError
 from refresher.ops._control import request
 
+if TYPE_CHECKING:
+    from refresher.store import HostSummary, Store, StoreStatus
+
 __all__ = ["main"]
+
+T = TypeVar("T")
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -199,13 +203,32 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _offline(config: Config, op: Callable[[Store], Awaitable[T]], *, existing: bool = False) -> T:
+    """``op`` on the configured store itself, when no daemon holds it. ``existing``: a command
+    that only reads or adjusts a store never creates one."""
+    import trio
+
+    from refresher.store import open_store
+
+    if existing and not config.store.path.exists():
+        raise StoreError(
+            f"no daemon runs and there is no store at {str(config.store.path)!r}; "
+            "give the daemon's --store FILE or --config FILE"
+        )
+
+    async def run() -> T:
+        async with open_store(config) as store:
+            return await op(store)
+
+    return trio.run(run)
+
+
 def _print_json(obj: Any) -> None:
     print(json.dumps(obj, indent=2, default=str))
 
 
 def _cmd_seed(args: argparse.Namespace) -> int:
     from refresher.ops._daemon import check_seeds
-    from refresher.store._duckdb import Store
 
     urls = list(args.urls)
     if args.file is not None:
@@ -219,11 +242,7 @@ def _cmd_seed(args: argparse.Namespace) -> int:
         where = "running daemon"
     except ControlError:
         pages, rejected = check_seeds(urls, strip_params=config.discovery.strip_tracking_params)
-        store = Store(config.store.path, memory_limit=config.store.memory_limit)
-        try:
-            added = store.add_pages(pages, now=time.time())
-        finally:
-            store.close()
+        added, _ = _offline(config, lambda store: store.add_pages(pages, now=time.time()))
         answer = {"added": len(added), "known": len(pages) - len(added), "rejected": rejected}
         where = str(config.store.path)
     for r in answer["rejected"]:
@@ -232,45 +251,22 @@ def _cmd_seed(args: argparse.Namespace) -> int:
     return 1 if answer["rejected"] and not answer["added"] and not answer["known"] else 0
 
 
-def _open_existing(config: Config) -> Any:
-    """The store for a command that reads it with no daemon running; never creates one."""
-    from refresher.store._duckdb import Store
-
-    if not config.store.path.exists():
-        raise StoreError(
-            f"no daemon runs and there is no store at {str(config.store.path)!r}; "
-            "give the daemon's --store FILE or --config FILE"
-        )
-    return Store(config.store.path, memory_limit=config.store.memory_limit)
-
-
 def _offline_status(config: Config, *, hosts_limit: int | None) -> dict[str, Any]:
-    from refresher.store._duckdb import first_row
-    from refresher.store._hosts import host_summary
-
-    store = _open_existing(config)
     now = time.time()
-    try:
-        pages, hosts, fetches = store.counts()
-        row = first_row(
-            store.con.execute(
-                "SELECT min(due_at), max(last_fetch), count(*) FILTER (WHERE due_at <= ?)"
-                " FROM pages",
-                [now],
-            )
-        )
-        host_rows = host_summary(store, now=now, limit=hosts_limit)
-    finally:
-        store.close()
+
+    async def read(store: Store) -> tuple[StoreStatus, list[HostSummary]]:
+        return await store.status(now=now), await store.host_summary(now=now, limit=hosts_limit)
+
+    status, host_rows = _offline(config, read, existing=True)
     return {
         "running": False,
         "store_path": str(config.store.path),
-        "pages": pages,
-        "hosts": hosts,
-        "fetches": fetches,
-        "next_due": row[0] if row else None,
-        "last_fetch": row[1] if row else None,
-        "due_now": row[2] if row else 0,
+        "pages": status.pages,
+        "hosts": status.hosts,
+        "fetches": status.fetches,
+        "next_due": status.next_due,
+        "last_fetch": status.last_fetch,
+        "due_now": status.due_now,
         "host_list": [dataclasses.asdict(h) for h in host_rows],
     }
 
@@ -332,7 +328,6 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 
 def _cmd_pause(args: argparse.Namespace) -> int:
-
     config = _loader(args)()
     paused = args.command == "pause"
     try:
@@ -341,11 +336,7 @@ def _cmd_pause(args: argparse.Namespace) -> int:
     except ControlError as e:
         if e.kind != "unreachable":  # a daemon answered: its refusal stands
             raise
-        store = _open_existing(config)
-        try:
-            found = store.set_paused(args.host, paused)
-        finally:
-            store.close()
+        found = _offline(config, lambda store: store.set_paused(args.host, paused), existing=True)
         if not found:
             print(
                 f"refresher {args.command}: unknown host {args.host!r}; "
@@ -360,7 +351,6 @@ def _cmd_pause(args: argparse.Namespace) -> int:
 
 def _cmd_policy(args: argparse.Namespace) -> int:
     from refresher.refresh._allocate import InputSettings, policy_table
-    from refresher.store._duckdb import Store
 
     config = _loader(args)()
     if args.budget is not None and not args.budget > 0:
@@ -373,16 +363,15 @@ def _cmd_policy(args: argparse.Namespace) -> int:
         except ControlError as e:
             if e.kind != "unreachable":  # a daemon answered: its refusal stands
                 raise
-            store = Store(config.store.path, memory_limit=config.store.memory_limit)
-            try:
-                store.switch_policy(
+            _offline(
+                config,
+                lambda store: store.switch_policy(
                     args.switch,
                     configured=config.policy.name,
                     budget=config.budget.fetches_per_second,
                     now=time.time(),
-                )
-            finally:
-                store.close()
+                ),
+            )
             where = str(config.store.path)
         print(f"policy switched to {args.switch} ({where})")
         return 0
@@ -393,11 +382,7 @@ def _cmd_policy(args: argparse.Namespace) -> int:
         table = request(config.control_socket, payload)
         table.pop("ok", None)
     except ControlError:
-        store = _open_existing(config)
-        try:
-            inputs = InputSettings.from_config(config).load(store)
-        finally:
-            store.close()
+        inputs = _offline(config, InputSettings.from_config(config).load, existing=True)
         table = policy_table(
             inputs, args.budget or config.budget.fetches_per_second, decide=config.policy.decide
         )

@@ -20,10 +20,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import trio
 
-import policies
+from refresher import policies
 from refresher._config import Config
 from refresher._errors import ConfigError, ControlError, InvalidURL, RefresherError
 from refresher.archive._archive import open_writer
@@ -47,8 +46,8 @@ from refresher.ops._notify import Notifier, format_status
 from refresher.ops._reload import RELOAD, changed_keys, effective
 from refresher.refresh._allocate import Allocator, InputSettings, priority_level
 from refresher.store._backup import backup_service
-from refresher.store._duckdb import HostRow, NewPage, PageRow, Store, StoreService
-from refresher.store._hosts import host_summary
+from refresher.store._duckdb import DuckDBStore, StoreService
+from refresher.store._interface import HostRow, NewPage, PageRow
 from refresher.store._snapshot import Snapshotter, snapshot_path
 
 __all__ = ["Daemon", "check_seeds", "run_daemon"]
@@ -117,12 +116,7 @@ class Daemon:
         self, after: tuple[float, int], until: float, limit: int, known: frozenset[int]
     ) -> tuple[list[PageRow], dict[int, HostRow]]:
         assert self._store is not None
-
-        def load(store: Store) -> tuple[list[PageRow], dict[int, HostRow]]:
-            pages = store.due_pages(after=after, until=until, limit=limit)
-            return pages, store.hosts({p.host_id for p in pages} - known)
-
-        return await self._store.call(load)
+        return await self._store.load_due(after=after, until=until, limit=limit, known_hosts=known)
 
     async def add_seeds(self, urls: Sequence[str]) -> dict[str, Any]:
         """Add ``urls``; returns counts of added and known pages and the rejected ones."""
@@ -134,15 +128,8 @@ class Daemon:
             self._discovery.add_seed_hosts(p.host for p in pages)
         for r in rejected:
             log.warning("seed rejected", url=r["url"], reason=r["reason"])
-        now = self._wall()
-        frontier = self._frontier
-
-        def insert(store: Store) -> tuple[list[PageRow], dict[int, HostRow]]:
-            rows = store.add_pages(pages, now=now)
-            return rows, store.hosts({r.host_id for r in rows})
-
-        rows, hosts = await self._store.call(insert)
-        frontier.add(rows, hosts)
+        rows, hosts = await self._store.add_pages(pages, now=self._wall())
+        self._frontier.add(rows, hosts)
         if rows and self._allocator is not None:
             self._allocator.pages_added(len(rows))
         return {"added": len(rows), "known": len(pages) - len(rows), "rejected": rejected}
@@ -154,30 +141,16 @@ class Daemon:
         store = self._store
         parse_available()  # a broken third-party processor stops the daemon here
 
-        def scope(s: Store) -> tuple[list[str], dict[str, int]]:
-            seeds = s.con.execute(
-                "SELECT DISTINCT h.name FROM pages p JOIN hosts h ON h.id = p.host_id"
-                " WHERE p.source = 'seed'"
-            ).fetchall()
-            counts = s.con.execute(
-                "SELECT h.name, count(*) FROM pages p JOIN hosts h ON h.id = p.host_id"
-                " GROUP BY h.name"
-            ).fetchall()
-            return [r[0] for r in seeds], {r[0]: int(r[1]) for r in counts}
-
-        seed_hosts, counts = await store.call(scope)
+        seed_hosts, counts = await store.discovery_scope()
         url_filter = UrlFilter.from_config(c.discovery.filter_config(), seeds_hosts=seed_hosts)
         url_filter.set_pages(counts)
-
-        async def lookup(fps: np.ndarray) -> np.ndarray:
-            return await store.call(lambda s: s.known_fingerprints(fps))
 
         return Discovery(
             store=store,
             frontier=frontier,
             allocator=allocator,
             url_filter=url_filter,
-            seen=UrlSeen(capacity=c.discovery.seen_cache_entries, lookup=lookup),
+            seen=UrlSeen(capacity=c.discovery.seen_cache_entries, lookup=store.known_fingerprints),
             include_media=c.discovery.include_media,
             queue=c.discovery.queue,
             wall_clock=self._wall,
@@ -222,7 +195,7 @@ class Daemon:
         out = self.status()
         if self._store is not None:
             now = self._wall()
-            rows = await self._store.call(lambda s: host_summary(s, now=now, limit=limit))
+            rows = await self._store.host_summary(now=now, limit=limit)
             out["host_list"] = [asdict(h) for h in rows]
         return out
 
@@ -261,9 +234,7 @@ class Daemon:
                 )
             assert self._allocator is not None and self._store is not None
             configured, budget, now = self.config.policy.name, self._allocator.budget, self._wall()
-            await self._store.call(
-                lambda s: s.switch_policy(name, configured=configured, budget=budget, now=now)
-            )
+            await self._store.switch_policy(name, configured=configured, budget=budget, now=now)
             self._allocator.configure(budget=budget, policy=name)
             log.info("policy switched", policy=name)
             return {"policy": name}
@@ -275,7 +246,7 @@ class Daemon:
             paused = op == "pause"
             # In memory first: no new request to the host starts while the store catches up.
             self._frontier.set_paused(host, paused)
-            found = await self._store.call(lambda s: s.set_paused(host, paused))
+            found = await self._store.set_paused(host, paused)
             if not found:
                 raise ControlError(
                     f"unknown host {host!r}; `refresher status --hosts` lists them",
@@ -383,7 +354,7 @@ class Daemon:
     def _pruner(self, c: Config, writer: WarcWriter | None) -> Pruner:
         assert self._store is not None
         self._prune = Pruner(
-            call=self._store.call,
+            store=self._store,
             directory=c.archive_dir,
             keep_versions=c.archive.keep_versions,
             max_bytes=c.archive.max_bytes,
@@ -445,7 +416,7 @@ class Daemon:
         self._started = trio.current_time()
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
             store = await trio.to_thread.run_sync(
-                lambda: Store(c.store.path, memory_limit=c.store.memory_limit)
+                lambda: DuckDBStore(c.store.path, memory_limit=c.store.memory_limit)
             )
             log.info("store opened", path=str(c.store.path), schema=store.schema_version())
             self._warc = await trio.to_thread.run_sync(open_writer, c, store)
@@ -485,7 +456,7 @@ class Daemon:
             wall_clock=self._wall,
         )
         self._frontier = frontier
-        policy = await self._store.call(lambda s: s.policy_in_force(c.policy.name))
+        policy = await self._store.policy_in_force(c.policy.name)
         if policy != c.policy.name:
             log.info(
                 "policy switched earlier stays in force", policy=policy, configured=c.policy.name

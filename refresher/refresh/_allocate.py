@@ -4,16 +4,18 @@ Every ``policy.resolve_interval`` seconds (and at once when the budget or the po
 the allocator
 
 1. reads each page's recent successful observations from the store (the intervals between
-   fetches that returned 200 or 304, and whether the body changed: raw or meaningful, as
-   ``estimate.change`` says; at most ``estimate.history`` per page) and estimates λ̂ with a
-   prior pooled per host, then globally (:mod:`refresher.refresh._estimate`);
+   successful fetches, :func:`refresher.store.is_success`, and whether the body changed: raw
+   or meaningful, as ``estimate.change`` says; at most ``estimate.history`` per page) and
+   estimates λ̂ with a prior pooled per host, then globally (:mod:`refresher.refresh._estimate`);
 2. weights pages by PageRank over the stored link edges (mean weight 1), or not at all when
    ``policy.weights = "none"``;
 3. caps each host at one fetch per politeness delay and solves the policy
-   (:mod:`policies`) for B·(1 − ``policy.explore``); the exploration share goes in equal
+   (:mod:`refresher.policies`) for B·(1 − ``policy.explore``); the exploration share goes in equal
    parts to the pages the policy gave nothing, so their estimates never go stale;
-4. writes λ̂, its evidence, the weight and the target rate f to the store, makes each page
-   due at last fetch + 1/f, and has the frontier reload its window.
+4. writes λ̂, its evidence, the weight and the target rate f to the store, which makes each
+   page due at last fetch + 1/f (:data:`NEVER` after it when f = 0:
+   :func:`refresher.store.due_interval`, the one definition of a due time, which the workers
+   use after each fetch too), and has the frontier reload its window.
 
 Budget that the host caps leave unplaced is reported (``statistics().unplaced``), never
 silently dropped.
@@ -31,7 +33,7 @@ import numpy as np
 import trio
 from numpy.typing import NDArray
 
-import policies
+from refresher import policies
 from refresher.crawl._frontier import Frontier
 from refresher.ops._logging import get_logger
 from refresher.refresh._estimate import (
@@ -42,8 +44,13 @@ from refresher.refresh._estimate import (
     last_modified_consistent,
 )
 from refresher.refresh._static import static_probability
-from refresher.store._duckdb import PageRow, Store, StoreService
-from refresher.store._first_fetch import first_fetch_quiet
+from refresher.store._interface import (
+    EstimatorInputs,
+    PageRow,
+    PlanUpdate,
+    Store,
+    due_interval,
+)
 
 if TYPE_CHECKING:
     from refresher._config import Config
@@ -64,8 +71,6 @@ log = get_logger("allocate")
 
 #: λ for pages with no history at all and no prior to pool: one change a day
 DEFAULT_PRIOR_RATE = 1.0 / 86_400
-#: seconds; a page the plan gives no fetches is still due after this long
-NEVER = 30 * 86_400.0
 #: how a plan treats uncertain rates (``policy.decide``)
 DECISIONS = ("plug-in", "expected")
 _Z95 = 1.959963984540054
@@ -117,29 +122,6 @@ class Plan:
     explored: int
 
 
-def _observations(store: Store, *, meaningful: bool, history: int) -> dict[str, Any]:
-    change = "coalesce(meaningful, changed)" if meaningful else "changed"
-    return store.con.execute(
-        f"""
-        WITH obs AS (
-            SELECT page_id, finished_at, {change} AS changed,
-                   coalesce(last_modified_at, 'NaN'::DOUBLE) AS lm,
-                   lag(finished_at) OVER (PARTITION BY page_id ORDER BY finished_at) AS prev,
-                   coalesce(lag(last_modified_at) OVER (PARTITION BY page_id
-                                                        ORDER BY finished_at),
-                            'NaN'::DOUBLE) AS prev_lm,
-                   row_number() OVER (PARTITION BY page_id ORDER BY finished_at DESC) AS k
-            FROM fetches
-            WHERE status BETWEEN 200 AND 299 OR not_modified
-        )
-        SELECT page_id, finished_at, prev, finished_at - prev AS t, changed, lm, prev_lm
-        FROM obs
-        WHERE prev IS NOT NULL AND k <= ? AND finished_at > prev
-        """,
-        [history],
-    ).fetchnumpy()
-
-
 def _pagerank(
     n: int, src: NDArray[np.intp], dst: NDArray[np.intp], *, d: float = 0.85, steps: int = 30
 ) -> NDArray[np.float64]:
@@ -161,63 +143,51 @@ def _pagerank(
 
 
 def load_inputs(
-    store: Store,
+    raw: EstimatorInputs,
     *,
     min_delay: float,
-    meaningful: bool = False,
-    history: int = 32,
     weights: str = "pagerank",
     model: str = MODELS[0],
     spread: float = DEFAULT_SPREAD,
 ) -> PolicyInputs:
-    """Everything a plan needs, read and estimated in the store thread.
+    """Everything a plan needs, estimated from the store's raw history (pure; no I/O).
 
     ``weights``: "pagerank" weighs pages by PageRank over the stored links (mean 1), "none"
     gives every page weight 1. ``model`` and ``spread``: the estimator's prior
     (:func:`refresher.refresh._estimate.estimate_pages`)."""
-    pages = store.con.execute(
-        """
-        SELECT p.id, p.host_id, coalesce(p.last_fetch, 'NaN'::DOUBLE) AS last_fetch,
-               coalesce(h.delay, 0) AS delay
-        FROM pages p JOIN hosts h ON h.id = p.host_id
-        WHERE p.status NOT IN ('gone', 'denied') ORDER BY p.id
-        """
-    ).fetchnumpy()
-    ids = np.asarray(pages["id"], dtype=np.int64)
+    if weights not in ("pagerank", "none"):
+        raise ValueError(f"weights must be 'pagerank' or 'none', not {weights!r}")
+    ids = raw.page_ids
     n = ids.size
-    hosts, host_index = np.unique(np.asarray(pages["host_id"]), return_inverse=True)
-    delay = np.maximum(np.asarray(pages["delay"], dtype=np.float64), min_delay)
+    hosts, host_index = np.unique(raw.page_host, return_inverse=True)
+    delay = np.maximum(raw.host_delay, min_delay)
     host_delay = np.zeros(hosts.size)
     np.maximum.at(host_delay, host_index, delay)
     with np.errstate(divide="ignore"):
         caps = np.where(host_delay > 0, 1.0 / host_delay, np.inf)
-    last = np.asarray(pages["last_fetch"], dtype=np.float64)
-    obs = _observations(store, meaningful=meaningful, history=history)
-    page_index, known = _index_of(ids, np.asarray(obs["page_id"], dtype=np.int64))
-    obs = {k: np.asarray(v)[known] for k, v in obs.items()}
-    intervals = np.asarray(obs["t"], dtype=np.float64)
-    changed = np.asarray(obs["changed"], dtype=bool)
+    page_index, known = _index_of(ids, raw.obs_page)
+    fetched, previous = raw.obs_finished[known], raw.obs_previous[known]
+    intervals = fetched - previous
+    changed = raw.obs_changed[known]
     if n and intervals.size:
         # Hosts whose Last-Modified moves exactly with the content give change times: the
         # time since the last change bounds λ where "changed at every fetch" cannot.
         obs_host = np.asarray(host_index)[page_index]
-        fetched = np.asarray(obs["finished_at"], dtype=np.float64)
-        lm = np.asarray(obs["lm"], dtype=np.float64)
+        lm = raw.obs_last_modified[known]
         trusted = last_modified_consistent(
             obs_host,
             fetched,
-            np.asarray(obs["prev"], dtype=np.float64),
+            previous,
             lm,
-            np.asarray(obs["prev_lm"], dtype=np.float64),
+            raw.obs_previous_last_modified[known],
             changed,
             hosts.size,
         )
         since = np.where(np.isfinite(lm), np.maximum(fetched - lm, 0.0), np.nan)
         # The first copy's Last-Modified on a trusted host: quiet from then to the fetch.
-        first_ids, quiet = first_fetch_quiet(store, history=history)
-        first, known = _index_of(ids, first_ids)
+        first, known = _index_of(ids, raw.first_page)
         use = trusted[host_index[first]]
-        first, quiet = first[use], quiet[known][use]
+        first, quiet = first[use], raw.first_quiet[known][use]
         page_index = np.concatenate((page_index, first))
         intervals = np.concatenate((intervals, quiet))
         changed = np.concatenate((changed, np.zeros(first.size, dtype=bool)))
@@ -244,10 +214,10 @@ def load_inputs(
         page_ids=ids,
         host_index=host_index.astype(np.intp),
         host_caps=caps,
-        last_fetch=last,
+        last_fetch=raw.last_fetch,
         rates=rates,
         rate_n=rate_n,
-        weights=_weights(store, ids, weights),
+        weights=_weights(raw, weights),
         rate_sd=rate_sd,
         static_p=static_p,
     )
@@ -282,20 +252,18 @@ def uncertainty(
     return posterior_sd(est), p0
 
 
-def _weights(store: Store, ids: NDArray[np.int64], weights: str) -> NDArray[np.float64]:
-    """Per page (``ids`` sorted): 1, or PageRank over the stored links scaled to mean 1."""
+def _weights(raw: EstimatorInputs, weights: str) -> NDArray[np.float64]:
+    """Per page (``raw.page_ids`` sorted): 1, or PageRank over the links scaled to mean 1."""
+    ids = raw.page_ids
     n = ids.size
     if weights == "none":
         return np.ones(n)
-    if weights != "pagerank":
-        raise ValueError(f"weights must be 'pagerank' or 'none', not {weights!r}")
-    edges = store.con.execute("SELECT DISTINCT src, dst FROM links").fetchnumpy()
-    src = np.searchsorted(ids, np.asarray(edges["src"], dtype=np.int64))
-    dst = np.searchsorted(ids, np.asarray(edges["dst"], dtype=np.int64))
+    src = np.searchsorted(ids, raw.link_src)
+    dst = np.searchsorted(ids, raw.link_dst)
     ok = (src < n) & (dst < n)
     if n:
-        ok &= (ids[np.minimum(src, n - 1)] == edges["src"]) & (
-            ids[np.minimum(dst, n - 1)] == edges["dst"]
+        ok &= (ids[np.minimum(src, n - 1)] == raw.link_src) & (
+            ids[np.minimum(dst, n - 1)] == raw.link_dst
         )
     return _pagerank(n, src[ok], dst[ok])
 
@@ -395,32 +363,6 @@ def worth_fetching(inputs: PolicyInputs, alloc: policies.Allocation) -> NDArray[
     return np.asarray(out, dtype=np.float64)
 
 
-def _save(store: Store, inputs: PolicyInputs, target: NDArray[np.float64], now: float) -> None:
-    batch = {
-        "id": inputs.page_ids,
-        "rate": inputs.rates,
-        "rate_n": inputs.rate_n,
-        "weight": inputs.weights,
-        "target": target,
-    }
-    store.con.register("_plan", batch)
-    try:
-        store.con.execute(
-            """
-            UPDATE pages SET rate = _plan.rate, rate_n = _plan.rate_n, weight = _plan.weight,
-                target_rate = _plan.target,
-                due_at = CASE
-                    WHEN pages.last_fetch IS NULL THEN least(pages.due_at, ?)
-                    WHEN _plan.target > 0 THEN pages.last_fetch + 1.0 / _plan.target
-                    ELSE pages.last_fetch + ? END
-            FROM _plan WHERE pages.id = _plan.id
-            """,
-            [now, NEVER],
-        )
-    finally:
-        store.con.unregister("_plan")
-
-
 #: what every freshness and age of :func:`policy_table`, the allocator's statistics and the
 #: metrics mean: one definition, printed with the table
 DEFINITION = (
@@ -487,13 +429,18 @@ class InputSettings:
             spread=config.estimate.spread,
         )
 
-    def load(self, store: Store) -> PolicyInputs:
-        """:func:`load_inputs` with these settings (in the store's thread)."""
+    async def load(self, store: Store) -> PolicyInputs:
+        """The store's history, estimated with these settings (the estimate in a thread)."""
+        raw = await store.estimator_inputs(
+            meaningful=self.meaningful, history=self.history, links=self.weights == "pagerank"
+        )
+        return await trio.to_thread.run_sync(self.estimate, raw)
+
+    def estimate(self, raw: EstimatorInputs) -> PolicyInputs:
+        """:func:`load_inputs` with these settings."""
         return load_inputs(
-            store,
+            raw,
             min_delay=self.min_delay,
-            meaningful=self.meaningful,
-            history=self.history,
             weights=self.weights,
             model=self.model,
             spread=self.spread,
@@ -504,7 +451,7 @@ class Allocator:
     def __init__(
         self,
         *,
-        store: StoreService,
+        store: Store,
         frontier: Frontier,
         budget: float,
         policy: str,
@@ -533,10 +480,8 @@ class Allocator:
         self._wake = trio.Event()
 
     def interval(self, page: PageRow) -> float:
-        """Seconds until ``page`` is due again after a fetch."""
-        if page.target_rate is not None and page.target_rate > 0:
-            return 1.0 / page.target_rate
-        return self.uniform_interval
+        """Seconds until ``page`` is due again after a fetch (:func:`due_interval`)."""
+        return due_interval(page.target_rate, self.uniform_interval)
 
     @property
     def uniform_interval(self) -> float:
@@ -590,17 +535,19 @@ class Allocator:
         t0 = time.perf_counter()
         policy, budget, explore, now = self.policy, self.budget, self.explore, self._wall()
         decide = self.decide
-        settings = self.inputs
-
-        def gather(store: Store) -> PolicyInputs:
-            store.record_policy(policy, budget, now=now)
-            return settings.load(store)
-
-        inputs = await self._store.call(gather)
+        await self._store.record_policy(policy, budget, now=now)
+        inputs = await self.inputs.load(self._store)
         result = await trio.to_thread.run_sync(
             lambda: plan(inputs, policy, budget, explore=explore, decide=decide)
         )
-        await self._store.call(lambda store: _save(store, inputs, result.target, now))
+        update = PlanUpdate(
+            page_ids=inputs.page_ids,
+            rates=inputs.rates,
+            rate_n=inputs.rate_n,
+            weights=inputs.weights,
+            target=result.target,
+        )
+        await self._store.save_plan(update, now=now)
         self._pages = int(inputs.page_ids.size)
         self._unplaced = float(result.allocation.unplaced)
         self._explored = result.explored
@@ -634,7 +581,7 @@ class Allocator:
 
     async def table(self, budget: float | None = None) -> dict[str, Any]:
         """:func:`policy_table` of the current page set, at ``budget`` (default: B)."""
-        inputs = await self._store.call(self.inputs.load)
+        inputs = await self.inputs.load(self._store)
         b = self.budget if budget is None else budget
         decide = self.decide
         return await trio.to_thread.run_sync(lambda: policy_table(inputs, b, decide=decide))

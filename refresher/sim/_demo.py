@@ -29,7 +29,6 @@ from refresher._errors import StoreError
 from refresher.ops._daemon import Daemon
 from refresher.sim._simweb import SimwebConfig, build_site, serve_simweb, write_truth
 from refresher.sim._site import Site
-from refresher.store._duckdb import Store
 from refresher.store._snapshot import snapshot_path
 
 __all__ = ["DEMO_STORE", "DEMO_TRUTH", "run_demo"]
@@ -62,18 +61,6 @@ def _freshness(
     return sum(est) / len(est), sum(true) / len(true)
 
 
-def _last_successful(store: Store) -> list[tuple[str, float | None, float | None]]:
-    rows = store.con.execute(
-        """
-        SELECT p.url, max(f.finished_at), any_value(p.rate)
-        FROM pages p LEFT JOIN fetches f
-          ON f.page_id = p.id AND (f.status BETWEEN 200 AND 299 OR f.not_modified)
-        GROUP BY p.url
-        """
-    ).fetchall()
-    return [(str(u), t, r) for u, t, r in rows]
-
-
 async def _show(daemon: Daemon, site: Site, interval: float) -> None:
     started = time.monotonic()
     last_t, last_n = started, 0
@@ -83,7 +70,10 @@ async def _show(daemon: Daemon, site: Site, interval: float) -> None:
         store = daemon.store
         if store is None or "crawler" not in status:
             continue
-        rows = await store.call(_last_successful)
+        try:
+            rows = await store.last_refreshes()
+        except trio.ClosedResourceError:
+            return  # the daemon is stopping: its store takes no more requests
         est, true = _freshness(site, rows, time.time())
         c, s = status["crawler"], status.get("store", {})
         # The rate over this line's own interval (the daemon's progress rate starts at 0).

@@ -54,13 +54,13 @@ from functools import partial
 from pathlib import Path
 from typing import Literal
 
-import duckdb
 import numpy as np
 import trio
 
 from refresher._errors import ConfigError, InvalidURL, StoreError
 from refresher.discover._url import canonicalize
 from refresher.sim._site import HostSpec, PageSpec, Site, _stable_hash, serve_site
+from refresher.store._truth import write_truth_tables
 
 __all__ = [
     "DEFAULT_RATE_MIX",
@@ -692,57 +692,19 @@ def collect_truth(site: Site, *, until: float) -> Truth:
     )
 
 
-_PAGES_DDL = "CREATE TABLE truth_pages(url VARCHAR, host VARCHAR, rate DOUBLE, created_at DOUBLE)"
-_CHANGES_DDL = "CREATE TABLE truth_changes(url VARCHAR, changed_at DOUBLE)"
-
-
-def _fill(con: duckdb.DuckDBPyConnection, truth: Truth) -> None:
-    con.execute(_PAGES_DDL)
-    con.execute(_CHANGES_DDL)
-    pages = {"url": truth.urls, "host": truth.hosts, "rate": truth.rates, "c": truth.created_at}
-    con.register("_pages", pages)
-    con.execute("INSERT INTO truth_pages SELECT url, host, rate, c FROM _pages")
-    con.unregister("_pages")
-    changes = {"url": truth.change_urls, "t": truth.changed_at}
-    con.register("_changes", changes)
-    con.execute("INSERT INTO truth_changes SELECT url, t FROM _changes")
-    con.unregister("_changes")
-
-
 def _write_arrays(truth: Truth, path: Path, fmt: str) -> None:
-    """Write ``truth`` to ``path``, each file replaced atomically (readers see old or new)."""
-    tmp_tag = f".tmp-{os.getpid()}"
-    try:
-        if fmt == "duckdb":
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(path.name + tmp_tag)
-            for leftover in (tmp, tmp.with_name(tmp.name + ".wal")):
-                leftover.unlink(missing_ok=True)
-            con = duckdb.connect(str(tmp))
-            try:
-                _fill(con, truth)
-            finally:
-                con.close()
-            os.replace(tmp, path)
-            return
-        path.mkdir(parents=True, exist_ok=True)
-        con = duckdb.connect()
-        try:
-            _fill(con, truth)
-            # Changes first: a reader between the two renames sees pages it cannot yet join.
-            for table in ("truth_changes", "truth_pages"):
-                final = path / f"{table}.parquet"
-                tmp = path / f"{table}.parquet{tmp_tag}"
-                quoted = str(tmp).replace("'", "''")
-                con.execute(f"COPY {table} TO '{quoted}' (FORMAT parquet)")
-                os.replace(tmp, final)
-        finally:
-            con.close()
-    except (OSError, duckdb.Error) as e:
-        raise StoreError(
-            f"cannot write the simweb truth to {str(path)!r}: {e}; check that its directory "
-            "is writable and has space"
-        ) from e
+    """Write ``truth`` to ``path`` through the store (each file replaced atomically)."""
+    write_truth_tables(
+        path,
+        "duckdb" if fmt == "duckdb" else "parquet",
+        pages={
+            "url": truth.urls,
+            "host": truth.hosts,
+            "rate": truth.rates,
+            "created_at": truth.created_at,
+        },
+        changes={"url": truth.change_urls, "changed_at": truth.changed_at},
+    )
 
 
 def write_truth(

@@ -1,6 +1,57 @@
 """Stage 3, store: the only owner of SQL.
 
-duckdb (pages, hosts, the append-only fetch history, the batched writer), views (freshness and age
-in SQL), snapshot (consistent copies for live queries), captures (the archive's index of WARC
-records), history (retention of old fetches).
+interface (the :class:`Store` protocol every other part uses, the rows that cross it, and the
+one definition each of a successful fetch, a change and a due time), duckdb (the embedded
+implementation: pages, hosts, the append-only fetch history, the batched writer), views
+(freshness and age in SQL), snapshot (consistent copies for live queries), captures (the
+archive's index of WARC records), history (retention of old fetches), prune (the archive
+retention's index side), truth (a simulated web's truth tables).
 """
+
+from refresher.store._duckdb import SCHEMA_VERSION, DuckDBStore, StoreService
+from refresher.store._interface import (
+    NEVER,
+    DocumentUpdate,
+    EstimatorInputs,
+    FetchRecord,
+    HostRow,
+    HostSummary,
+    HostUpdate,
+    NewPage,
+    PageRow,
+    PlanUpdate,
+    RobotsUpdate,
+    Store,
+    StoreStatistics,
+    StoreStatus,
+    due_interval,
+    is_change,
+    is_success,
+    next_due,
+)
+from refresher.store._open import open_store
+
+__all__ = [
+    "NEVER",
+    "SCHEMA_VERSION",
+    "DocumentUpdate",
+    "DuckDBStore",
+    "EstimatorInputs",
+    "FetchRecord",
+    "HostRow",
+    "HostSummary",
+    "HostUpdate",
+    "NewPage",
+    "PageRow",
+    "PlanUpdate",
+    "RobotsUpdate",
+    "Store",
+    "StoreService",
+    "StoreStatistics",
+    "StoreStatus",
+    "due_interval",
+    "is_change",
+    "is_success",
+    "next_due",
+    "open_store",
+]

@@ -96,7 +96,7 @@ def backup_connection(con: duckdb.DuckDBPyConnection, dest: Path) -> BackupResul
 
 async def backup_service(service: StoreService, dest: Path) -> BackupResult:
     """Back up a running daemon's store through its queue; the queue keeps flowing meanwhile."""
-    cursor = await service.call(lambda s: s.con.cursor())
+    cursor = await service.cursor()
     try:
         return await trio.to_thread.run_sync(backup_connection, cursor, dest)
     finally:

@@ -11,7 +11,7 @@ else the snapshot beside it (whose copy of ``warc_records`` lags by one snapshot
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -36,6 +36,7 @@ __all__ = [
     "lookup_captures",
     "open_index",
     "prune_candidates",
+    "query_index",
     "records_in_files",
     "rename_file",
 ]
@@ -371,3 +372,27 @@ def open_index(store_path: Path, snapshot: Path) -> tuple[Any, Path]:
         return duckdb.connect(str(snapshot), read_only=True), snapshot
     except duckdb.Error as e:
         raise StoreError(f"cannot open the snapshot {str(snapshot)!r}: {e}") from e
+
+
+def query_index(
+    store_path: Path,
+    snapshot: Path,
+    fn: Callable[[Any], list[IndexedCapture]],
+    *,
+    directory: Path | None = None,
+) -> tuple[list[IndexedCapture], Path]:
+    """``fn`` over the index (:func:`open_index`), and the WARC directory: ``directory``, else
+    where the daemon recorded it (meta ``archive_dir``), else "archive" beside the store.
+
+    A store from before the archive has no index: nothing archived, ``fn`` gives []."""
+    con, _source = open_index(store_path, snapshot)
+    try:
+        if directory is None:
+            row = con.execute("SELECT value FROM meta WHERE key = 'archive_dir'").fetchall()
+            directory = Path(row[0][0]) if row else store_path.parent / "archive"
+        try:
+            return fn(con), directory
+        except duckdb.CatalogException:
+            return [], directory
+    finally:
+        con.close()

@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 import duckdb
 import numpy as np
 import trio
+from numpy.typing import NDArray
 
 from refresher._errors import StoreError
 from refresher.discover._seen import fingerprints
@@ -33,20 +34,34 @@ from refresher.store._captures import (
     CAPTURES_MIGRATION,
     BatchArchive,
     CaptureRow,
+    file_ends,
     insert_captures,
 )
+from refresher.store._first_fetch import first_fetch_quiet
+from refresher.store._history import prune_history
+from refresher.store._hosts import host_summary
+from refresher.store._interface import (
+    NEVER,
+    SUCCESS_SQL,
+    DocumentUpdate,
+    EstimatorInputs,
+    FetchRecord,
+    HostRow,
+    HostSummary,
+    HostUpdate,
+    NewPage,
+    PageRow,
+    PlanUpdate,
+    RobotsUpdate,
+    StoreStatistics,
+    StoreStatus,
+)
+from refresher.store._prune import PrunePlan, apply_plan, plan_prune
 
 __all__ = [
     "SCHEMA_VERSION",
-    "FetchRecord",
-    "HostRow",
-    "HostUpdate",
-    "NewPage",
-    "PageRow",
-    "RobotsUpdate",
-    "Store",
+    "DuckDBStore",
     "StoreService",
-    "StoreStatistics",
     "first_row",
 ]
 
@@ -180,111 +195,6 @@ _MIGRATIONS.append(CAPTURES_MIGRATION)
 SCHEMA_VERSION = len(_MIGRATIONS)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class NewPage:
-    url: str  # canonical
-    host: str  # host key
-    scheme: str
-    source: str = "seed"
-    depth: int = 0  # links from a seed
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class PageRow:
-    """What the frontier and a worker need of one page."""
-
-    id: int
-    url: str
-    host_id: int
-    host: str
-    due_at: float  # unix seconds
-    etag: str | None
-    last_modified: str | None
-    digest: bytes | None
-    target_rate: float | None  # fetches per second
-    depth: int = 0
-    fingerprint: int | None = None  # simhash of the last body
-    rate: float | None = None  # λ̂, changes per second
-    weight: float = 1.0
-    source: str = "seed"  # seed | link | sitemap
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class HostRow:
-    id: int
-    name: str
-    scheme: str
-    next_allowed: float
-    delay: float | None
-    backoff: float
-    errors: int
-    robots_status: int | None
-    robots_body: bytes | None
-    robots_expires_at: float | None
-    paused: bool
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class FetchRecord:
-    """One finished fetch and the page state it leaves behind."""
-
-    page_id: int
-    host_id: int
-    started_at: float  # unix seconds
-    finished_at: float
-    duration: float  # seconds
-    status: int | None
-    body_bytes: int
-    digest: bytes | None
-    changed: bool
-    not_modified: bool
-    error_kind: str | None
-    policy: str
-    final_url: str | None
-    redirects: int
-    # page state after the fetch
-    etag: str | None
-    last_modified: str | None
-    page_digest: bytes | None
-    page_status: str
-    due_at: float
-    # content: near-duplicate fingerprint, meaningful change, exact duplicate of another page
-    fingerprint: int | None = None
-    meaningful: bool | None = None
-    duplicate_of: int | None = None
-    #: the response's Last-Modified (a 304's: the stored one), unix seconds
-    last_modified_at: float | None = None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class HostUpdate:
-    host_id: int
-    next_allowed: float  # unix seconds
-    delay: float
-    backoff: float
-    errors: int
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RobotsUpdate:
-    host_id: int
-    status: int | None  # None: unreachable
-    body: bytes
-    fetched_at: float  # unix seconds
-    expires_at: float
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StoreStatistics:
-    pages: int
-    hosts: int
-    fetches: int  # rows in the history
-    acknowledged: int  # fetches committed by this process
-    batches: int
-    queued: int  # fetches waiting for their batch
-    last_batch_seconds: float
-
-
 def first_row(result: Any) -> tuple[Any, ...] | None:
     """The first row of a DuckDB result, consuming it all.
 
@@ -294,8 +204,12 @@ def first_row(result: Any) -> tuple[Any, ...] | None:
     return tuple(rows[0]) if rows else None
 
 
-class Store:
-    """Synchronous access to the DuckDB file. Use from one thread at a time."""
+class DuckDBStore:
+    """Synchronous access to the DuckDB file. Use from one thread at a time.
+
+    Inside the daemon, use it only through :class:`StoreService`; the CLI uses it on a stopped
+    store, through :func:`refresher.store.open_store`.
+    """
 
     def __init__(self, path: Path, *, memory_limit: str = "256MB", read_only: bool = False):
         self.path = path
@@ -308,7 +222,7 @@ class Store:
                     "fix store.path or the directory's permissions"
                 ) from e
         try:
-            self.con = duckdb.connect(
+            self._con = duckdb.connect(
                 str(path), read_only=read_only, config={"memory_limit": memory_limit}
             )
         except duckdb.Error as e:
@@ -326,16 +240,18 @@ class Store:
         self._next_fetch = self._scalar("SELECT coalesce(max(id), 0) + 1 FROM fetches")
 
     def _scalar(self, sql: str, params: Sequence[Any] = ()) -> int:
-        row = first_row(self.con.execute(sql, list(params)))
+        row = first_row(self._con.execute(sql, list(params)))
         return int(row[0]) if row and row[0] is not None else 0
 
     def _migrate(self) -> None:
         tables = {
-            r[0] for r in self.con.execute("SELECT table_name FROM duckdb_tables()").fetchall()
+            r[0] for r in self._con.execute("SELECT table_name FROM duckdb_tables()").fetchall()
         }
         version = 0
         if "meta" in tables:
-            row = first_row(self.con.execute("SELECT value FROM meta WHERE key = 'schema_version'"))
+            row = first_row(
+                self._con.execute("SELECT value FROM meta WHERE key = 'schema_version'")
+            )
             version = int(row[0]) if row else 0
         if version > SCHEMA_VERSION:
             raise StoreError(
@@ -344,32 +260,32 @@ class Store:
             )
         for target in range(version, SCHEMA_VERSION):
             try:
-                self.con.execute("BEGIN")
+                self._con.execute("BEGIN")
                 step = _MIGRATIONS[target]
                 if callable(step):
-                    step(self.con)
+                    step(self._con)
                 else:
-                    self.con.execute(step)
-                self.con.execute(
+                    self._con.execute(step)
+                self._con.execute(
                     "INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", [str(target + 1)]
                 )
-                self.con.execute("COMMIT")
+                self._con.execute("COMMIT")
             except duckdb.Error as e:
-                self.con.execute("ROLLBACK")
+                self._con.execute("ROLLBACK")
                 raise StoreError(
                     f"migrating {str(self.path)!r} to version {target + 1}: {e}"
                 ) from e
             log.info("schema migrated", version=target + 1, path=str(self.path))
 
     def schema_version(self) -> int:
-        row = first_row(self.con.execute("SELECT value FROM meta WHERE key = 'schema_version'"))
+        row = first_row(self._con.execute("SELECT value FROM meta WHERE key = 'schema_version'"))
         return int(row[0]) if row else 0
 
     def close(self) -> None:
         # Read-only or already closed: nothing to fold into the file.
         with contextlib.suppress(duckdb.Error):
-            self.con.execute("CHECKPOINT")
-        self.con.close()
+            self._con.execute("CHECKPOINT")
+        self._con.close()
 
     # -- pages and hosts ---------------------------------------------------------------------
 
@@ -386,8 +302,8 @@ class Store:
             "name": np.array([n for n, _ in names], dtype=object),
             "scheme": np.array([s for _, s in names], dtype=object),
         }
-        self.con.register("_new_hosts", batch)
-        self.con.execute(
+        self._con.register("_new_hosts", batch)
+        self._con.execute(
             """
             INSERT INTO hosts (id, name, scheme)
             SELECT ? + row_number() OVER (ORDER BY n.name) - 1, n.name, n.scheme
@@ -402,7 +318,7 @@ class Store:
         unique = list({p.url: p for p in pages}.values())
         if not unique:
             return []
-        self.con.execute("BEGIN")
+        self._con.execute("BEGIN")
         try:
             self._ensure_hosts(unique)
             urls = [p.url for p in unique]
@@ -413,8 +329,8 @@ class Store:
                 "depth": np.array([p.depth for p in unique], dtype=np.int32),
                 "fp": fingerprints(urls),
             }
-            self.con.register("_new_pages", batch)
-            rows = self.con.execute(
+            self._con.register("_new_pages", batch)
+            rows = self._con.execute(
                 """
                 INSERT INTO pages (id, url, host_id, first_seen, due_at, source, depth, url_fp)
                 SELECT ? + row_number() OVER (ORDER BY n.url) - 1, n.url, h.id, ?, ?, n.source,
@@ -425,15 +341,15 @@ class Store:
                 """,
                 [self._next_page, now, now],
             ).fetchall()
-            self.con.execute("COMMIT")
+            self._con.execute("COMMIT")
         except duckdb.Error as e:
-            self.con.execute("ROLLBACK")
+            self._con.execute("ROLLBACK")
             raise StoreError(f"adding pages: {e}") from e
         finally:
             # Unregistered after the transaction ended, so a failure shows its own cause.
             for view in ("_new_hosts", "_new_pages"):
                 with contextlib.suppress(duckdb.Error):
-                    self.con.unregister(view)
+                    self._con.unregister(view)
         self._next_page += len(rows)
         by_url = {p.url: p for p in unique}
         return [
@@ -457,22 +373,22 @@ class Store:
         """Which of these URL fingerprints the store has (bool mask, same order)."""
         if len(fps) == 0:
             return np.zeros(0, dtype=bool)
-        self.con.register("_fps", {"fp": fps})
+        self._con.register("_fps", {"fp": fps})
         try:
-            found = self.con.execute(
+            found = self._con.execute(
                 "SELECT fp FROM _fps SEMI JOIN pages ON pages.url_fp = _fps.fp"
             ).fetchnumpy()["fp"]
         finally:
-            self.con.unregister("_fps")
+            self._con.unregister("_fps")
         return np.isin(fps, found)
 
     def add_links(self, src: int, urls: Sequence[str], *, now: float) -> int:
         """Record edges from page ``src`` to the known pages among ``urls``; returns how many."""
         if not urls:
             return 0
-        self.con.register("_dst", {"url": np.array(list(urls), dtype=object)})
+        self._con.register("_dst", {"url": np.array(list(urls), dtype=object)})
         try:
-            rows = self.con.execute(
+            rows = self._con.execute(
                 """
                 INSERT INTO links SELECT ?, p.id, ? FROM _dst JOIN pages p ON p.url = _dst.url
                 WHERE p.id <> ? RETURNING dst
@@ -480,10 +396,10 @@ class Store:
                 [src, now, src],
             ).fetchall()
         finally:
-            self.con.unregister("_dst")
+            self._con.unregister("_dst")
         return len(rows)
 
-    def save_document(
+    def save_facts(
         self,
         page_id: int,
         *,
@@ -492,12 +408,12 @@ class Store:
         lastmod: Sequence[tuple[str, float]],
     ) -> None:
         """What processing a page's body found that belongs to pages, not to the history."""
-        self.con.execute(
+        self._con.execute(
             "UPDATE pages SET canonical = ?, noindex = ? WHERE id = ?",
             [canonical, noindex, page_id],
         )
         if lastmod:
-            self.con.register(
+            self._con.register(
                 "_lm",
                 {
                     "url": np.array([u for u, _ in lastmod], dtype=object),
@@ -505,7 +421,7 @@ class Store:
                 },
             )
             try:
-                self.con.execute(
+                self._con.execute(
                     """
                     UPDATE pages SET sitemap_lastmod = greatest(coalesce(sitemap_lastmod, 0), m.t)
                     FROM (SELECT url, max(t) AS t FROM _lm GROUP BY url) m
@@ -513,11 +429,11 @@ class Store:
                     """
                 )
             finally:
-                self.con.unregister("_lm")
+                self._con.unregister("_lm")
 
     def due_pages(self, *, after: tuple[float, int], until: float, limit: int) -> list[PageRow]:
         """Pages with (due_at, id) > ``after`` and due_at ≤ ``until``, earliest first."""
-        rows = self.con.execute(
+        rows = self._con.execute(
             """
             SELECT p.id, p.url, p.host_id, h.name, p.due_at, p.etag, p.last_modified,
                    p.digest, p.target_rate, p.depth, p.fingerprint, p.rate, p.weight,
@@ -554,7 +470,7 @@ class Store:
         wanted = sorted(set(ids))
         if not wanted:
             return {}
-        rows = self.con.execute(
+        rows = self._con.execute(
             """
             SELECT id, name, scheme, next_allowed, delay, backoff, errors, robots_status,
                    robots_body, robots_expires_at, paused
@@ -582,7 +498,7 @@ class Store:
     def save_robots(
         self, host_id: int, *, status: int | None, body: bytes, fetched_at: float, expires_at: float
     ) -> None:
-        self.con.execute(
+        self._con.execute(
             """
             UPDATE hosts SET robots_status = ?, robots_body = ?, robots_fetched_at = ?,
                              robots_expires_at = ?
@@ -592,7 +508,7 @@ class Store:
         )
 
     def set_paused(self, host: str, paused: bool) -> bool:
-        rows = self.con.execute(
+        rows = self._con.execute(
             "UPDATE hosts SET paused = ? WHERE name = ? RETURNING id", [paused, host]
         ).fetchall()
         return bool(rows)
@@ -601,14 +517,14 @@ class Store:
         return self._scalar("SELECT count(*) FROM pages WHERE status <> 'gone'")
 
     def get_meta(self, key: str) -> str | None:
-        row = first_row(self.con.execute("SELECT value FROM meta WHERE key = ?", [key]))
+        row = first_row(self._con.execute("SELECT value FROM meta WHERE key = ?", [key]))
         return None if row is None else str(row[0])
 
     def set_meta(self, key: str, value: str | None) -> None:
         if value is None:
-            self.con.execute("DELETE FROM meta WHERE key = ?", [key])
+            self._con.execute("DELETE FROM meta WHERE key = ?", [key])
         else:
-            self.con.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", [key, value])
+            self._con.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", [key, value])
 
     def switch_policy(self, policy: str, *, configured: str, budget: float, now: float) -> None:
         """Record an operator's switch to ``policy`` (made while ``configured`` was the
@@ -626,12 +542,12 @@ class Store:
 
     def record_policy(self, policy: str, budget: float, *, now: float) -> None:
         last = first_row(
-            self.con.execute(
+            self._con.execute(
                 "SELECT policy, budget FROM policy_periods ORDER BY started_at DESC LIMIT 1"
             )
         )
         if last is None or last[0] != policy or last[1] != budget:
-            self.con.execute("INSERT INTO policy_periods VALUES (?, ?, ?)", [now, policy, budget])
+            self._con.execute("INSERT INTO policy_periods VALUES (?, ?, ?)", [now, policy, budget])
 
     # -- the history -------------------------------------------------------------------------
 
@@ -706,7 +622,7 @@ class Store:
             "backoff": np.array([h.backoff for h in latest_host], dtype=np.float64),
             "errors": np.array([h.errors for h in latest_host], dtype=np.int32),
         }
-        con = self.con
+        con = self._con
         try:
             con.execute("BEGIN")
             if n:
@@ -756,7 +672,7 @@ class Store:
     def counts(self) -> tuple[int, int, int]:
         """(pages, hosts, fetches)."""
         row = first_row(
-            self.con.execute(
+            self._con.execute(
                 "SELECT (SELECT count(*) FROM pages), (SELECT count(*) FROM hosts),"
                 " (SELECT count(*) FROM fetches)"
             )
@@ -764,25 +680,206 @@ class Store:
         assert row is not None
         return int(row[0]), int(row[1]), int(row[2])
 
+    # -- the named operations of the interface (synchronous; see refresher.store.Store) --------
+
+    def load_due(
+        self, *, after: tuple[float, int], until: float, limit: int, known_hosts: frozenset[int]
+    ) -> tuple[list[PageRow], dict[int, HostRow]]:
+        pages = self.due_pages(after=after, until=until, limit=limit)
+        return pages, self.hosts({p.host_id for p in pages} - known_hosts)
+
+    def add_pages_with_hosts(
+        self, pages: Sequence[NewPage], *, now: float
+    ) -> tuple[list[PageRow], dict[int, HostRow]]:
+        rows = self.add_pages(pages, now=now)
+        return rows, self.hosts({r.host_id for r in rows})
+
+    def save_document(
+        self, update: DocumentUpdate, *, now: float
+    ) -> tuple[list[PageRow], dict[int, HostRow], int]:
+        rows, hosts = self.add_pages_with_hosts(update.new, now=now)
+        edges = 0
+        if not update.synthetic:
+            edges = self.add_links(update.page_id, update.linked, now=now)
+            self.save_facts(
+                update.page_id,
+                canonical=update.canonical,
+                noindex=update.noindex,
+                lastmod=update.lastmod,
+            )
+        return rows, hosts, edges
+
+    def discovery_scope(self) -> tuple[list[str], dict[str, int]]:
+        seeds = self._con.execute(
+            "SELECT DISTINCT h.name FROM pages p JOIN hosts h ON h.id = p.host_id"
+            " WHERE p.source = 'seed'"
+        ).fetchall()
+        counts = self._con.execute(
+            "SELECT h.name, count(*) FROM pages p JOIN hosts h ON h.id = p.host_id GROUP BY h.name"
+        ).fetchall()
+        return [r[0] for r in seeds], {r[0]: int(r[1]) for r in counts}
+
+    def estimator_inputs(self, *, meaningful: bool, history: int, links: bool) -> EstimatorInputs:
+        pages = self._con.execute(
+            """
+            SELECT p.id, p.host_id, coalesce(p.last_fetch, 'NaN'::DOUBLE) AS last_fetch,
+                   coalesce(h.delay, 0) AS delay
+            FROM pages p JOIN hosts h ON h.id = p.host_id
+            WHERE p.status NOT IN ('gone', 'denied') ORDER BY p.id
+            """
+        ).fetchnumpy()
+        change = "coalesce(meaningful, changed)" if meaningful else "changed"
+        obs = self._con.execute(
+            f"""
+            WITH obs AS (
+                SELECT page_id, finished_at, {change} AS changed,
+                       coalesce(last_modified_at, 'NaN'::DOUBLE) AS lm,
+                       lag(finished_at) OVER (PARTITION BY page_id ORDER BY finished_at) AS prev,
+                       coalesce(lag(last_modified_at) OVER (PARTITION BY page_id
+                                                            ORDER BY finished_at),
+                                'NaN'::DOUBLE) AS prev_lm,
+                       row_number() OVER (PARTITION BY page_id ORDER BY finished_at DESC) AS k
+                FROM fetches
+                WHERE {SUCCESS_SQL}
+            )
+            SELECT page_id, finished_at, prev, changed, lm, prev_lm
+            FROM obs
+            WHERE prev IS NOT NULL AND k <= ? AND finished_at > prev
+            """,
+            [history],
+        ).fetchnumpy()
+        first_page, first_quiet = first_fetch_quiet(self._con, history=history)
+        edges: dict[str, Any] = {"src": (), "dst": ()}
+        if links:
+            edges = self._con.execute("SELECT DISTINCT src, dst FROM links").fetchnumpy()
+        return EstimatorInputs(
+            page_ids=np.asarray(pages["id"], dtype=np.int64),
+            page_host=np.asarray(pages["host_id"], dtype=np.int64),
+            last_fetch=np.asarray(pages["last_fetch"], dtype=np.float64),
+            host_delay=np.asarray(pages["delay"], dtype=np.float64),
+            obs_page=np.asarray(obs["page_id"], dtype=np.int64),
+            obs_finished=np.asarray(obs["finished_at"], dtype=np.float64),
+            obs_previous=np.asarray(obs["prev"], dtype=np.float64),
+            obs_changed=np.asarray(obs["changed"], dtype=bool),
+            obs_last_modified=np.asarray(obs["lm"], dtype=np.float64),
+            obs_previous_last_modified=np.asarray(obs["prev_lm"], dtype=np.float64),
+            link_src=np.asarray(edges["src"], dtype=np.int64),
+            link_dst=np.asarray(edges["dst"], dtype=np.int64),
+            first_page=first_page,
+            first_quiet=first_quiet,
+        )
+
+    def save_plan(self, plan: PlanUpdate, *, now: float) -> None:
+        """See :meth:`refresher.store.Store.save_plan`: SQL of :func:`next_due` over the last
+        fetch as stored when saving (fetches may have committed since the inputs were read);
+        a page never fetched keeps an earlier due time."""
+        batch = {
+            "id": plan.page_ids,
+            "rate": plan.rates,
+            "rate_n": plan.rate_n,
+            "weight": plan.weights,
+            "target": plan.target,
+        }
+        self._con.register("_plan", batch)
+        try:
+            self._con.execute(
+                """
+                UPDATE pages SET rate = _plan.rate, rate_n = _plan.rate_n,
+                    weight = _plan.weight, target_rate = _plan.target,
+                    due_at = CASE
+                        WHEN pages.last_fetch IS NULL THEN least(pages.due_at, ?)
+                        WHEN _plan.target > 0 THEN pages.last_fetch + 1.0 / _plan.target
+                        ELSE pages.last_fetch + ? END
+                FROM _plan WHERE pages.id = _plan.id
+                """,
+                [now, NEVER],
+            )
+        finally:
+            self._con.unregister("_plan")
+
+    def status(self, *, now: float) -> StoreStatus:
+        pages, hosts, fetches = self.counts()
+        row = first_row(
+            self._con.execute(
+                "SELECT min(due_at), max(last_fetch), count(*) FILTER (WHERE due_at <= ?)"
+                " FROM pages",
+                [now],
+            )
+        )
+        return StoreStatus(
+            pages=pages,
+            hosts=hosts,
+            fetches=fetches,
+            next_due=row[0] if row else None,
+            last_fetch=row[1] if row else None,
+            due_now=int(row[2]) if row else 0,
+        )
+
+    def last_refreshes(self) -> list[tuple[str, float | None, float | None]]:
+        rows = self._con.execute(
+            f"""
+            SELECT p.url, max(f.finished_at), any_value(p.rate)
+            FROM pages p LEFT JOIN (SELECT * FROM fetches WHERE {SUCCESS_SQL}) f
+              ON f.page_id = p.id
+            GROUP BY p.url
+            """
+        ).fetchall()
+        return [(str(u), t, r) for u, t, r in rows]
+
+    def host_summary(self, *, now: float, limit: int | None) -> list[HostSummary]:
+        return host_summary(self._con, now=now, limit=limit)
+
+    def archive_file_ends(self) -> dict[str, int]:
+        """Per WARC file, the end of its last indexed record (bytes): where recovery cuts."""
+        return file_ends(self._con)
+
+    def prune_history(
+        self, *, before: float, keep_per_page: int, export_dir: Path | None = None
+    ) -> tuple[int, Path | None]:
+        """:func:`refresher.store._history.prune_history` on this store."""
+        return prune_history(
+            self._con, before=before, keep_per_page=keep_per_page, export_dir=export_dir
+        )
+
+    def plan_prune(
+        self, *, keep_versions: int | None, max_bytes: int | None, protect: Collection[str] = ()
+    ) -> PrunePlan:
+        """The archive index rows a retention pass drops (reads only)."""
+        return plan_prune(
+            self._con, keep_versions=keep_versions, max_bytes=max_bytes, protect=protect
+        )
+
+    def apply_prune(
+        self, plan: PrunePlan, copies: dict[str, tuple[str, list[tuple[int, int]]]]
+    ) -> None:
+        """A retention pass's index change, in one transaction (``copies``: rewritten files)."""
+        apply_plan(self._con, plan, copies)
+
+    def cursor(self) -> duckdb.DuckDBPyConnection:
+        """A second connection to the same database (for the snapshot, in this package)."""
+        return self._con.cursor()
+
 
 @dataclass(slots=True)
 class _Call:
-    fn: Callable[[Store], Any]
+    fn: Callable[[DuckDBStore], Any]
     done: trio.Event
     result: Any = None
     error: BaseException | None = None
 
 
 class StoreService:
-    """The daemon's one door to the store: an ordered queue served by one thread.
+    """The DuckDB implementation of :class:`refresher.store.Store`: the daemon's one door to
+    the file, an ordered queue served by one thread.
 
-    ``record`` and ``update_host`` queue writes that commit in batches; ``call`` runs a
-    function on the :class:`Store` after committing everything queued before it.
+    ``record`` and ``update_host`` queue writes that commit in batches; every other operation
+    runs on the :class:`DuckDBStore` in the store thread after committing everything queued
+    before it.
     """
 
     def __init__(
         self,
-        store: Store,
+        store: DuckDBStore,
         *,
         flush_interval: float = 0.5,
         batch_size: int = 5000,
@@ -817,7 +914,105 @@ class StoreService:
         """Queue new host state (politeness, or a fetched robots.txt); commits with a batch."""
         await self._send.send(update)
 
-    async def call(self, fn: Callable[[Store], T]) -> T:
+    # -- the named operations (refresher.store.Store) ---------------------------------------
+
+    async def load_due(
+        self, *, after: tuple[float, int], until: float, limit: int, known_hosts: frozenset[int]
+    ) -> tuple[list[PageRow], dict[int, HostRow]]:
+        return await self._call(
+            lambda s: s.load_due(after=after, until=until, limit=limit, known_hosts=known_hosts)
+        )
+
+    async def add_pages(
+        self, pages: Sequence[NewPage], *, now: float
+    ) -> tuple[list[PageRow], dict[int, HostRow]]:
+        return await self._call(lambda s: s.add_pages_with_hosts(pages, now=now))
+
+    async def save_document(
+        self, update: DocumentUpdate, *, now: float
+    ) -> tuple[list[PageRow], dict[int, HostRow], int]:
+        return await self._call(lambda s: s.save_document(update, now=now))
+
+    async def known_fingerprints(self, fps: NDArray[np.int64]) -> NDArray[np.bool_]:
+        found: NDArray[np.bool_] = await self._call(lambda s: s.known_fingerprints(fps))
+        return found
+
+    async def discovery_scope(self) -> tuple[list[str], dict[str, int]]:
+        return await self._call(lambda s: s.discovery_scope())
+
+    async def estimator_inputs(
+        self, *, meaningful: bool, history: int, links: bool
+    ) -> EstimatorInputs:
+        return await self._call(
+            lambda s: s.estimator_inputs(meaningful=meaningful, history=history, links=links)
+        )
+
+    async def save_plan(self, plan: PlanUpdate, *, now: float) -> None:
+        await self._call(lambda s: s.save_plan(plan, now=now))
+
+    async def record_policy(self, policy: str, budget: float, *, now: float) -> None:
+        await self._call(lambda s: s.record_policy(policy, budget, now=now))
+
+    async def policy_in_force(self, configured: str) -> str:
+        return await self._call(lambda s: s.policy_in_force(configured))
+
+    async def switch_policy(
+        self, policy: str, *, configured: str, budget: float, now: float
+    ) -> None:
+        await self._call(
+            lambda s: s.switch_policy(policy, configured=configured, budget=budget, now=now)
+        )
+
+    async def set_paused(self, host: str, paused: bool) -> bool:
+        return await self._call(lambda s: s.set_paused(host, paused))
+
+    async def status(self, *, now: float) -> StoreStatus:
+        return await self._call(lambda s: s.status(now=now))
+
+    async def last_refreshes(self) -> list[tuple[str, float | None, float | None]]:
+        return await self._call(lambda s: s.last_refreshes())
+
+    async def host_summary(self, *, now: float, limit: int | None) -> list[HostSummary]:
+        return await self._call(lambda s: s.host_summary(now=now, limit=limit))
+
+    async def prune_history(
+        self, *, before: float, keep_per_page: int, export_dir: Path | None = None
+    ) -> tuple[int, Path | None]:
+        return await self._call(
+            lambda s: s.prune_history(
+                before=before, keep_per_page=keep_per_page, export_dir=export_dir
+            )
+        )
+
+    async def plan_prune(
+        self,
+        *,
+        keep_versions: int | None,
+        max_bytes: int | None,
+        protect: Callable[[], Collection[str]],
+    ) -> PrunePlan:
+        """``protect()`` (the WARC files not to touch) is asked in the store thread, after every
+        batch queued before it committed and before any later one: no record can be indexed
+        between the answer and the plan."""
+
+        def plan(s: DuckDBStore) -> PrunePlan:
+            return s.plan_prune(
+                keep_versions=keep_versions, max_bytes=max_bytes, protect=set(protect())
+            )
+
+        return await self._call(plan)
+
+    async def apply_prune(
+        self, plan: PrunePlan, copies: dict[str, tuple[str, list[tuple[int, int]]]]
+    ) -> None:
+        await self._call(lambda s: s.apply_prune(plan, copies))
+
+    async def cursor(self) -> duckdb.DuckDBPyConnection:
+        """A second connection to the database, made after every queued write committed (for
+        :mod:`refresher.store._snapshot`; DuckDB only, not part of the interface)."""
+        return await self._call(lambda s: s.cursor())
+
+    async def _call(self, fn: Callable[[DuckDBStore], T]) -> T:
         """Run ``fn(store)`` in the store thread, after every write queued before it."""
         call = _Call(fn=fn, done=trio.Event())
         await self._send.send(call)
@@ -852,7 +1047,7 @@ class StoreService:
         self._records, self._hosts, self._robots, self._captures = [], [], [], []
         t0 = time.perf_counter()
 
-        def write(store: Store) -> tuple[int, int, int]:
+        def write(store: DuckDBStore) -> tuple[int, int, int]:
             synced = archive.sync(captures) if archive is not None else ()
             store.write(records, hosts, robots, synced)
             return store.counts()  # count(*) of whole tables is metadata to DuckDB: cheap
@@ -932,7 +1127,7 @@ class StoreService:
             self._robots.append(item)
 
     async def _run_call(self, call: _Call) -> None:
-        def run_call(store: Store) -> Any:
+        def run_call(store: DuckDBStore) -> Any:
             result = call.fn(store)
             self._counts = store.counts()
             return result

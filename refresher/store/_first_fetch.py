@@ -8,28 +8,28 @@ unchanged interval (Kolobov et al. 2019 use every complete observation of this k
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from numpy.typing import NDArray
 
-from refresher.store._duckdb import Store
+from refresher.store._interface import SUCCESS_SQL
 
 __all__ = ["first_fetch_quiet"]
 
 
-def first_fetch_quiet(
-    store: Store, *, history: int
-) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
+def first_fetch_quiet(con: Any, *, history: int) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
     """(page id, seconds from the first copy's Last-Modified to its fetch) for pages whose
     first successful fetch is among their last ``history`` + 1 (the estimator's window) and
     carried a Last-Modified before the fetch."""
-    got = store.con.execute(
-        """
+    got = con.execute(
+        f"""
         WITH ok AS (
             SELECT page_id, finished_at, last_modified_at,
                    row_number() OVER (PARTITION BY page_id ORDER BY finished_at) AS first,
                    count(*) OVER (PARTITION BY page_id) AS n
             FROM fetches
-            WHERE status BETWEEN 200 AND 299 OR not_modified
+            WHERE {SUCCESS_SQL}
         )
         SELECT page_id, finished_at - last_modified_at AS quiet
         FROM ok

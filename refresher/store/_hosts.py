@@ -2,26 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any
 
-if TYPE_CHECKING:
-    from refresher.store._duckdb import Store
+from refresher.store._interface import HostSummary
 
 __all__ = ["HostSummary", "host_summary"]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class HostSummary:
-    """One host's line in ``refresher status``."""
-
-    host: str
-    pages: int
-    fetches: int  # fetches recorded for its pages, all time
-    errors: int  # consecutive failed fetches now
-    paused: bool
-    #: seconds until the host may be fetched again after errors or Retry-After; 0 when not
-    backoff_left: float
 
 
 _SUMMARY = """
@@ -40,12 +25,12 @@ ORDER BY paused DESC, backoff_left > 0 DESC, fetches DESC, name
 """
 
 
-def host_summary(store: Store, *, now: float, limit: int | None = 10) -> list[HostSummary]:
+def host_summary(con: Any, *, now: float, limit: int | None = 10) -> list[HostSummary]:
     """The ``limit`` busiest hosts (all when None), and every paused host or host in backoff.
 
     ``now`` is unix seconds; paused hosts come first, then those in backoff, then by fetches.
     """
-    rows = store.con.execute(_SUMMARY, {"now": now, "limit": limit}).fetchall()
+    rows = con.execute(_SUMMARY, {"now": now, "limit": limit}).fetchall()
     return [
         HostSummary(
             host=str(r[0]),

@@ -9,8 +9,8 @@ while the daemon runs::
 
 How a snapshot is made (every ``snapshot.interval`` seconds, and by :meth:`Snapshotter.write_now`):
 
-1. A second connection to the store's database (``Store.con.cursor()``, made in the store thread)
-   reads inside one transaction, so every table is seen at one commit point: MVCC lets the
+1. A second connection to the store's database (``StoreService.cursor()``, made in the store
+   thread) reads inside one transaction, so every table is seen at one commit point: MVCC lets the
    store thread keep committing batches meanwhile; the store's queue never waits for a snapshot.
 2. It writes into a private *staging* file, ``snapshot.staging.duckdb``, attached to the same
    database instance: ``fetches`` (append-only, ids increasing in commit order) is copied
@@ -212,7 +212,7 @@ class Snapshotter:
             t0 = time.perf_counter()
             try:
                 # Through the store's queue: what was queued before is committed first.
-                con = await self.store.call(lambda s: s.con.cursor())
+                con = await self.store.cursor()
                 try:
                     built = await _interruptible(con, lambda: self._build(con))
                 finally:

@@ -8,9 +8,10 @@ stock ``duckdb`` CLI can run it. :func:`create_views` (re)creates the objects;
 Units: every time is unix seconds (DOUBLE; ``to_timestamp(x)`` shows it), every duration and
 every age is seconds, freshness is a fraction in [0, 1], rates are per second.
 
-The model (Cho & Garcia-Molina 2003; docs/model.md). A *refresh* is a successful fetch:
-status 2xx or 304 (the copy equals the live page as of the fetch's ``finished_at``); a failed
-fetch refreshes nothing. Between a
+The model (Cho & Garcia-Molina 2003; docs/model.md). A *refresh* is a successful fetch
+(:func:`refresher.store.is_success`: a complete 2xx answer, or a 304 to a conditional GET; the
+copy equals the live page as of the fetch's ``finished_at``); a failed fetch refreshes nothing.
+Between a
 refresh at s and the next one the copy is estimated fresh at t with probability
 ``P = e^(−λ̂(t−s))`` and its expected age is ``E[age] = (t−s) − (1 − e^(−λ̂(t−s)))/λ̂``.
 Time averages integrate these exactly between refresh points (∫ e^(−λx) dx = (1 − e^(−λL))/λ
@@ -74,6 +75,7 @@ from typing import Any, Literal
 import duckdb
 
 from refresher._errors import StoreError
+from refresher.store._interface import success_sql
 
 __all__ = [
     "MACROS",
@@ -90,7 +92,7 @@ __all__ = [
 PRIOR_RATE = 1.0 / 86_400.0
 
 #: A fetch that refreshes the copy (alias ``f`` for fetches).
-SUCCESS = "(f.status BETWEEN 200 AND 299 OR f.status = 304)"
+SUCCESS = success_sql("f")
 
 _INF = "CAST('infinity' AS DOUBLE)"
 

@@ -16,7 +16,7 @@ from refresher._config import load_config
 from refresher.archive._archive import Archive
 from refresher.archive._warc import read_record, scan_file
 from refresher.ops._control import request
-from tests.conftest import cli, daemon_config, query_db, wait_for
+from tests.conftest import DEADLINE, acli, cli, daemon_config, query_db, wait_for
 
 
 def blake(data: bytes) -> bytes:
@@ -113,21 +113,24 @@ async def test_get_cdx_and_export_work_while_the_daemon_runs(site, short_dir, da
     await d.ready()
     url = s.urls()[1]
 
-    def got() -> subprocess.CompletedProcess[str] | None:
-        r = cli("get", "--config", str(config), url, "--headers")
+    async def got() -> subprocess.CompletedProcess[str] | None:
+        r = await acli("get", "--config", str(config), url, "--headers")
         return r if r.returncode == 0 else None
 
-    result = await wait_for(got, what="refresher get of a fetched page")
-    assert result.stdout.startswith("HTTP 200")
+    # each try starts a process: generous on a loaded machine
+    result = await wait_for(got, timeout=3 * DEADLINE, what="refresher get of a fetched page")
+    assert result.stdout.startswith("HTTP 200"), result.stdout[:500]
     assert "<html" in result.stdout.lower()
-    cdx = cli("cdx", "--config", str(config))
+    cdx = await acli("cdx", "--config", str(config))
     assert cdx.returncode == 0, cdx.stderr
     lines = cdx.stdout.splitlines()
-    assert lines and all(line.startswith("test,sim,") for line in lines)
+    assert lines and all(line.startswith("test,sim,") for line in lines), cdx.stdout[:2000]
     fields = json.loads(lines[0].split(" ", 2)[2])
     assert {"url", "mime", "status", "digest", "offset", "length", "filename"} <= fields.keys()
     out = short_dir / "latest.parquet"
-    exported = cli("export", "--config", str(config), "--format", "parquet", "--output", str(out))
+    exported = await acli(
+        "export", "--config", str(config), "--format", "parquet", "--output", str(out)
+    )
     assert exported.returncode == 0, exported.stderr
     rows = duckdb.sql(f"SELECT count(*), count(text) FROM read_parquet('{out}')").fetchall()
     d.signal(signal.SIGTERM)

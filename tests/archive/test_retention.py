@@ -10,7 +10,7 @@ import duckdb
 from refresher.archive._archive import Archive
 from refresher.archive._retention import HistoryRetention, prune_now
 from refresher.archive._warc import WarcWriter, scan_file
-from refresher.store._duckdb import NewPage, Store
+from refresher.store import DuckDBStore, NewPage
 from tests.archive.test_warc import capture, result
 from tests.conftest import cli, fetch_record, query_db, write_config
 
@@ -18,7 +18,7 @@ from tests.conftest import cli, fetch_record, query_db, write_config
 def archive_of(tmp: Path, versions: dict[int, int]) -> tuple[Path, Path]:
     """A store and archive: ``versions[page]`` responses per page, a revisit after each."""
     db, directory = tmp / "refresher.duckdb", tmp / "archive"
-    store = Store(db)
+    store = DuckDBStore(db)
     writer = WarcWriter(directory, min_free_bytes=0, max_file_bytes=6000)
     t = 1_700_000_000.0
     rows = []
@@ -50,8 +50,8 @@ def test_keep_versions_drops_older_versions_and_keeps_the_latest_of_every_page(t
     db, directory = archive_of(tmp_path, {1: 4, 2: 1, 3: 3})
     before = latest_bodies(db)
     assert len(before) == 3
-    store = Store(db)
-    report = prune_now(store.con, directory, keep_versions=1, max_bytes=None)
+    store = DuckDBStore(db)
+    report = prune_now(store, directory, keep_versions=1, max_bytes=None)
     store.close()
     # 3 + 2 old versions of pages 1 and 3, and the revisit after each of them
     assert report.records == 2 * (3 + 2)
@@ -70,8 +70,8 @@ def test_keep_versions_drops_older_versions_and_keeps_the_latest_of_every_page(t
 def test_max_bytes_removes_the_oldest_first_but_never_a_pages_latest_version(tmp_path):
     db, directory = archive_of(tmp_path, {1: 5, 2: 5})
     before = latest_bodies(db)
-    store = Store(db)
-    report = prune_now(store.con, directory, keep_versions=None, max_bytes=1)
+    store = DuckDBStore(db)
+    report = prune_now(store, directory, keep_versions=None, max_bytes=1)
     store.close()
     assert report.records > 0
     assert latest_bodies(db) == before
@@ -96,7 +96,7 @@ def test_refresher_prune_reports_what_it_removed(tmp_path):
 
 def test_history_retention_exports_then_deletes_old_fetches_but_keeps_each_pages_latest(tmp_path):
     db = tmp_path / "refresher.duckdb"
-    store = Store(db)
+    store = DuckDBStore(db)
     pages = store.add_pages(
         [NewPage(url=f"http://a.example/{i}", host="a.example", scheme="http") for i in range(3)],
         now=1000.0,
@@ -105,7 +105,7 @@ def test_history_retention_exports_then_deletes_old_fetches_but_keeps_each_pages
     store.write(records, [])
     retention = HistoryRetention(seconds=50.0, keep_per_page=4, export_dir=tmp_path / "old")
     # now = 1100: fetches before 1050 go, but each page keeps its latest 4 (t = 1060 … 1090)
-    n, path = retention.apply(store.con, 1100.0)
+    n, path = retention.apply(store, 1100.0)
     store.close()
     assert n == 3 * 5  # t = 1000 … 1040 of each page
     assert path is not None and Path(path).exists()
@@ -117,12 +117,12 @@ def test_history_retention_exports_then_deletes_old_fetches_but_keeps_each_pages
 
 def test_history_retention_never_drops_below_what_the_estimator_reads(tmp_path):
     db = tmp_path / "refresher.duckdb"
-    store = Store(db)
+    store = DuckDBStore(db)
     [page] = store.add_pages(
         [NewPage(url="http://a.example/", host="a.example", scheme="http")], now=0.0
     )
     store.write([fetch_record(page.id, page.host_id, float(t)) for t in range(1, 7)], [])
-    n, path = HistoryRetention(seconds=1.0, keep_per_page=32).apply(store.con, 1e9)
+    n, path = HistoryRetention(seconds=1.0, keep_per_page=32).apply(store, 1e9)
     store.close()
     assert (n, path) == (0, None)
     assert query_db(db, "SELECT count(*) FROM fetches")[0][0] == 6

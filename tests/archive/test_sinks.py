@@ -79,7 +79,11 @@ async def test_a_sleeping_sink_and_a_raising_one_never_hold_up_the_offers_or_the
         # submit is synchronous: it cannot wait for a sink, whatever the sink does
         feed.submit(change_capture(i), previous=None, meaningful=True)
         await trio.sleep(0)  # let the sinks' tasks run as the crawl would
-    await wait_for(lambda: len(keeps.got) == 100, what="every change delivered to keeps")
+    # each sink runs in its own task: wait for the two that take every change
+    await wait_for(
+        lambda: len(keeps.got) == 100 and feed.statistics().failed.get("raises") == 100,
+        what="every change offered",
+    )
     stats = feed.statistics()
     assert stats.offered == 100
     assert stats.delivered["keeps"] == 100 and stats.dropped["keeps"] == 0

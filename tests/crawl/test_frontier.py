@@ -10,7 +10,7 @@ import pytest
 import trio
 
 from refresher.crawl._frontier import Frontier, HostRobots, HostTiming, next_allowed_after
-from refresher.store._duckdb import HostRow, PageRow
+from refresher.store import HostRow, PageRow
 
 EPOCH = 1.7e9  # the injected wall clock starts here
 

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from refresher.crawl._fetch import FetchResult
 from refresher.crawl._outcome import Outcome, classify, http_date, meaningful
-from refresher.store._duckdb import PageRow
+from refresher.store import PageRow
 
 #: the store's pages.status vocabulary (the schema's comment), "new" aside
 SCHEMA_STATUSES = {"ok", "not_modified", "error", "denied", "gone"}

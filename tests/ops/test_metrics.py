@@ -20,7 +20,7 @@ from refresher.discover._discovery import DiscoveryStatistics
 from refresher.ops._metrics import METRICS, MetricsServer
 from refresher.ops._notify import NotifierStatistics
 from refresher.refresh._allocate import AllocatorStatistics
-from refresher.store._duckdb import StoreStatistics
+from refresher.store import StoreStatistics
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

@@ -12,12 +12,11 @@ import pytest
 from conftest import DaemonProcess, cli, daemon_config
 
 from refresher.ops._cli import main
-from refresher.store._duckdb import NewPage, Store
-from refresher.store._hosts import host_summary
+from refresher.store import DuckDBStore, NewPage
 
 
 def _store_with_hosts(path: Path, names: list[str]) -> None:
-    store = Store(path)
+    store = DuckDBStore(path)
     try:
         store.add_pages(
             [NewPage(url=f"http://{n}/", host=n, scheme="http", source="seed") for n in names],
@@ -58,11 +57,11 @@ def test_status_on_a_stopped_store_lists_the_paused_hosts_first(
 def test_the_host_list_keeps_paused_hosts_beyond_the_busiest(tmp_path: Path) -> None:
     db = tmp_path / "r.duckdb"
     _store_with_hosts(db, [f"h{i}.test" for i in range(5)])
-    store = Store(db)
+    store = DuckDBStore(db)
     try:
         store.set_paused("h4.test", True)
-        short = host_summary(store, now=time.time(), limit=2)
-        everything = host_summary(store, now=time.time(), limit=None)
+        short = store.host_summary(now=time.time(), limit=2)
+        everything = store.host_summary(now=time.time(), limit=None)
     finally:
         store.close()
     assert [h.host for h in short] == ["h4.test", "h0.test", "h1.test"]

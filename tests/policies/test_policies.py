@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 from numpy.typing import ArrayLike, NDArray
 from scipy.optimize import minimize
 
-import policies
-from policies import _model, _table
+from refresher import policies
 from refresher._errors import ConfigError
+from refresher.policies import _model, _table
 
 DAY = 86_400.0
 PAPER_RATES = np.array([1.0, 2.0, 3.0, 4.0, 5.0])  # changes per day

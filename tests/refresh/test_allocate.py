@@ -12,10 +12,12 @@ from pathlib import Path
 import duckdb
 import numpy as np
 import pytest
+import trio
 from conftest import cli, daemon_config, fetch_record, wait_for
 
-import policies
+from refresher import policies
 from refresher.refresh._allocate import (
+    Allocator,
     PolicyInputs,
     load_inputs,
     plan,
@@ -25,7 +27,15 @@ from refresher.refresh._allocate import (
 from refresher.refresh._estimate import estimate_pages
 from refresher.sim._simweb import SimwebConfig, plan_web
 from refresher.sim._site import HostSpec, PageSpec, Site, serve_site
-from refresher.store._duckdb import NewPage, PageRow, Store
+from refresher.store import (
+    NEVER,
+    DuckDBStore,
+    NewPage,
+    PageRow,
+    PlanUpdate,
+    StoreService,
+    next_due,
+)
 
 NOW = 1_700_000_000.0
 
@@ -93,7 +103,17 @@ def test_the_policy_table_ranks_optimal_over_uniform_over_proportional():
     json.dumps(table, allow_nan=False)  # machines get strict JSON
 
 
-def _history(store: Store, page_id: int, host_id: int, times: list[float], changed: list[bool]):
+def inputs_of(store: DuckDBStore, *, min_delay: float, **settings: str) -> PolicyInputs:
+    """:func:`load_inputs` over the store's raw history, as the allocator reads it."""
+    raw = store.estimator_inputs(
+        meaningful=False, history=32, links=settings.get("weights", "pagerank") == "pagerank"
+    )
+    return load_inputs(raw, min_delay=min_delay, **settings)
+
+
+def _history(
+    store: DuckDBStore, page_id: int, host_id: int, times: list[float], changed: list[bool]
+):
     records = [
         fetch_record(page_id, host_id, t, duration=0.1, body_bytes=10, changed=c)
         for t, c in zip(times, changed, strict=True)
@@ -102,7 +122,7 @@ def _history(store: Store, page_id: int, host_id: int, times: list[float], chang
 
 
 def test_inputs_from_a_real_store_order_pages_by_how_often_they_changed(tmp_path: Path):
-    store = Store(tmp_path / "s.duckdb")
+    store = DuckDBStore(tmp_path / "s.duckdb")
     try:
         rows = store.add_pages(
             [
@@ -121,12 +141,12 @@ def test_inputs_from_a_real_store_order_pages_by_how_often_they_changed(tmp_path
             _history(store, ids[url], host[url], times, changed)
         store.add_links(ids["http://h.example/p0"], ["http://g.example/"], now=NOW)
         store.add_links(ids["http://h.example/p1"], ["http://g.example/"], now=NOW)
-        store.con.execute("UPDATE hosts SET delay = 4.0 WHERE name = 'h.example'")
-        got = load_inputs(store, min_delay=1.0)
-        unweighted = load_inputs(store, min_delay=1.0, weights="none")
-        gamma = load_inputs(store, min_delay=1.0, model="gamma")
+        store._con.execute("UPDATE hosts SET delay = 4.0 WHERE name = 'h.example'")
+        got = inputs_of(store, min_delay=1.0)
+        unweighted = inputs_of(store, min_delay=1.0, weights="none")
+        gamma = inputs_of(store, min_delay=1.0, model="gamma")
         with pytest.raises(ValueError, match="'pagerank' or 'none'"):
-            load_inputs(store, min_delay=1.0, weights="indegree")
+            inputs_of(store, min_delay=1.0, weights="indegree")
     finally:
         store.close()
     # the gamma prior orders the pages the same way
@@ -258,7 +278,7 @@ def test_last_modified_times_reveal_a_page_that_changes_before_every_fetch(tmp_p
     # Both pages changed before every one of 20 fetches a minute apart: without change times
     # they look alike. Honest Last-Modified values say one changed 2 s before each fetch
     # (λ ≈ 0.5/s) and the other 50 s before (λ ≈ 0.02/s).
-    store = Store(tmp_path / "s.duckdb")
+    store = DuckDBStore(tmp_path / "s.duckdb")
     try:
         rows = store.add_pages(
             [
@@ -283,14 +303,14 @@ def test_last_modified_times_reveal_a_page_that_changes_before_every_fetch(tmp_p
                 for k, t in enumerate(NOW + 60.0 * k for k in range(21))
             ]
             store.write(records, [])
-        got = load_inputs(store, min_delay=1.0)
+        got = inputs_of(store, min_delay=1.0)
     finally:
         store.close()
     fast, slow = got.rates  # ids in insertion order: fast, slow
     assert fast > 0.2 and slow < 0.05 and fast > 10 * slow
 
 
-def _three_pages(store: Store) -> tuple[list[PageRow], list[int]]:
+def _three_pages(store: DuckDBStore) -> tuple[list[PageRow], list[int]]:
     """Three new pages of one host, and their ids in order."""
     rows = store.add_pages(
         [NewPage(url=f"http://a.example/{i}", host="a.example", scheme="http") for i in range(3)],
@@ -300,21 +320,30 @@ def _three_pages(store: Store) -> tuple[list[PageRow], list[int]]:
 
 
 def test_a_plan_makes_pages_due_one_interval_after_their_last_fetch(tmp_path: Path):
-    from refresher.refresh._allocate import NEVER, _save
-
-    store = Store(tmp_path / "s.duckdb")
+    store = DuckDBStore(tmp_path / "s.duckdb")
     try:
         rows, ids = _three_pages(store)
         _history(store, ids[0], rows[0].host_id, [NOW + 10], [False])
         _history(store, ids[2], rows[0].host_id, [NOW + 20], [False])
-        got = load_inputs(store, min_delay=1.0)
-        _save(store, got, np.array([0.01, 0.5, 0.0]), NOW + 60)
-        due = dict(store.con.execute("SELECT id, due_at FROM pages").fetchall())
+        got = inputs_of(store, min_delay=1.0)
+        target = np.array([0.01, 0.5, 0.0])
+        update = PlanUpdate(
+            page_ids=got.page_ids,
+            rates=got.rates,
+            rate_n=got.rate_n,
+            weights=got.weights,
+            target=target,
+        )
+        store.save_plan(update, now=NOW + 60)
+        due = dict(store._con.execute("SELECT id, due_at FROM pages").fetchall())
     finally:
         store.close()
     assert due[ids[0]] == pytest.approx(NOW + 10 + 100)  # last fetch + 1/f
     assert due[ids[1]] == NOW  # never fetched: stays due
     assert due[ids[2]] == pytest.approx(NOW + 20 + NEVER)  # no fetches planned: re-checked late
+    # the store applies the one definition of a due time
+    expected = next_due(got.last_fetch, target, now=NOW)
+    assert [due[i] for i in got.page_ids] == pytest.approx(expected.tolist())
 
 
 def test_on_the_default_simweb_an_optimal_plan_from_ten_fetches_a_page_beats_uniform() -> None:
@@ -362,8 +391,66 @@ def test_on_the_default_simweb_an_optimal_plan_from_ten_fetches_a_page_beats_uni
     assert scores["log-normal"] < best
 
 
+class _Frontier:
+    """Stands in for the frontier: the allocator only asks it to reload its window."""
+
+    resets = 0
+
+    def reset(self) -> None:
+        self.resets += 1
+
+    def set_budget(self, budget: float) -> None:
+        pass
+
+
+async def test_without_exploration_a_starved_page_is_due_alike_in_the_store_and_after_a_fetch(
+    tmp_path: Path,
+) -> None:
+    # One page changes at every fetch, nine never do; at a tiny budget the optimal policy gives
+    # the hopeless one nothing. Its due time saved with the plan and the one a worker sets
+    # after fetching it (Allocator.interval) must agree: both come from due_interval.
+    store = DuckDBStore(tmp_path / "s.duckdb")
+    rows = store.add_pages(
+        [
+            NewPage(url=f"http://h{i}.example/", host=f"h{i}.example", scheme="http")
+            for i in range(10)
+        ],
+        now=NOW,
+    )
+    rows.sort(key=lambda r: r.id)
+    times = [NOW + 60.0 * k for k in range(30)]
+    for i, row in enumerate(rows):
+        _history(store, row.id, row.host_id, times, [i == 0 and k > 0 for k in range(30)])
+    service = StoreService(store)
+    frontier = _Frontier()
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(service.run)
+            allocator = Allocator(
+                store=service,
+                frontier=frontier,  # type: ignore[arg-type]
+                budget=0.002,
+                policy="optimal",
+                explore=0.0,
+                wall_clock=lambda: times[-1] + 1,
+            )
+            await allocator.solve()
+            pages, _ = await service.load_due(
+                after=(-math.inf, 0), until=math.inf, limit=100, known_hosts=frozenset()
+            )
+            service.close()
+    finally:
+        store.close()
+    assert frontier.resets == 1
+    starved = [p for p in pages if p.target_rate == 0]
+    assert [p.id for p in starved] == [rows[0].id]
+    for p in pages:
+        assert p.due_at == pytest.approx(times[-1] + allocator.interval(p))
+    assert allocator.interval(starved[0]) == NEVER
+
+
 def test_pages_robots_txt_denies_leave_the_plan(tmp_path: Path):
-    store = Store(tmp_path / "s.duckdb")
+    store = DuckDBStore(tmp_path / "s.duckdb")
     try:
         rows, ids = _three_pages(store)
         _history(store, ids[0], rows[0].host_id, [NOW + 10, NOW + 20], [False, True])
@@ -377,7 +464,7 @@ def test_pages_robots_txt_denies_leave_the_plan(tmp_path: Path):
             due_at=NOW + 3600,
         )
         store.write([denied], [])
-        got = load_inputs(store, min_delay=1.0)
+        got = inputs_of(store, min_delay=1.0)
     finally:
         store.close()
     assert ids[1] not in got.page_ids.tolist()
@@ -398,9 +485,8 @@ async def test_an_empty_store_is_reported_as_no_pages_not_as_unplaced_budget(
     import structlog
 
     from refresher.refresh._allocate import Allocator
-    from refresher.store._duckdb import StoreService
 
-    store = Store(tmp_path / "r.duckdb")
+    store = DuckDBStore(tmp_path / "r.duckdb")
     service = StoreService(store)
     await nursery.start(service.run)
     allocator = Allocator(
@@ -419,7 +505,7 @@ async def test_an_empty_store_is_reported_as_no_pages_not_as_unplaced_budget(
 def test_the_first_copys_last_modified_on_an_honest_host_counts_as_quiet_time(tmp_path: Path):
     from refresher.store._first_fetch import first_fetch_quiet
 
-    store = Store(tmp_path / "s.duckdb")
+    store = DuckDBStore(tmp_path / "s.duckdb")
     try:
         rows, ids = _three_pages(store)
         host = rows[0].host_id
@@ -437,8 +523,8 @@ def test_the_first_copys_last_modified_on_an_honest_host_counts_as_quiet_time(tm
         # pages 1 and 2 were fetched once, unchanged for a day before that fetch (page 1)
         store.write([fetch_record(ids[1], host, NOW + 12, last_modified_at=NOW - day)], [])
         store.write([fetch_record(ids[2], host, NOW + 13)], [])
-        pages, quiet = first_fetch_quiet(store, history=32)
-        got = load_inputs(store, min_delay=1.0)
+        pages, quiet = first_fetch_quiet(store._con, history=32)
+        got = inputs_of(store, min_delay=1.0)
     finally:
         store.close()
     assert dict(zip(pages.tolist(), quiet.tolist(), strict=True)) == {

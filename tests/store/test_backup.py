@@ -12,15 +12,15 @@ import pytest
 from conftest import DaemonProcess, cli, daemon_config, query_db, wait_for
 
 from refresher._errors import StoreError
+from refresher.store import DuckDBStore, NewPage
 from refresher.store._backup import backup_file
-from refresher.store._duckdb import NewPage, Store
 
 
 def test_a_stopped_store_is_copied_whole_and_an_existing_destination_is_refused(
     tmp_path: Path,
 ) -> None:
     db = tmp_path / "r.duckdb"
-    store = Store(db)
+    store = DuckDBStore(db)
     store.add_pages(
         [NewPage(url=f"http://a.test/{i}", host="a.test", scheme="http") for i in range(3)],
         now=time.time(),

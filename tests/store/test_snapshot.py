@@ -19,7 +19,7 @@ from conftest import DaemonProcess, daemon_config, fetch_record, wait_for
 from refresher._config import Config, StoreConfig, load_config
 from refresher._errors import StoreError
 from refresher.sim._site import Site
-from refresher.store._duckdb import FetchRecord, NewPage, PageRow, Store, StoreService
+from refresher.store import DuckDBStore, FetchRecord, NewPage, PageRow, StoreService
 from refresher.store._snapshot import (
     Snapshotter,
     _interruptible,
@@ -86,7 +86,7 @@ class Live:
             NewPage(url=f"http://h{i % 2}.test/p{i}", host=f"h{i % 2}.test", scheme="http")
             for i in range(len(self.pages), len(self.pages) + n)
         ]
-        self.pages += await self.service.call(lambda s: s.add_pages(new, now=self.clock))
+        self.pages += await self.service._call(lambda s: s.add_pages(new, now=self.clock))
 
     async def fetch_all(self, *, status: int | None = 200) -> None:
         for page in self.pages:
@@ -94,15 +94,15 @@ class Live:
             await self.service.record(record(page, self.clock, status=status))
 
     async def store_ids(self) -> list[int]:
-        rows = await self.service.call(
-            lambda s: s.con.execute("SELECT id FROM fetches ORDER BY id").fetchall()
+        rows = await self.service._call(
+            lambda s: s._con.execute("SELECT id FROM fetches ORDER BY id").fetchall()
         )
         return [int(r[0]) for r in rows]
 
 
 @asynccontextmanager
 async def live_store(path: Path) -> AsyncIterator[Live]:
-    store = Store(path)
+    store = DuckDBStore(path)
     service = StoreService(store, flush_interval=0.05)
     try:
         async with trio.open_nursery() as nursery:

@@ -16,15 +16,15 @@ import trio.testing
 from conftest import fetch_record
 
 from refresher._errors import StoreError
-from refresher.store._duckdb import (
+from refresher.store import (
     SCHEMA_VERSION,
+    DuckDBStore,
     FetchRecord,
     HostUpdate,
     NewPage,
-    Store,
     StoreService,
-    first_row,
 )
+from refresher.store._duckdb import first_row
 
 NOW = 1_700_000_000.0
 
@@ -55,8 +55,8 @@ def host_update(host_id: int = 1, **changes: Any) -> HostUpdate:
     return dataclasses.replace(update, **changes)
 
 
-def page_row(store: Store, page_id: int, columns: str) -> tuple[Any, ...]:
-    row = first_row(store.con.execute(f"SELECT {columns} FROM pages WHERE id = ?", [page_id]))
+def page_row(store: DuckDBStore, page_id: int, columns: str) -> tuple[Any, ...]:
+    row = first_row(store._con.execute(f"SELECT {columns} FROM pages WHERE id = ?", [page_id]))
     assert row is not None
     return row
 
@@ -67,8 +67,8 @@ def path(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def store(path: Path) -> Iterator[Store]:
-    s = Store(path)
+def store(path: Path) -> Iterator[DuckDBStore]:
+    s = DuckDBStore(path)
     yield s
     s.close()
 
@@ -77,7 +77,7 @@ def store(path: Path) -> Iterator[Store]:
 
 
 def test_a_new_file_is_created_and_migrated_to_the_current_schema(path: Path) -> None:
-    s = Store(path)
+    s = DuckDBStore(path)
     try:
         assert path.is_file()
         assert s.schema_version() == SCHEMA_VERSION
@@ -87,14 +87,14 @@ def test_a_new_file_is_created_and_migrated_to_the_current_schema(path: Path) ->
 
 
 def test_reopening_keeps_the_data_and_ids_continue(path: Path) -> None:
-    s = Store(path)
+    s = DuckDBStore(path)
     first = s.add_pages(
         [page("http://a.example/1"), page("http://b.example/", "b.example")], now=NOW
     )
     s.write([fetch(first[0].id)], [])
     s.close()
 
-    s = Store(path)
+    s = DuckDBStore(path)
     try:
         assert s.schema_version() == SCHEMA_VERSION
         assert s.counts() == (2, 2, 1)
@@ -104,43 +104,43 @@ def test_reopening_keeps_the_data_and_ids_continue(path: Path) -> None:
         assert sorted(r.id for r in more) == [3, 4]
         assert {r.host_id for r in more} == {1, 3}  # a.example keeps its id, c.example is new
         s.write([fetch(more[0].id)], [])
-        ids = s.con.execute("SELECT id FROM fetches ORDER BY id").fetchall()
+        ids = s._con.execute("SELECT id FROM fetches ORDER BY id").fetchall()
         assert ids == [(1,), (2,)]
     finally:
         s.close()
 
 
 def test_a_file_with_a_newer_schema_is_refused_with_upgrade_advice(path: Path) -> None:
-    s = Store(path)
-    s.con.execute(
+    s = DuckDBStore(path)
+    s._con.execute(
         "UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(SCHEMA_VERSION + 1)]
     )
     s.close()
     with pytest.raises(
         StoreError, match=r"newer than this refresher understands.*upgrade refresher"
     ):
-        Store(path)
+        DuckDBStore(path)
 
 
 def test_a_path_whose_directory_cannot_be_made_is_a_store_error(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
     with pytest.raises(StoreError, match="cannot create the store directory"):
-        Store(blocker / "sub" / "x.duckdb")
+        DuckDBStore(blocker / "sub" / "x.duckdb")
 
 
 def test_a_file_that_is_not_duckdb_is_a_store_error(tmp_path: Path) -> None:
     junk = tmp_path / "junk.duckdb"
     junk.write_bytes(b"this is not a database file at all" * 200)
     with pytest.raises(StoreError, match="cannot open the store"):
-        Store(junk)
+        DuckDBStore(junk)
 
 
 HOLDER = """
 import sys
 from pathlib import Path
-from refresher.store._duckdb import Store
-store = Store(Path(sys.argv[1]))
+from refresher.store import DuckDBStore
+store = DuckDBStore(Path(sys.argv[1]))
 print("open", flush=True)
 sys.stdin.read()
 store.close()
@@ -148,7 +148,7 @@ store.close()
 
 
 def test_a_second_process_cannot_open_a_store_in_use(path: Path) -> None:
-    Store(path).close()
+    DuckDBStore(path).close()
     with subprocess.Popen(
         [sys.executable, "-c", HOLDER, str(path)],
         stdin=subprocess.PIPE,
@@ -160,18 +160,18 @@ def test_a_second_process_cannot_open_a_store_in_use(path: Path) -> None:
             # Blocks until the other process holds the file (or ends, giving "").
             assert holder.stdout.readline() == "open\n"
             with pytest.raises(StoreError, match="in use by another process") as info:
-                Store(path)
+                DuckDBStore(path)
             assert "refresher status" in str(info.value)
         finally:
             holder.stdin.close()
             assert holder.wait(timeout=30) == 0
-    Store(path).close()  # free again once the other process is gone
+    DuckDBStore(path).close()  # free again once the other process is gone
 
 
 # -- pages and hosts ---------------------------------------------------------------------------
 
 
-def test_add_pages_inserts_new_pages_due_now_and_creates_their_hosts(store: Store) -> None:
+def test_add_pages_inserts_new_pages_due_now_and_creates_their_hosts(store: DuckDBStore) -> None:
     rows = store.add_pages(
         [page("http://a.example/1"), page("http://b.example:8080/", "b.example:8080", "link")],
         now=NOW,
@@ -186,7 +186,7 @@ def test_add_pages_inserts_new_pages_due_now_and_creates_their_hosts(store: Stor
     assert page_row(store, 2, "source, status, first_seen, fetches") == ("link", "new", NOW, 0)
 
 
-def test_add_pages_skips_duplicates_and_known_urls(store: Store) -> None:
+def test_add_pages_skips_duplicates_and_known_urls(store: DuckDBStore) -> None:
     first = store.add_pages([page("http://a.example/1"), page("http://a.example/1")], now=NOW)
     assert [r.url for r in first] == ["http://a.example/1"]
     again = store.add_pages(
@@ -200,7 +200,7 @@ def test_add_pages_skips_duplicates_and_known_urls(store: Store) -> None:
     assert page_row(store, 1, "first_seen") == (NOW,)
 
 
-def test_http_and_https_pages_of_one_host_in_one_batch_share_the_host(store: Store) -> None:
+def test_http_and_https_pages_of_one_host_in_one_batch_share_the_host(store: DuckDBStore) -> None:
     rows = store.add_pages(
         [
             NewPage(url="https://a.example/", host="a.example", scheme="https"),
@@ -214,7 +214,7 @@ def test_http_and_https_pages_of_one_host_in_one_batch_share_the_host(store: Sto
     assert store.counts() == (2, 1, 0)
 
 
-def test_hosts_returns_the_requested_hosts_only(store: Store) -> None:
+def test_hosts_returns_the_requested_hosts_only(store: DuckDBStore) -> None:
     store.add_pages([page(f"http://h{i}.example/", f"h{i}.example") for i in range(3)], now=NOW)
     assert store.hosts([]) == {}
     got = store.hosts([1, 3, 3, 99])
@@ -226,7 +226,7 @@ def test_hosts_returns_the_requested_hosts_only(store: Store) -> None:
     assert got[1].robots_status is None
 
 
-def test_save_robots_stores_status_body_and_expiry(store: Store) -> None:
+def test_save_robots_stores_status_body_and_expiry(store: DuckDBStore) -> None:
     store.add_pages([page("http://a.example/")], now=NOW)
     store.save_robots(
         1, status=200, body=b"User-agent: *\nDisallow: /x\n", fetched_at=NOW, expires_at=NOW + 86400
@@ -239,7 +239,7 @@ def test_save_robots_stores_status_body_and_expiry(store: Store) -> None:
     assert store.hosts([1])[1].robots_status is None
 
 
-def test_set_paused_pauses_a_known_host_and_reports_unknown_ones(store: Store) -> None:
+def test_set_paused_pauses_a_known_host_and_reports_unknown_ones(store: DuckDBStore) -> None:
     store.add_pages([page("http://a.example/")], now=NOW)
     assert store.set_paused("a.example", True) is True
     assert store.hosts([1])[1].paused is True
@@ -251,12 +251,12 @@ def test_set_paused_pauses_a_known_host_and_reports_unknown_ones(store: Store) -
 # -- the history -------------------------------------------------------------------------------
 
 
-def test_write_appends_fetches_and_updates_the_page_and_host(store: Store) -> None:
+def test_write_appends_fetches_and_updates_the_page_and_host(store: DuckDBStore) -> None:
     store.add_pages([page("http://a.example/")], now=NOW)
     store.write([fetch(1, at=NOW + 10, status=200, body_bytes=99)], [host_update(1, errors=2)])
     assert store.counts() == (1, 1, 1)
     row = first_row(
-        store.con.execute(
+        store._con.execute(
             "SELECT id, page_id, host_id, status, bytes, changed, policy FROM fetches"
         )
     )
@@ -270,7 +270,7 @@ def test_write_appends_fetches_and_updates_the_page_and_host(store: Store) -> No
     assert (host.next_allowed, host.delay, host.backoff, host.errors) == (NOW + 20, 2.5, 0, 2)
 
 
-def test_an_unchanged_fetch_does_not_move_last_change(store: Store) -> None:
+def test_an_unchanged_fetch_does_not_move_last_change(store: DuckDBStore) -> None:
     store.add_pages([page("http://a.example/")], now=NOW)
     store.write([fetch(1, at=NOW + 10)], [])
     store.write(
@@ -301,7 +301,9 @@ def test_an_unchanged_fetch_does_not_move_last_change(store: Store) -> None:
     )
 
 
-def test_a_page_fetched_twice_in_one_batch_adds_up_and_keeps_the_later_state(store: Store) -> None:
+def test_a_page_fetched_twice_in_one_batch_adds_up_and_keeps_the_later_state(
+    store: DuckDBStore,
+) -> None:
     store.add_pages([page("http://a.example/1"), page("http://a.example/2")], now=NOW)
     store.write(
         [
@@ -325,7 +327,7 @@ def test_a_page_fetched_twice_in_one_batch_adds_up_and_keeps_the_later_state(sto
     assert (host.errors, host.next_allowed) == (0, NOW + 30)
 
 
-def test_a_failed_fetch_is_recorded_without_a_status(store: Store) -> None:
+def test_a_failed_fetch_is_recorded_without_a_status(store: DuckDBStore) -> None:
     store.add_pages([page("http://a.example/")], now=NOW)
     store.write(
         [
@@ -344,7 +346,7 @@ def test_a_failed_fetch_is_recorded_without_a_status(store: Store) -> None:
         ],
         [host_update(1, errors=1, backoff=30)],
     )
-    assert first_row(store.con.execute("SELECT status, error_kind, digest FROM fetches")) == (
+    assert first_row(store._con.execute("SELECT status, error_kind, digest FROM fetches")) == (
         None,
         "timeout",
         None,
@@ -353,17 +355,17 @@ def test_a_failed_fetch_is_recorded_without_a_status(store: Store) -> None:
     assert store.hosts([1])[1].backoff == 30
 
 
-def test_write_with_only_host_updates_changes_hosts_only(store: Store) -> None:
+def test_write_with_only_host_updates_changes_hosts_only(store: DuckDBStore) -> None:
     store.add_pages([page("http://a.example/")], now=NOW)
     store.write([], [host_update(1, delay=7.0)])
     assert store.hosts([1])[1].delay == 7.0
     assert store.counts() == (1, 1, 0)
 
 
-def test_fetch_log_shows_the_documented_columns_with_timestamps(store: Store) -> None:
+def test_fetch_log_shows_the_documented_columns_with_timestamps(store: DuckDBStore) -> None:
     store.add_pages([page("http://a.example/")], now=NOW)
     store.write([fetch(1, at=NOW + 10)], [])
-    columns = store.con.execute(
+    columns = store._con.execute(
         "SELECT column_name, data_type FROM information_schema.columns "
         "WHERE table_name = 'fetch_log' ORDER BY ordinal_position"
     ).fetchall()
@@ -384,14 +386,14 @@ def test_fetch_log_shows_the_documented_columns_with_timestamps(store: Store) ->
     types = dict(columns)
     assert types["started_at"] == "TIMESTAMP"
     assert types["finished_at"] == "TIMESTAMP"
-    row = first_row(store.con.execute("SELECT url, host, finished_at, status FROM fetch_log"))
+    row = first_row(store._con.execute("SELECT url, host, finished_at, status FROM fetch_log"))
     assert row == ("http://a.example/", "a.example", datetime(2023, 11, 14, 22, 13, 30), 200)
 
 
 # -- scheduling --------------------------------------------------------------------------------
 
 
-def test_due_pages_pages_through_by_due_time_then_id(store: Store) -> None:
+def test_due_pages_pages_through_by_due_time_then_id(store: DuckDBStore) -> None:
     store.add_pages([page(f"http://a.example/{i}") for i in range(5)], now=NOW)
     # pages 1..5; give 4 and 5 a later due time than the rest
     store.write([fetch(4, due_at=NOW + 50), fetch(5, due_at=NOW + 40)], [])
@@ -404,7 +406,7 @@ def test_due_pages_pages_through_by_due_time_then_id(store: Store) -> None:
     assert seen == [1, 2, 3, 5, 4]
 
 
-def test_due_pages_stops_at_until_and_skips_gone_pages(store: Store) -> None:
+def test_due_pages_stops_at_until_and_skips_gone_pages(store: DuckDBStore) -> None:
     store.add_pages([page(f"http://a.example/{i}") for i in range(3)], now=NOW)
     store.write([fetch(2, due_at=NOW + 50), fetch(3, page_status="gone")], [])
     due = store.due_pages(after=(float("-inf"), 0), until=NOW + 49, limit=10)
@@ -419,13 +421,13 @@ def test_due_pages_stops_at_until_and_skips_gone_pages(store: Store) -> None:
     )
 
 
-def test_record_policy_appends_only_when_the_policy_or_budget_changes(store: Store) -> None:
+def test_record_policy_appends_only_when_the_policy_or_budget_changes(store: DuckDBStore) -> None:
     store.record_policy("uniform", 10.0, now=NOW)
     store.record_policy("uniform", 10.0, now=NOW + 1)
     store.record_policy("optimal", 10.0, now=NOW + 2)
     store.record_policy("optimal", 5.0, now=NOW + 3)
     store.record_policy("optimal", 5.0, now=NOW + 4)
-    rows = store.con.execute("SELECT * FROM policy_periods ORDER BY started_at").fetchall()
+    rows = store._con.execute("SELECT * FROM policy_periods ORDER BY started_at").fetchall()
     assert rows == [
         (NOW, "uniform", 10.0),
         (NOW + 2, "optimal", 10.0),
@@ -433,7 +435,7 @@ def test_record_policy_appends_only_when_the_policy_or_budget_changes(store: Sto
     ]
 
 
-def test_count_pages_leaves_out_gone_pages(store: Store) -> None:
+def test_count_pages_leaves_out_gone_pages(store: DuckDBStore) -> None:
     store.add_pages([page(f"http://a.example/{i}") for i in range(3)], now=NOW)
     store.write([fetch(2, page_status="gone")], [])
     assert store.count_pages() == 2
@@ -462,12 +464,12 @@ class Commits:
 
 
 @pytest.fixture
-def paged_store(store: Store) -> Store:
+def paged_store(store: DuckDBStore) -> DuckDBStore:
     store.add_pages([page(f"http://a.example/{i}") for i in range(10)], now=NOW)
     return store
 
 
-async def test_a_full_batch_commits_at_once(paged_store: Store) -> None:
+async def test_a_full_batch_commits_at_once(paged_store: DuckDBStore) -> None:
     service = StoreService(paged_store, flush_interval=10_000, batch_size=3)
     commits = Commits(service)
     async with trio.open_nursery() as nursery:
@@ -484,7 +486,7 @@ async def test_a_full_batch_commits_at_once(paged_store: Store) -> None:
 
 
 async def test_records_commit_once_the_flush_interval_passes(
-    paged_store: Store, mock_clock: trio.testing.MockClock
+    paged_store: DuckDBStore, mock_clock: trio.testing.MockClock
 ) -> None:
     service = StoreService(paged_store, flush_interval=5.0, batch_size=100)
     commits = Commits(service)
@@ -506,22 +508,22 @@ async def test_records_commit_once_the_flush_interval_passes(
         service.close()
 
 
-async def test_a_call_sees_every_record_queued_before_it(paged_store: Store) -> None:
+async def test_a_call_sees_every_record_queued_before_it(paged_store: DuckDBStore) -> None:
     service = StoreService(paged_store, flush_interval=10_000, batch_size=100)
     async with trio.open_nursery() as nursery:
         await nursery.start(service.run)
         for i in range(1, 4):
             await service.record(fetch(i))
         await service.update_host(host_update(1, delay=9.0))
-        fetches = await service.call(lambda s: s.counts()[2])
-        delay = await service.call(lambda s: s.hosts([1])[1].delay)
+        fetches = await service._call(lambda s: s.counts()[2])
+        delay = await service._call(lambda s: s.hosts([1])[1].delay)
         assert (fetches, delay) == (3, 9.0)
         assert service.statistics().acknowledged == 3
         service.close()
 
 
 async def test_close_commits_what_is_queued_and_run_returns(path: Path) -> None:
-    store = Store(path)
+    store = DuckDBStore(path)
     store.add_pages([page("http://a.example/1"), page("http://a.example/2")], now=NOW)
     service = StoreService(store, flush_interval=10_000, batch_size=100)
     async with trio.open_nursery() as nursery:
@@ -533,7 +535,7 @@ async def test_close_commits_what_is_queued_and_run_returns(path: Path) -> None:
     stats = service.statistics()
     assert (stats.acknowledged, stats.queued) == (2, 0)
     store.close()
-    reopened = Store(path)
+    reopened = DuckDBStore(path)
     try:
         assert reopened.counts()[2] == 2
     finally:
@@ -541,7 +543,7 @@ async def test_close_commits_what_is_queued_and_run_returns(path: Path) -> None:
 
 
 async def test_queued_records_are_committed_when_the_service_is_cancelled(
-    paged_store: Store,
+    paged_store: DuckDBStore,
 ) -> None:
     service = StoreService(paged_store, flush_interval=10_000, batch_size=100)
     async with trio.open_nursery() as nursery:
@@ -554,33 +556,33 @@ async def test_queued_records_are_committed_when_the_service_is_cancelled(
 
 
 async def test_a_failing_call_raises_in_the_caller_and_the_service_goes_on(
-    paged_store: Store,
+    paged_store: DuckDBStore,
 ) -> None:
     service = StoreService(paged_store, flush_interval=10_000, batch_size=100)
 
-    def broken(store: Store) -> None:
+    def broken(store: DuckDBStore) -> None:
         raise ValueError("no such thing")
 
     async with trio.open_nursery() as nursery:
         await nursery.start(service.run)
         await service.record(fetch(1))
         with pytest.raises(ValueError, match="no such thing"):
-            await service.call(broken)
+            await service._call(broken)
         with pytest.raises(duckdb.ParserException):
-            await service.call(lambda s: s.con.execute("SELEC 1"))
+            await service._call(lambda s: s._con.execute("SELEC 1"))
         await service.record(fetch(2))
-        assert await service.call(lambda s: s.counts()[2]) == 2
+        assert await service._call(lambda s: s.counts()[2]) == 2
         service.close()
     assert service.statistics().acknowledged == 2
 
 
-async def test_statistics_count_pages_hosts_and_fetches(paged_store: Store) -> None:
+async def test_statistics_count_pages_hosts_and_fetches(paged_store: DuckDBStore) -> None:
     service = StoreService(paged_store, flush_interval=10_000, batch_size=100)
     assert (service.statistics().pages, service.statistics().hosts) == (10, 1)
     async with trio.open_nursery() as nursery:
         await nursery.start(service.run)
         await service.record(fetch(1))
-        await service.call(lambda s: None)
+        await service._call(lambda s: None)
         stats = service.statistics()
         assert (stats.fetches, stats.acknowledged, stats.batches) == (1, 1, 1)
         assert stats.last_batch_seconds >= 0
@@ -605,10 +607,10 @@ def test_a_version_1_file_migrates_and_its_url_fingerprints_are_backfilled(tmp_p
         "VALUES (1, 'http://a.example/', 1, 0, 0)"
     )
     con.close()
-    store = Store(path)
+    store = DuckDBStore(path)
     try:
         assert store.schema_version() == SCHEMA_VERSION
-        row = first_row(store.con.execute("SELECT url_fp, depth FROM pages WHERE id = 1"))
+        row = first_row(store._con.execute("SELECT url_fp, depth FROM pages WHERE id = 1"))
         assert row == (fingerprint("http://a.example/"), 0)
         known = store.known_fingerprints(np.array([fingerprint("http://a.example/"), 7]))
         assert known.tolist() == [True, False]

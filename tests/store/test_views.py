@@ -15,7 +15,7 @@ import duckdb
 import pytest
 
 from refresher._errors import StoreError
-from refresher.store._duckdb import Store
+from refresher.store import DuckDBStore
 from refresher.store._views import PRIOR_RATE, attach_truth, create_views, views_sql
 
 OK_STATUSES = (200, 304)
@@ -90,15 +90,15 @@ class History:
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    s = Store(tmp_path / "refresher.duckdb")
+def store(tmp_path: Path) -> Iterator[DuckDBStore]:
+    s = DuckDBStore(tmp_path / "refresher.duckdb")
     yield s
     s.close()
 
 
 @pytest.fixture
-def history(store: Store) -> History:
-    return History(store.con)
+def history(store: DuckDBStore) -> History:
+    return History(store._con)
 
 
 # -- the closed forms, written out independently of the SQL --------------------------------------
@@ -456,9 +456,9 @@ def test_a_truth_without_the_agreed_tables_is_refused(history: History, tmp_path
 
 
 def test_views_over_a_read_only_store_are_temporary(tmp_path: Path) -> None:
-    store = Store(tmp_path / "refresher.duckdb")
-    build(History(store.con), truth=False)
-    store.con.execute("DROP VIEW freshness_now")  # so that only the TEMP one can answer
+    store = DuckDBStore(tmp_path / "refresher.duckdb")
+    build(History(store._con), truth=False)
+    store._con.execute("DROP VIEW freshness_now")  # so that only the TEMP one can answer
     store.close()
     con = duckdb.connect(str(store.path), read_only=True)
     create_views(con, temporary=True)

@@ -1,0 +1,146 @@
+"""Parsing real pages: refresher's HTML processor (tree path, and the streaming target it
+replaced as the default) against bare lxml, selectolax (Lexbor) and resiliparse, one thread;
+then the processor's pages/s in 1, 2, 8 and 20 threads and in a 2-process pool. Prints;
+asserts nothing.
+
+    .venv/bin/python bench/bench_parsers.py [DIR]
+
+DIR defaults to /usr/share/doc/python3.11/html (Debian ``python3.11-doc``); any tree of
+.html files will do. selectolax and resiliparse are measured when installed
+(``.venv/bin/pip install selectolax resiliparse``; they are not dependencies).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from pathlib import Path
+
+from lxml import etree
+
+from refresher.discover import _charset, _html
+from refresher.discover._parse import Document, process
+
+DEFAULT_DIR = Path("/usr/share/doc/python3.11/html")
+
+
+def load(root: Path, limit: int = 150) -> list[Document]:
+    docs = []
+    for path in sorted(root.rglob("*.html"))[:limit]:
+        url = f"http://docs.example/{path.relative_to(root)}"
+        docs.append(Document(url=url, content_type="text/html", body=path.read_bytes()))
+    return docs
+
+
+def per_page(fn: Callable[[Document], object], docs: list[Document], repeat: int = 2) -> float:
+    """Best mean CPU milliseconds per page over ``repeat`` passes (CPU time: the machine
+    may be shared, and wall time would count the others' work)."""
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.thread_time()
+        for doc in docs:
+            fn(doc)
+        best = min(best, (time.thread_time() - start) / len(docs))
+    return best * 1e3
+
+
+def streaming(doc: Document) -> object:
+    skipped: Counter[str] = Counter()
+    charset = _charset.choose_charset(doc.body, doc.content_type, skipped)
+    target = _html._HtmlTarget(_html._Links(_html.HtmlLinks(), doc.url, skipped), skipped)
+    _html._stream(doc.body, charset, target)
+    return target.text.value()
+
+
+_HREFS = etree.XPath("//a/@href")
+
+
+def bare_lxml(doc: Document) -> object:
+    root = etree.fromstring(doc.body, etree.HTMLParser(encoding="utf-8"))
+    return _HREFS(root), " ".join(root.itertext())
+
+
+def candidates() -> dict[str, Callable[[Document], object]]:
+    found: dict[str, Callable[[Document], object]] = {
+        "refresher HtmlLinks (tree, default)": process,
+        "refresher streaming target (old)": streaming,
+        "bare lxml: fromstring + //a/@href + itertext": bare_lxml,
+    }
+    try:
+        from selectolax.lexbor import LexborHTMLParser
+
+        def selectolax(doc: Document) -> object:
+            tree = LexborHTMLParser(doc.body)
+            hrefs = [node.attributes.get("href") for node in tree.css("a[href]")]
+            return hrefs, tree.text(separator=" ")
+
+        found["selectolax (lexbor): css a[href] + text"] = selectolax
+    except ImportError:
+        print("selectolax not installed: skipped")
+    try:
+        from resiliparse.extract.html2text import extract_plain_text
+        from resiliparse.parse.html import HTMLTree
+
+        def resiliparse(doc: Document) -> object:
+            tree = HTMLTree.parse_from_bytes(doc.body, "utf-8")
+            # Counted, not read: iterating an element collection is quadratic in resiliparse
+            # 2.0 (library/os.html's 2,454 <a> take over a minute; so does query_selector_all).
+            anchors = len(tree.body.get_elements_by_tag_name("a"))
+            return anchors, extract_plain_text(tree)
+
+        found["resiliparse: parse + text (links not read)"] = resiliparse
+    except ImportError:
+        print("resiliparse not installed: skipped")
+    return found
+
+
+def _chunk(docs: list[Document]) -> int:
+    for doc in docs:
+        process(doc)
+    return len(docs)
+
+
+def throughput(docs: list[Document], threads: int, passes: int = 2) -> float:
+    """Pages per second of :func:`process` over ``passes`` of ``docs`` in ``threads`` threads."""
+    work = docs * passes
+    start = time.perf_counter()
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(process, work))
+    return len(work) / (time.perf_counter() - start)
+
+
+def pool_throughput(docs: list[Document], processes: int, passes: int = 2) -> float:
+    work = docs * passes
+    batches = [work[i : i + 16] for i in range(0, len(work), 16)]
+    with ProcessPoolExecutor(processes) as pool:
+        list(pool.map(_chunk, batches[:processes]))  # start the workers before timing
+        start = time.perf_counter()
+        done = sum(pool.map(_chunk, batches))
+    return done / (time.perf_counter() - start)
+
+
+def main() -> None:
+    root = Path(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT_DIR
+    docs = load(root)
+    if not docs:
+        sys.exit(f"no .html files under {root}: install python3.11-doc or name a directory")
+    size = sum(len(d.body) for d in docs) / len(docs)
+    links = sum(len(process(d).links) for d in docs) / len(docs)
+    print(f"{len(docs)} pages from {root}, {size / 1e3:.0f} kB and {links:.0f} links each")
+    print(f"{os.cpu_count()} cores; one thread:")
+    for name, fn in candidates().items():
+        print(f"  {name:<46} {per_page(fn, docs):6.2f} CPU ms/page")
+    print("HtmlLinks pages/s:")
+    for threads in (1, 2, 8, 20):
+        print(f"  {threads:>2} threads          {throughput(docs, threads):7.0f}")
+    print(f"   2-process pool      {pool_throughput(docs, 2):7.0f}")
+    print(f"(threads alive: {threading.active_count()})")
+
+
+if __name__ == "__main__":
+    main()

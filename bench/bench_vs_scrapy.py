@@ -1,0 +1,329 @@
+"""refresher and Scrapy side by side on the same loopback webs: pages/s, CPU ms per page, RSS.
+
+    .venv/bin/python bench/bench_vs_scrapy.py --scrapy /tmp/scrapy-venv/bin/python [--web docs,sim]
+
+Scrapy runs from its own virtual environment (``python3 -m venv /tmp/scrapy-venv &&
+/tmp/scrapy-venv/bin/pip install scrapy``; not a dependency). Its spider is small: one
+concurrent request per domain, no download delay, robots.txt obeyed, links taken with its own
+selector ``a::attr(href)`` and followed within the host.
+
+Two webs, each measured for ``--seconds`` after ``--warmup`` seconds, one crawler at a time:
+
+- ``docs``: real pages. nginx (Debian's) serves a documentation tree (default
+  /usr/share/doc/python3.11/html from ``python3.11-doc``) under ``--hosts`` virtual hosts
+  ``hN.docs.test`` on 127.0.0.1, each page with its host name injected before ``</body>``
+  (``sub_filter``) so bodies differ between hosts. Both crawlers start from every host's
+  index.html: a first pass, links discovered as they go.
+- ``sim``: the tiny-page simulated web (``python -m refresher.sim._site``, ~300-byte pages, 7
+  links each). Both start from the host roots; Scrapy re-requests every link it sees
+  (``dont_filter``), refresher re-fetches pages as its budget allows: refresh passes.
+
+pages/s counts 2xx responses in the window (refresher: fetch records in its DuckDB history;
+Scrapy: responses its spider parsed); CPU ms/page is the crawler
+process's user + system CPU in the window per page; RSS at the end of the window. Both
+crawlers resolve the hosts to 127.0.0.1 themselves (refresher: ``dns.static``; Scrapy: a
+resolver in the spider file). Prints; asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench_daemon import (
+    Daemon,
+    cpu_seconds,
+    query,
+    rss_bytes,
+    site_server,
+    stop,
+    write_config,
+)
+
+DOCS = Path("/usr/share/doc/python3.11/html")
+
+NGINX_CONF = """
+daemon off;
+master_process off;
+worker_processes 1;
+pid {dir}/nginx.pid;
+error_log {dir}/error.log warn;
+events {{ worker_connections 4096; }}
+http {{
+    access_log off;
+    client_body_temp_path {dir}/body;
+    proxy_temp_path {dir}/proxy;
+    fastcgi_temp_path {dir}/fastcgi;
+    uwsgi_temp_path {dir}/uwsgi;
+    scgi_temp_path {dir}/scgi;
+    types {{ text/html html; text/css css; application/javascript js; }}
+    default_type application/octet-stream;
+    keepalive_requests 100000;
+    server {{
+        listen 127.0.0.1:{port};
+        server_name _;
+        root {docs};
+        sub_filter '</body>' '<p class="host">$host</p></body>';
+        sub_filter_once on;
+    }}
+}}
+"""
+
+SPIDER = '''
+import os, time
+import scrapy
+from scrapy.resolver import CachingThreadedResolver
+from twisted.internet import defer, task
+
+
+class LoopbackResolver(CachingThreadedResolver):
+    """Every *.test name is 127.0.0.1 (the bench's hosts are virtual)."""
+
+    def getHostByName(self, name, timeout=()):
+        if name.endswith(".test"):
+            return defer.succeed("127.0.0.1")
+        return super().getHostByName(name, timeout)
+
+
+class Bench(scrapy.Spider):
+    name = "bench"
+    custom_settings = {
+        "CONCURRENT_REQUESTS": 256,
+        "CONCURRENT_REQUESTS_PER_DOMAIN": 1,
+        "DOWNLOAD_DELAY": 0,
+        "ROBOTSTXT_OBEY": True,
+        "COOKIES_ENABLED": False,
+        "TELNETCONSOLE_ENABLED": False,
+        "LOG_LEVEL": "WARNING",
+        "DEPTH_PRIORITY": 1,
+        "SCHEDULER_DISK_QUEUE": "scrapy.squeues.PickleFifoDiskQueue",
+        "SCHEDULER_MEMORY_QUEUE": "scrapy.squeues.FifoMemoryQueue",
+    }
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.start_urls = os.environ["BENCH_START"].split()
+        self.refresh = os.environ.get("BENCH_REFRESH") == "1"
+        self.count_file = os.environ["BENCH_COUNT"]
+        self.count = 0
+        self.ticker = task.LoopingCall(self.write_count)
+        self.ticker.start(0.2)
+
+    def write_count(self):
+        with open(self.count_file + ".tmp", "w") as f:
+            f.write(str(self.count))
+        os.replace(self.count_file + ".tmp", self.count_file)
+
+    def parse(self, response):
+        self.count += 1
+        host = response.url.split("/")[2]
+        seen = set()  # each link once per page, as refresher takes them
+        for href in response.css("a::attr(href)").getall():
+            url = response.urljoin(href).partition("#")[0]
+            if url not in seen and url.split("/")[2:3] == [host]:
+                seen.add(url)
+                yield scrapy.Request(url, callback=self.parse, dont_filter=self.refresh)
+'''
+
+
+_RESOLVER_SETTINGS = ("TWISTED_DNS_RESOLVER", "DNS_RESOLVER")
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    crawler: str
+    pages: int
+    seconds: float
+    cpu: float
+    rss: int
+
+    def line(self) -> str:
+        rate = self.pages / self.seconds
+        cpu_ms = 1e3 * self.cpu / self.pages if self.pages else float("nan")
+        return (
+            f"  {self.crawler:<10} {rate:8.1f} pages/s  {cpu_ms:6.2f} CPU ms/page  "
+            f"{self.cpu / self.seconds:4.2f} cores  RSS {self.rss / 2**20:6.0f} MiB"
+        )
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@contextlib.contextmanager
+def nginx(directory: Path, docs: Path) -> Iterator[int]:
+    """Debian's nginx serving ``docs`` on a loopback port, one process; yields the port."""
+    port = free_port()
+    for sub in ("body", "proxy", "fastcgi", "uwsgi", "scgi"):
+        (directory / sub).mkdir(exist_ok=True)
+    conf = directory / "nginx.conf"
+    conf.write_text(NGINX_CONF.format(dir=directory, port=port, docs=docs))
+    process = subprocess.Popen(
+        ["nginx", "-p", str(directory), "-c", str(conf), "-e", str(directory / "error.log")],
+        stdin=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port)):
+                break
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"nginx did not start; see {directory / 'error.log'}")
+            time.sleep(0.05)
+        yield port
+    finally:
+        stop(process)
+
+
+def run_refresher(
+    directory: Path, starts: list[str], pattern: str, port: int, args: argparse.Namespace
+) -> Run:
+    config = write_config(
+        directory,
+        store={"flush_interval": 0.5, "batch_size": 5000},
+        crawl={"workers": args.workers, "seeds": starts},
+        budget={"fetches_per_second": 5000.0},
+        policy={"resolve_interval": 3600.0},
+        politeness={"min_delay": 0.0, "response_time_factor": 0.0, "max_delay": 5.0},
+        fetch={"timeout": 10.0},
+        dns={"static": {pattern: f"127.0.0.1:{port}"}},
+        discovery={"sitemaps": False},
+        frontier={"window": 5.0},
+    )
+    daemon = Daemon(config)
+    try:
+        daemon.wait_ready()
+        time.sleep(args.warmup)
+        t0, c0 = time.time(), cpu_seconds(daemon.pid)
+        time.sleep(args.seconds)
+        t1, c1, rss = time.time(), cpu_seconds(daemon.pid), rss_bytes(daemon.pid)
+    finally:
+        daemon.stop()
+    (pages,) = query(
+        directory / "refresher.duckdb",
+        "SELECT count(*) FROM fetches WHERE finished_at >= $t0 AND finished_at < $t1"
+        " AND status BETWEEN 200 AND 299",
+        {"t0": t0, "t1": t1},
+    )[0]
+    return Run("refresher", pages, t1 - t0, c1 - c0, rss)
+
+
+def run_scrapy(directory: Path, starts: list[str], refresh: bool, args: argparse.Namespace) -> Run:
+    spider = directory / "bench_spider.py"
+    spider.write_text(SPIDER)
+    count = directory / "scrapy.count"
+    env = dict(
+        os.environ,
+        BENCH_START=" ".join(starts),
+        BENCH_REFRESH="1" if refresh else "0",
+        BENCH_COUNT=str(count),
+        PYTHONPATH=str(directory),
+    )
+    with (directory / "scrapy.log").open("wb") as log:
+        process = subprocess.Popen(
+            # The resolver is a process setting (installed before the spider's are read);
+            # TWISTED_DNS_RESOLVER is its name in recent Scrapy (2.19 here), DNS_RESOLVER before.
+            [args.scrapy, "-m", "scrapy", "runspider", str(spider)]
+            + [f"-s{name}=bench_spider.LoopbackResolver" for name in _RESOLVER_SETTINGS],
+            cwd=directory,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+
+    def pages() -> int:
+        with contextlib.suppress(OSError, ValueError):
+            return int(count.read_text())
+        return 0
+
+    try:
+        deadline = time.monotonic() + 60
+        while pages() == 0:
+            if process.poll() is not None or time.monotonic() > deadline:
+                tail = (directory / "scrapy.log").read_text(errors="replace")[-2000:]
+                raise SystemExit(f"Scrapy did not get going:\n{tail}")
+            time.sleep(0.05)
+        time.sleep(args.warmup)
+        t0, p0, c0 = time.time(), pages(), cpu_seconds(process.pid)
+        time.sleep(args.seconds)
+        t1, p1, c1 = time.time(), pages(), cpu_seconds(process.pid)
+        rss = rss_bytes(process.pid)
+    finally:
+        process.kill()  # Scrapy's graceful stop waits out its queue; the figures are taken
+        process.wait()
+    return Run("Scrapy", p1 - p0, t1 - t0, c1 - c0, rss)
+
+
+def load_average() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def both(name: str, args: argparse.Namespace, starts: list[str], pattern: str, port: int) -> None:
+    print(f"{name}: {len(starts)} hosts, warmup {args.warmup:.0f} s, window {args.seconds:.0f} s")
+    runs = []
+    for crawler in args.crawlers.split(","):
+        with tempfile.TemporaryDirectory(prefix=f"vs-{crawler}-", dir=args.tmp) as tmp:
+            before = load_average()
+            if crawler == "refresher":
+                run = run_refresher(Path(tmp), starts, pattern, port, args)
+            else:
+                run = run_scrapy(Path(tmp), starts, name == "sim", args)
+            runs.append(run)
+            print(run.line() + f"  (load average before: {before})")
+    if len(runs) == 2 and runs[1].pages:
+        ratio = (runs[0].pages / runs[0].seconds) / (runs[1].pages / runs[1].seconds)
+        print(f"  ratio {runs[0].crawler}/{runs[1].crawler}: {ratio:.2f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--scrapy", default="/tmp/scrapy-venv/bin/python", help="Scrapy's python")
+    parser.add_argument("--web", default="docs,sim")
+    parser.add_argument("--crawlers", default="refresher,scrapy")
+    parser.add_argument("--docs", type=Path, default=DOCS)
+    parser.add_argument("--hosts", type=int, default=20, help="virtual hosts of the docs web")
+    parser.add_argument("--sim-hosts", type=int, default=500)
+    parser.add_argument("--sim-pages", type=int, default=10)
+    parser.add_argument("--workers", type=int, default=256, help="refresher's workers")
+    parser.add_argument("--warmup", type=float, default=5.0)
+    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--tmp", default=None)
+    args = parser.parse_args()
+    if "scrapy" in args.crawlers and not Path(args.scrapy).exists():
+        sys.exit(f"no Scrapy python at {args.scrapy}: make the venv (see the docstring)")
+    print(f"{os.cpu_count()} cores, load average {load_average()}")
+    webs = args.web.split(",")
+    if "docs" in webs:
+        if shutil.which("nginx") is None or not (args.docs / "index.html").exists():
+            sys.exit("apt-get install -y nginx python3.11-doc (or give --docs DIR)")
+        with (
+            tempfile.TemporaryDirectory(prefix="vs-nginx-", dir=args.tmp) as tmp,
+            nginx(Path(tmp), args.docs) as port,
+        ):
+            starts = [f"http://h{i}.docs.test:{port}/index.html" for i in range(args.hosts)]
+            both("docs", args, starts, "*.docs.test", port)
+    if "sim" in webs:
+        with (
+            tempfile.TemporaryDirectory(prefix="vs-site-", dir=args.tmp) as tmp,
+            site_server(args.sim_hosts, args.sim_pages, Path(tmp)) as (_, port),
+        ):
+            starts = [f"http://h{i}.sim.test:{port}/" for i in range(args.sim_hosts)]
+            both("sim", args, starts, "*.sim.test", port)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,231 @@
+"""What the processing modules exchange: the fetched :class:`Document`, the :class:`Link` and
+:class:`Extracted` they give back, the :class:`Processor` interface, and the one check that
+turns an attribute value into a crawlable absolute URL (shared by HTML and sitemaps)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import lru_cache
+from types import MappingProxyType
+from typing import Protocol, runtime_checkable
+from urllib.parse import urljoin, urlsplit
+
+from refresher._errors import InvalidURL
+from refresher.discover._url import canonicalize
+
+__all__ = ["Document", "Extracted", "Link", "Processor"]
+
+CHUNK = 64 * 1024  # bytes decoded or fed per step: bounds every transient copy
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Document:
+    """A fetched document. ``url`` is the absolute URL the body finally came from (after
+    redirects); ``content_type`` is the raw Content-Type header; ``robots_tag`` the raw
+    X-Robots-Tag header, if any (several headers joined with ", ")."""
+
+    url: str
+    content_type: str | None
+    body: bytes
+    robots_tag: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Link:
+    """An outgoing link: absolute http(s), fragment dropped, not yet canonicalised.
+
+    ``kind`` says where it came from: "a", "area", "link", "frame", "iframe", "img", "script",
+    "redirect" (meta refresh), "url" (a sitemap's page entry) or "sitemap" (a sitemap index's
+    entry). ``nofollow`` is rel=nofollow on the element (on every element that gave this URL).
+    """
+
+    url: str
+    kind: str
+    nofollow: bool = False
+
+
+def frozen_counts(counts: Mapping[str, int] | None = None) -> Mapping[str, int]:
+    return MappingProxyType(dict(counts or {}))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Extracted:
+    """What processing one document found.
+
+    ``links`` are unique, in document order, at most the processor's ``max_links``.
+    ``canonical`` is rel=canonical, recorded and not followed. ``noindex``/``nofollow`` come
+    from meta robots and X-Robots-Tag. ``lastmod`` holds sitemap ``(url, Unix seconds UTC)``
+    pairs. ``fingerprint`` is the 64-bit :func:`simhash` of the visible text (None without
+    text). ``skipped`` counts what was left out or tolerated, by reason: "too_many_links",
+    "too_long", "control_chars", "scheme", "idna", "bad_url", "self" (empty or fragment-only
+    href), "charset", "parse_error", "too_deep", "too_large", "gzip", "lastmod", "entity",
+    "not_sitemap", "processor_error".
+    """
+
+    links: tuple[Link, ...] = ()
+    canonical: str | None = None
+    noindex: bool = False
+    nofollow: bool = False
+    lastmod: tuple[tuple[str, float], ...] = ()
+    fingerprint: int | None = None
+    skipped: Mapping[str, int] = field(default_factory=frozen_counts, hash=False)
+
+    def __post_init__(self) -> None:
+        # Whatever a third-party processor passes, the result is immutable.
+        object.__setattr__(self, "links", tuple(self.links))
+        object.__setattr__(self, "lastmod", tuple(self.lastmod))
+        if not isinstance(self.skipped, MappingProxyType):
+            object.__setattr__(self, "skipped", frozen_counts(self.skipped))
+
+    def follow(self) -> tuple[Link, ...]:
+        """The links a polite crawler may follow: none under meta robots nofollow, else those
+        without rel=nofollow."""
+        if self.nofollow:
+            return ()
+        return tuple(link for link in self.links if not link.nofollow)
+
+
+@runtime_checkable
+class Processor(Protocol):
+    """A processing module: turns a document of one of ``mime_types`` into an
+    :class:`Extracted`. ``process`` must not raise on bad input; count it in ``skipped``."""
+
+    # Read-only members, so a plain class attribute such as ``mime_types = ("text/csv",)``
+    # satisfies the protocol.
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def mime_types(self) -> tuple[str, ...]: ...
+
+    def process(self, doc: Document) -> Extracted: ...
+
+
+# --------------------------------------------------------------------------- URL checks
+
+
+class Skip(Exception):
+    """A link left out; ``reason`` is the key counted in :attr:`Extracted.skipped`."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+_EDGE = "".join(map(chr, range(0x21)))  # C0 controls and space, stripped at both ends (WHATWG)
+_TAB_NEWLINE = str.maketrans("", "", "\t\n\r")  # removed anywhere in a URL (WHATWG)
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*:")
+_HOST_CHARS = re.compile(r"[a-z0-9_.\-]+")
+_HTTP_AUTHORITY = re.compile(r"(https?)://([^/?#]*)", re.IGNORECASE)
+
+
+def resolve(raw: str, base: str, max_length: int) -> str:
+    """``raw`` (an attribute value) made absolute against ``base``, fragment dropped;
+    raises :class:`Skip` when it is not a crawlable http(s) URL."""
+    if len(raw) > max_length:  # first, so a 10 kB URL costs nothing more
+        raise Skip("too_long")
+    # Only a reference that starts with "?" depends on more of the base than its directory;
+    # keyed by the directory, and without the fragment (dropped anyway; "#" stays so edge
+    # stripping is unchanged), the verdicts of a site's navigation links are computed once.
+    head, mark, fragment = raw.partition("#")
+    if mark and fragment and not _CONTROL.search(fragment):
+        raw = head + mark
+    if "?" in raw and raw.strip(_EDGE).translate(_TAB_NEWLINE).startswith("?"):
+        url, reason = _verdict(raw, base, max_length)
+    else:
+        url, reason = _verdict(raw, _directory(base), max_length)
+    if reason is not None:
+        raise Skip(reason)
+    return url
+
+
+@lru_cache(maxsize=1 << 14)
+def _verdict(raw: str, base: str, max_length: int) -> tuple[str, str | None]:
+    """(URL, None) or ("", the reason it is skipped): :func:`resolve`, without raising."""
+    try:
+        return _resolved(raw, base, max_length), None
+    except Skip as e:
+        return "", e.reason
+
+
+def _resolved(raw: str, base: str, max_length: int) -> str:
+    text = raw.strip(_EDGE).translate(_TAB_NEWLINE)
+    if not text or text.startswith("#"):
+        raise Skip("self")
+    if _CONTROL.search(text):
+        raise Skip("control_chars")
+    scheme = _SCHEME.match(text)
+    if scheme and scheme.group()[:-1].lower() not in ("http", "https"):
+        raise Skip("scheme")
+    # Browsers percent-encode spaces in paths; in a host the encoded space fails the host test.
+    text = text.replace(" ", "%20")
+    try:
+        if "/." in text or not text.startswith(("/", "http://", "https://")) or text[:2] == "//":
+            ref = text.partition("#")[0]
+            url = _joined(base if ref[0] == "?" else _directory(base), ref)
+        elif text[0] == "/":  # the usual href, and urljoin is slow: the base's origin + path
+            url = _origin(base) + text.partition("#")[0]
+        else:  # absolute, without dot segments: nothing to resolve
+            url = text.partition("#")[0]
+    except ValueError as e:
+        raise Skip("bad_url") from e
+    authority = _HTTP_AUTHORITY.match(url)
+    if authority is None:
+        raise Skip("bad_url" if url[:5].lower() in ("http:", "https") else "scheme")
+    if len(url) > max_length:
+        raise Skip("too_long")
+    reason = _netloc_refusal(authority.group(1).lower(), authority.group(2))
+    if reason is not None:
+        raise Skip(reason)
+    return url
+
+
+# A page's relative links resolve against its directory, which its neighbours share: the
+# joins are cached by directory (urljoin is the slowest step of link extraction).
+@lru_cache(maxsize=1 << 15)
+def _joined(base: str, ref: str) -> str:
+    return urljoin(base, ref)
+
+
+@lru_cache(maxsize=1024)
+def _directory(base: str) -> str:
+    """``base`` up to the last "/" of its path, without query and fragment: what a
+    relative reference that does not start with "?" is resolved against (RFC 3986, 5.2)."""
+    cut = base.partition("#")[0].partition("?")[0]
+    path_at = cut.find("/", cut.find("://") + 3)
+    return cut if path_at < 0 else cut[: cut.rfind("/") + 1]
+
+
+@lru_cache(maxsize=256)
+def _origin(base: str) -> str:
+    parts = urlsplit(base)
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+@lru_cache(maxsize=4096)
+def _netloc_refusal(scheme: str, netloc: str) -> str | None:
+    """Why URLs with this scheme and authority cannot be crawled, or None. The path and
+    query were already checked, so the verdict depends on these two only and is cached."""
+    try:
+        host = urlsplit(f"{scheme}://{netloc}/").hostname
+    except ValueError:
+        return "bad_url"
+    if not host:
+        return "bad_url"
+    if ":" not in host:  # not an IPv6 literal (urlsplit checked those)
+        try:
+            # Decoding back catches xn-- labels that are not punycode or do not round-trip.
+            ascii_host = host.encode("idna")
+            ascii_host.decode("idna")
+        except UnicodeError:
+            return "idna"
+        if _HOST_CHARS.fullmatch(ascii_host.decode("ascii").lower()) is None:
+            return "idna"
+    try:
+        canonicalize(f"{scheme}://{netloc}/")  # the URL module judges credentials, ports, labels
+    except InvalidURL:
+        return "bad_url"
+    return None

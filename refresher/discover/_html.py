@@ -1,0 +1,405 @@
+"""Link extraction and the text print for HTML (:class:`HtmlLinks`).
+
+A page is parsed by libxml2 into a tree in one C call that releases the GIL, so parse workers
+in threads really run in parallel; links are then read from the few link elements
+(``Element.iter`` over their tags, in document order) and the visible text from
+``itertext``, joined in C and tokenised in batches for the simhash. No Python runs per
+element or text node during parsing (lxml's target parsers call back into Python for every
+tag, and many such threads spend their time fighting over the GIL).
+
+Pages libxml2 will not build a tree for (nesting deeper than its limit) and huge pages
+(``_TREE_MAX`` bytes and more) go through the streaming parser instead: a parser target
+that keeps only links and text statistics, so memory stays bounded however large or deep
+the page is.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from itertools import islice
+from typing import Any, Protocol
+
+from lxml import etree
+
+from refresher.discover._charset import choose_charset, decoded_chunks
+from refresher.discover._document import Document, Extracted, Link, Skip, resolve
+from refresher.discover._simhash import _Simhash
+from refresher.discover._url import MAX_URL_LENGTH
+
+__all__ = ["HtmlLinks"]
+
+_MAX_DEPTH = 512  # elements deeper than this are noted ("too_deep"); browsers flatten there
+_TREE_MAX = 4 * 1024 * 1024  # bytes: larger pages stream (a tree would take ~10× the body)
+_TEXT_BATCH = 4096  # text nodes joined per simhash feed
+
+
+_INVISIBLE = frozenset({"script", "style", "template", "noscript"})
+_MEDIA_RELS = frozenset(
+    {
+        "stylesheet",
+        "icon",
+        "apple-touch-icon",
+        "apple-touch-icon-precomposed",
+        "mask-icon",
+        "preload",
+        "modulepreload",
+        "preconnect",
+        "dns-prefetch",
+        "manifest",
+    }
+)
+_REFRESH_URL = re.compile(r"""^\s*[\d.]*\s*[;,]?\s*(?:url\s*=\s*)?["']?([^"']*)""", re.I)
+
+
+def _robots_directives(value: str) -> tuple[bool, bool]:
+    """(noindex, nofollow) in a meta robots content or an X-Robots-Tag value; directives
+    for a named user agent ("otherbot: noindex") are not ours and are passed over."""
+    noindex = nofollow = False
+    agent_specific = False
+    for raw in value.split(","):
+        token = raw.strip().lower()
+        name, colon, rest = token.partition(":")
+        if colon and name.strip() not in ("unavailable_after", "max-snippet", "max-image-preview"):
+            agent_specific = name.strip() not in ("robots", "*")
+            token = rest.strip()
+        if agent_specific:
+            continue
+        if token in ("noindex", "none"):
+            noindex = True
+        if token in ("nofollow", "none"):
+            nofollow = True
+    return noindex, nofollow
+
+
+class _Attributes(Protocol):
+    """What a handler reads of an element: lxml's attribute mapping, or the element itself."""
+
+    def get(self, key: str, default: str = ..., /) -> Any: ...
+
+
+class _Links:
+    """Collects a page's links, canonical and robots flags from its elements, seen in
+    document order (by the tree walk or the streaming target alike)."""
+
+    __slots__ = (
+        "_base",
+        "_base_seen",
+        "_full",
+        "_owner",
+        "canonical",
+        "links",
+        "nofollow",
+        "noindex",
+        "skipped",
+    )
+
+    def __init__(self, owner: HtmlLinks, url: str, skipped: Counter[str]) -> None:
+        self._owner = owner
+        self._base = url
+        self._base_seen = False
+        self.skipped = skipped
+        self.links: dict[str, tuple[str, bool]] = {}
+        self._full = False
+        self.canonical: str | None = None
+        self.noindex = False
+        self.nofollow = False
+
+    def element(self, tag: str, attrib: _Attributes) -> None:
+        handler = _ELEMENT_HANDLERS.get(tag)
+        if handler is not None:
+            handler(self, tag, attrib)
+
+    def _anchor(self, tag: str, attrib: _Attributes) -> None:
+        self._add(attrib.get("href"), tag, "nofollow" in _rels(attrib))
+
+    def _frame(self, tag: str, attrib: _Attributes) -> None:
+        self._add(attrib.get("src"), tag, False)
+
+    def _media(self, tag: str, attrib: _Attributes) -> None:
+        if self._owner.include_media:
+            self._add(attrib.get("src"), tag, False)
+
+    def _link(self, tag: str, attrib: _Attributes) -> None:
+        rels = _rels(attrib)
+        href = attrib.get("href")
+        if "canonical" in rels:
+            if self.canonical is None and href is not None:
+                self.canonical = self._resolve(href)
+            return
+        if rels & _MEDIA_RELS and not self._owner.include_media:
+            return
+        self._add(href, tag, "nofollow" in rels)
+
+    def _base_href(self, tag: str, attrib: _Attributes) -> None:
+        href = attrib.get("href")
+        if self._base_seen or href is None:
+            return
+        self._base_seen = True  # only the first <base href> counts (HTML)
+        base = self._resolve(href)
+        if base is not None:
+            self._base = base
+
+    def _meta(self, tag: str, attrib: _Attributes) -> None:
+        content = attrib.get("content")
+        if content is None:
+            return
+        name = attrib.get("name", "").strip().lower()
+        if name == "robots":
+            noindex, nofollow = _robots_directives(content)
+            self.noindex |= noindex
+            self.nofollow |= nofollow
+        elif attrib.get("http-equiv", "").strip().lower() == "refresh":
+            m = _REFRESH_URL.match(content)
+            if m and m.group(1).strip():
+                self._add(m.group(1), "redirect", False)
+
+    def _resolve(self, raw: str) -> str | None:
+        try:
+            return resolve(raw, self._base, self._owner.max_url_length)
+        except Skip as e:
+            self.skipped[e.reason] += 1
+            return None
+
+    def _add(self, raw: str | None, kind: str, nofollow: bool) -> None:
+        if raw is None:
+            return
+        if self._full:  # past the cap nothing is resolved: a 100,000-link page stays cheap
+            self.skipped["too_many_links"] += 1
+            return
+        url = self._resolve(raw)
+        if url is None:
+            return
+        seen = self.links.get(url)
+        if seen is None:
+            if len(self.links) >= self._owner.max_links:
+                self._full = True
+                self.skipped["too_many_links"] += 1
+                return
+            self.links[url] = (kind, nofollow)
+        elif seen[1] and not nofollow:  # followable when any element linking it is
+            self.links[url] = (seen[0], False)
+
+
+def _rels(attrib: _Attributes) -> frozenset[str]:
+    rel = attrib.get("rel")
+    return frozenset(rel.lower().split()) if rel else frozenset()
+
+
+_ELEMENT_HANDLERS = {
+    "a": _Links._anchor,
+    "area": _Links._anchor,
+    "link": _Links._link,
+    "frame": _Links._frame,
+    "iframe": _Links._frame,
+    "img": _Links._media,
+    "script": _Links._media,
+    "base": _Links._base_href,
+    "meta": _Links._meta,
+}
+_LINK_TAGS = tuple(_ELEMENT_HANDLERS)
+
+
+# --------------------------------------------------------------------------- the tree path
+
+
+class _NoTree(Exception):
+    """libxml2 gave no usable tree (too deep, or an error): the page streams instead."""
+
+
+_parsers = threading.local()  # one parser per thread: lxml serialises users of one parser
+
+
+def _tree_parser() -> etree.HTMLParser:
+    parser: etree.HTMLParser | None = getattr(_parsers, "parser", None)
+    if parser is None:
+        # Comments and processing instructions are dropped while parsing, so the text on
+        # either side of one joins up as the streaming target sees it.
+        parser = etree.HTMLParser(
+            encoding="utf-8", remove_comments=True, remove_pis=True, no_network=True
+        )
+        _parsers.parser = parser
+    return parser
+
+
+def _tree(body: bytes, codec: str, start: int, errors: str) -> Any:
+    """The page's root element (None for an empty page), parsed from UTF-8 in one call."""
+    if codec == "utf-8" and errors == "strict":
+        data = body[start:] if start else body
+    else:  # rarer: decode in Python, then hand libxml2 the UTF-8 it is told to expect
+        data = body[start:].decode(codec, errors).encode("utf-8", "replace")
+    if _ends_early(data):
+        raise _NoTree
+    parser = _tree_parser()
+    try:
+        root = etree.fromstring(data, parser)
+    except (etree.LxmlError, ValueError) as e:
+        raise _NoTree from e
+    if any(entry.type_name == "ERR_RESOURCE_LIMIT" for entry in parser.error_log):
+        raise _NoTree  # libxml2 stopped at its depth limit: what follows is missing
+    return root
+
+
+_ONLY_END_TAGS = re.compile(rb"(?:</(?:html|body)\s*>|\s)*")
+
+
+def _ends_early(data: bytes) -> bool:
+    """Whether markup follows the first ``</body>`` or ``</html>``: the tree builder drops
+    what comes after the end of the document, while browsers (and the streaming target)
+    still read it; and such a tag may sit in raw text (a script, ``<noframes>``), where
+    removing it would change the page. Such pages stream; most end at their end tags."""
+    low = data.lower()
+    ends = [i for i in (low.find(b"</body"), low.find(b"</html")) if i >= 0]
+    return bool(ends) and _ONLY_END_TAGS.fullmatch(low, min(ends)) is None
+
+
+def _visible_text(root: Any) -> Iterator[str]:
+    """The page's text outside script, style, template and noscript, in batches of text
+    nodes joined with spaces (an element boundary ends a word). Empties the invisible
+    elements of the tree it reads."""
+    for element in list(root.iter(*_INVISIBLE)):
+        element.text = None
+        del element[:]
+    nodes = root.itertext()
+    while batch := list(islice(nodes, _TEXT_BATCH)):
+        yield " " + " ".join(batch)
+
+
+def _from_tree(root: Any, found: _Links, text: _Simhash) -> None:
+    if root is None:
+        return
+    for element in root.iter(*_LINK_TAGS):
+        found.element(element.tag, element)
+    for batch in _visible_text(root):
+        text.feed(batch)
+
+
+# --------------------------------------------------------------------------- the streaming path
+
+
+class _HtmlTarget:
+    """lxml parser target for pages without a tree: sees each element once, keeps links and
+    text statistics only."""
+
+    def __init__(self, found: _Links, skipped: Counter[str]) -> None:
+        self.found = found
+        self.skipped = skipped
+        self.text = _Simhash()
+        self.started = False
+        self._gap = False
+        self._depth = 0
+        self._deep = False
+        self._hidden = 0
+
+    # lxml's target protocol
+    # These run once per element or text node of a page that may have millions: keep them lean.
+    def start(self, tag: str, attrib: _Attributes) -> None:
+        self.started = True
+        self._gap = True  # an element boundary ends a word
+        self._depth += 1
+        if self._depth > _MAX_DEPTH and not self._deep:
+            self._deep = True
+            self.skipped["too_deep"] += 1
+        if tag in _INVISIBLE:
+            self._hidden += 1
+        self.found.element(tag, attrib)
+
+    def end(self, tag: str) -> None:
+        self._depth -= 1
+        self._gap = True
+        if self._hidden and tag in _INVISIBLE:
+            self._hidden -= 1
+
+    def data(self, data: str) -> None:
+        if not self._hidden:
+            if self._gap:
+                self._gap = False
+                data = " " + data
+            self.text.feed(data)
+
+    def close(self) -> None:
+        return None
+
+
+def _stream(body: bytes, charset: tuple[str, int, str], target: _HtmlTarget) -> None:
+    codec, start, errors = charset
+    parser = etree.HTMLParser(target=target, no_network=True, huge_tree=False)
+    try:
+        for text in decoded_chunks(body, codec, start, errors):
+            parser.feed(text)
+        parser.close()
+    except etree.LxmlError:
+        # lxml refuses an empty document; anything else it refuses is counted
+        if target.started:
+            target.skipped["parse_error"] += 1
+    except UnicodeError:  # a codec that fails even with errors="replace"
+        target.skipped["charset"] += 1
+
+
+# --------------------------------------------------------------------------- the processor
+
+
+class HtmlLinks:
+    """Link extraction and the text fingerprint for HTML (lxml).
+
+    ``include_media`` adds ``img``/``script`` sources and stylesheet/icon ``link``s;
+    ``max_links`` caps the links kept per page (link elements past the cap count
+    "too_many_links"); ``max_url_length`` (characters) refuses longer URLs ("too_long").
+    """
+
+    name = "html-links"
+    mime_types: tuple[str, ...] = ("text/html", "application/xhtml+xml")
+
+    def __init__(
+        self,
+        *,
+        include_media: bool = False,
+        max_links: int = 10_000,
+        max_url_length: int = MAX_URL_LENGTH,
+    ) -> None:
+        if max_links < 0 or max_url_length < 1:
+            raise ValueError(
+                f"max_links={max_links}, max_url_length={max_url_length}: "
+                "give max_links ≥ 0 and max_url_length ≥ 1"
+            )
+        self.include_media = include_media
+        self.max_links = max_links
+        self.max_url_length = max_url_length
+
+    def __repr__(self) -> str:
+        return (
+            f"HtmlLinks(include_media={self.include_media}, max_links={self.max_links}, "
+            f"max_url_length={self.max_url_length})"
+        )
+
+    def process(self, doc: Document) -> Extracted:
+        skipped: Counter[str] = Counter()
+        charset = choose_charset(doc.body, doc.content_type, skipped)
+        found = _Links(self, doc.url, skipped)
+        text = _Simhash()
+        try:
+            if len(doc.body) >= _TREE_MAX:
+                raise _NoTree
+            _from_tree(_tree(doc.body, *charset), found, text)
+        except _NoTree:
+            found = _Links(self, doc.url, skipped)  # what the tree gave is thrown away
+            target = _HtmlTarget(found, skipped)
+            _stream(doc.body, charset, target)
+            text = target.text
+        noindex, nofollow = found.noindex, found.nofollow
+        if doc.robots_tag:
+            header_noindex, header_nofollow = _robots_directives(doc.robots_tag)
+            noindex |= header_noindex
+            nofollow |= header_nofollow
+        return Extracted(
+            links=tuple(
+                Link(url=url, kind=kind, nofollow=nf) for url, (kind, nf) in found.links.items()
+            ),
+            canonical=found.canonical,
+            noindex=noindex,
+            nofollow=nofollow,
+            fingerprint=text.value(),
+            skipped=skipped,
+        )

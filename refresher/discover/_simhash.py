@@ -1,0 +1,186 @@
+"""The 64-bit simhash of a text's 3-word shingles (Charikar; Manku et al., WWW 2007), the
+near-duplicate print stored with every fetch, and the test of a meaningful change.
+
+Tokenising runs in C (``bytes.translate``/``split``), token hashes come from a cache, and the
+shingles and bit counts are numpy array passes: no Python loop per shingle or per bit."""
+
+from __future__ import annotations
+
+import re
+import string
+from functools import lru_cache
+from hashlib import blake2b
+
+import numpy as np
+from numpy.typing import NDArray
+
+__all__ = ["hamming", "meaningful_change", "simhash"]
+
+
+# Tokenising works on UTF-8 bytes: bytes.translate and bytes.split run several times faster
+# than str.translate (slow on any non-ASCII text) or a \w+ regex. ASCII punctuation
+# separates words, every digit reads as "0", and the white space bytes.split does not know
+# becomes a space first.
+_BYTE_TABLE = bytes.maketrans(
+    (string.punctuation + string.digits).encode(),
+    b" " * len(string.punctuation) + b"0" * len(string.digits),
+)
+_UNICODE_SPACE = re.compile("[\x1c-\x1f\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]")
+_PUNCTUATION = frozenset(string.punctuation)
+_LONGEST_WORD = 256  # characters looked back for the start of a word cut by a batch end
+_SHINGLE = 3  # words per shingle
+_BLOCK = 8192  # token hashes combined per numpy step (the bit matrix is _BLOCK x 64 bytes)
+_FLUSH = 64 * 1024  # characters of one text run held before tokenising part of it
+_U64 = np.uint64
+
+
+def _separates(char: str) -> bool:
+    return char in _PUNCTUATION or char.isspace()  # as the tokeniser splits
+
+
+def _hash_token(token: bytes) -> int:
+    return int.from_bytes(blake2b(token, digest_size=8).digest(), "little")
+
+
+# Words repeat, so their hashes are cached; only short ones, so the cache stays small.
+_cached_token_hash = lru_cache(maxsize=1 << 14)(_hash_token)
+_CACHED_TOKEN = 48  # bytes
+
+
+def _mix(x: NDArray[np.uint64]) -> NDArray[np.uint64]:
+    """splitmix64's finaliser on arrays (uint64 arithmetic wraps, as the hash wants)."""
+    x = x ^ (x >> _U64(30))
+    x = x * _U64(0xBF58476D1CE4E5B9)
+    x = x ^ (x >> _U64(27))
+    x = x * _U64(0x94D049BB133111EB)
+    return x ^ (x >> _U64(31))
+
+
+class _Simhash:
+    """Streams text into the simhash of its 3-word shingles.
+
+    Tokens are the text lowercased, split at white space and ASCII punctuation, with every
+    digit read as "0": a changed date, time or counter leaves the fingerprint as it was (the
+    raw digest still records that change). Each token is hashed (blake2b, 8 bytes), a
+    shingle's hash mixes the hashes of its three tokens, and each bit of the fingerprint is
+    the majority over the shingles.
+    """
+
+    __slots__ = ("_carry", "_counts", "_hashes", "_parts", "_shingles", "_size", "_tokens")
+
+    def __init__(self) -> None:
+        self._parts: list[str] = []
+        self._size = 0
+        self._hashes: list[int] = []
+        self._carry: NDArray[np.uint64] = np.empty(0, dtype=np.uint64)
+        self._counts: NDArray[np.int64] = np.zeros(64, dtype=np.int64)
+        self._shingles = 0
+        self._tokens = 0
+
+    def feed(self, text: str) -> None:
+        """Add text; a word may go on from the previous call (lxml splits text nodes
+        anywhere). Text is tokenised in batches of about ``_FLUSH`` characters."""
+        if len(text) > _FLUSH:
+            for i in range(0, len(text), _FLUSH):
+                self.feed(text[i : i + _FLUSH])
+            return
+        self._parts.append(text)
+        self._size += len(text)
+        if self._size >= _FLUSH:
+            self._flush(final=False)
+
+    def _flush(self, *, final: bool) -> None:
+        joined = "".join(self._parts)
+        cut = len(joined)
+        if not final:  # keep back a word that may go on in the next call
+            stop = max(cut - _LONGEST_WORD, 0)
+            while cut > stop and not _separates(joined[cut - 1]):
+                cut -= 1
+            if cut == stop:  # no separator near the end: cut the overlong word anywhere
+                cut = len(joined)
+        self._parts = [joined[cut:]] if cut < len(joined) else []
+        self._size = len(joined) - cut
+        self._words(joined[:cut])
+
+    def value(self) -> int | None:
+        self._flush(final=True)
+        self._combine()
+        if self._tokens == 0:
+            return None
+        if self._shingles == 0:  # fewer tokens than a shingle: they make the one shingle
+            self._add_bits(self._shingle_hashes(self._carry, whole=True))
+        bits = (2 * self._counts - self._shingles) > 0
+        packed = np.packbits(bits.astype(np.uint8), bitorder="little")
+        return int.from_bytes(packed.tobytes(), "little")
+
+    def _words(self, text: str) -> None:
+        text = text.lower()
+        if not text.isascii():
+            text = _UNICODE_SPACE.sub(" ", text)
+        words = text.encode("utf-8", "surrogatepass").translate(_BYTE_TABLE).split()
+        if not words:
+            return
+        self._tokens += len(words)
+        hashes = self._hashes
+        if len(max(words, key=len)) <= _CACHED_TOKEN:
+            hashes.extend(map(_cached_token_hash, words))
+        else:
+            hashes.extend(
+                _cached_token_hash(w) if len(w) <= _CACHED_TOKEN else _hash_token(w) for w in words
+            )
+        if len(hashes) >= _BLOCK:
+            self._combine()
+
+    def _combine(self) -> None:
+        if not self._hashes:
+            return
+        fresh = np.fromiter(self._hashes, dtype=np.uint64, count=len(self._hashes))
+        self._hashes.clear()
+        seq = np.concatenate((self._carry, fresh))
+        if seq.size >= _SHINGLE:
+            self._add_bits(self._shingle_hashes(seq, whole=False))
+            seq = seq[-(_SHINGLE - 1) :]
+        self._carry = seq.copy()
+
+    @staticmethod
+    def _shingle_hashes(seq: NDArray[np.uint64], *, whole: bool) -> NDArray[np.uint64]:
+        if whole:  # one shingle of all of seq (shorter than _SHINGLE)
+            seq = seq.reshape(1, -1)
+            h = _mix(seq[:, 0] ^ _U64(0x9E3779B97F4A7C15))
+            for j in range(1, seq.shape[1]):
+                h = _mix(h ^ seq[:, j])
+            return h
+        n = seq.size - _SHINGLE + 1
+        h = _mix(seq[:n] ^ _U64(0x9E3779B97F4A7C15))
+        for j in range(1, _SHINGLE):
+            h = _mix(h ^ seq[j : j + n])
+        return h
+
+    def _add_bits(self, hashes: NDArray[np.uint64]) -> None:
+        as_bytes = hashes.astype("<u8", copy=False).view(np.uint8).reshape(-1, 8)
+        bits = np.unpackbits(as_bytes, axis=1, bitorder="little")
+        self._counts += bits.sum(axis=0, dtype=np.int64)
+        self._shingles += hashes.size
+
+
+def simhash(text: str) -> int | None:
+    """The 64-bit simhash (0 ≤ value < 2**64) of ``text``'s 3-word shingles; None when the
+    text has no words. Every digit reads as "0" (see :func:`meaningful_change`)."""
+    h = _Simhash()
+    h.feed(text)
+    return h.value()
+
+
+def hamming(a: int, b: int) -> int:
+    """The number of bits in which two fingerprints differ."""
+    return (a ^ b).bit_count()
+
+
+def meaningful_change(old: int | None, new: int | None, *, threshold: int = 3) -> bool:
+    """Whether a page's text changed in substance: its simhash moved more than ``threshold``
+    bits, or text appeared or vanished. Numbers are masked in the fingerprint, so a new
+    timestamp or counter is never meaningful on its own (the raw digest still sees it); a
+    few edited words move a few bits, a different article about half of them."""
+    if old is None or new is None:
+        return (old is None) != (new is None)
+    return hamming(old, new) > threshold

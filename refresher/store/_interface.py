@@ -1,0 +1,418 @@
+"""The store's interface: what every other part of refresher may ask of the store, and the rows
+that cross it.
+
+:class:`Store` is a :class:`typing.Protocol` with narrow, named operations; nothing else leaves
+the store package (no connection, no SQL, no callable run inside the store). It is written for
+two implementations: DuckDB, embedded, the default (:class:`refresher.store.StoreService` over
+:class:`refresher.store.DuckDBStore`), and later PostgreSQL for a fleet of nodes. The row types
+live here, not with an implementation, so that the frontier, the workers, discovery and the
+allocator import no database.
+
+The interface also holds the three definitions every part must agree on, each written once:
+
+- a *successful* fetch (a refresh of the copy): :func:`is_success` and its SQL twin
+  :func:`success_sql`;
+- a *change*: :func:`is_change` (a successful fetch whose body digest differs from the copy's;
+  a 304 is never a change), stored as ``fetches.changed``;
+- a page's *due time*: :func:`next_due` (and :func:`due_interval`), which the store's
+  :meth:`Store.save_plan` applies to every planned page.
+
+Times are unix seconds; rates are per second.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+import numpy as np
+from numpy.typing import NDArray
+
+if TYPE_CHECKING:
+    from refresher.store._captures import CaptureRow
+
+__all__ = [
+    "NEVER",
+    "SUCCESS_SQL",
+    "DocumentUpdate",
+    "EstimatorInputs",
+    "FetchRecord",
+    "HostRow",
+    "HostSummary",
+    "HostUpdate",
+    "NewPage",
+    "PageRow",
+    "PlanUpdate",
+    "RobotsUpdate",
+    "Store",
+    "StoreStatistics",
+    "StoreStatus",
+    "due_interval",
+    "is_change",
+    "is_success",
+    "next_due",
+    "success_sql",
+]
+
+# -- the definitions ---------------------------------------------------------------------------
+
+#: seconds; a page the plan gives no fetches (target rate 0) is due again this long after its
+#: last fetch, so even with ``policy.explore = 0`` nothing is forgotten for ever.
+NEVER = 30 * 86_400.0
+
+
+def is_success(status: int | None, *, not_modified: bool, error_kind: str | None = None) -> bool:
+    """A fetch that refreshes the copy: a complete 2xx answer, or a 304 to our conditional GET.
+
+    A response cut short (``error_kind`` set, e.g. a body over ``fetch.max_body_bytes``) is not
+    a success whatever its status; neither is a 304 we did not ask for."""
+    if error_kind is not None or status is None:
+        return False
+    return 200 <= status < 300 or not_modified
+
+
+def success_sql(table: str = "") -> str:
+    """:func:`is_success` as a SQL condition over the columns of ``fetches`` (named through
+    ``table``, an alias, when given)."""
+    t = f"{table}." if table else ""
+    return f"({t}error_kind IS NULL AND ({t}status BETWEEN 200 AND 299 OR {t}not_modified))"
+
+
+#: :func:`success_sql` over unqualified columns
+SUCCESS_SQL = success_sql()
+
+
+def is_change(
+    status: int | None,
+    *,
+    not_modified: bool,
+    error_kind: str | None,
+    digest: bytes | None,
+    previous: bytes | None,
+) -> bool:
+    """A successful fetch whose body differs from the copy's (by digest).
+
+    A 304 is never a change; the first successful fetch of a page (no ``previous`` digest) is not
+    one either: there was nothing to differ from."""
+    if not_modified or not is_success(status, not_modified=False, error_kind=error_kind):
+        return False
+    return previous is not None and digest != previous
+
+
+def due_interval(target_rate: float | None, uniform_interval: float) -> float:
+    """Seconds from a page's fetch to its next due time.
+
+    ``target_rate`` f (fetches per second) > 0: 1/f. f = 0 (the plan gives the page nothing):
+    :data:`NEVER`. No plan yet (``None``, a page found since the last solve):
+    ``uniform_interval``, the budget spread evenly."""
+    if target_rate is None:
+        return uniform_interval
+    if target_rate > 0:
+        return 1.0 / target_rate
+    return NEVER
+
+
+def next_due(
+    last_fetch: NDArray[np.float64], target_rate: NDArray[np.float64], *, now: float
+) -> NDArray[np.float64]:
+    """Due times (vectorised :func:`due_interval` after ``last_fetch``) of planned pages.
+
+    A page never fetched (``last_fetch`` NaN) is due ``now`` at the latest (the store keeps an
+    earlier due time); a planned page always has a target rate. The store applies exactly this
+    in :meth:`Store.save_plan`."""
+    with np.errstate(divide="ignore"):
+        interval = np.where(target_rate > 0, 1.0 / np.maximum(target_rate, 1e-300), NEVER)
+    due: NDArray[np.float64] = np.where(np.isnan(last_fetch), now, last_fetch + interval)
+    return due
+
+
+# -- the rows ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NewPage:
+    url: str  # canonical
+    host: str  # host key
+    scheme: str
+    source: str = "seed"
+    depth: int = 0  # links from a seed
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PageRow:
+    """What the frontier and a worker need of one page."""
+
+    id: int
+    url: str
+    host_id: int
+    host: str
+    due_at: float  # unix seconds
+    etag: str | None
+    last_modified: str | None
+    digest: bytes | None
+    target_rate: float | None  # fetches per second
+    depth: int = 0
+    fingerprint: int | None = None  # simhash of the last body
+    rate: float | None = None  # λ̂, changes per second
+    weight: float = 1.0
+    source: str = "seed"  # seed | link | sitemap
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HostRow:
+    id: int
+    name: str
+    scheme: str
+    next_allowed: float
+    delay: float | None
+    backoff: float
+    errors: int
+    robots_status: int | None
+    robots_body: bytes | None
+    robots_expires_at: float | None
+    paused: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FetchRecord:
+    """One finished fetch and the page state it leaves behind."""
+
+    page_id: int
+    host_id: int
+    started_at: float  # unix seconds
+    finished_at: float
+    duration: float  # seconds
+    status: int | None
+    body_bytes: int
+    digest: bytes | None
+    changed: bool
+    not_modified: bool
+    error_kind: str | None
+    policy: str
+    final_url: str | None
+    redirects: int
+    # page state after the fetch
+    etag: str | None
+    last_modified: str | None
+    page_digest: bytes | None
+    page_status: str
+    due_at: float
+    # content: near-duplicate fingerprint, meaningful change, exact duplicate of another page
+    fingerprint: int | None = None
+    meaningful: bool | None = None
+    duplicate_of: int | None = None
+    #: the response's Last-Modified (a 304's: the stored one), unix seconds
+    last_modified_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HostUpdate:
+    host_id: int
+    next_allowed: float  # unix seconds
+    delay: float
+    backoff: float
+    errors: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RobotsUpdate:
+    host_id: int
+    status: int | None  # None: unreachable
+    body: bytes
+    fetched_at: float  # unix seconds
+    expires_at: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DocumentUpdate:
+    """What processing one fetched document found: new pages, link edges, page facts."""
+
+    page_id: int
+    new: Sequence[NewPage]  # pages to add (those already known are skipped)
+    linked: Sequence[str]  # canonical URLs the document links to (edges to known pages)
+    canonical: str | None  # rel=canonical, recorded
+    noindex: bool
+    lastmod: Sequence[tuple[str, float]]  # (URL, sitemap <lastmod> in unix seconds)
+    #: findings with no document of their own (robots.txt sitemaps): new pages only
+    synthetic: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EstimatorInputs:
+    """The history an allocation pass reads: arrays, no estimate yet.
+
+    Pages not gone, sorted by id; observations are pairs of consecutive successful fetches of
+    one page (at most ``history`` per page, the latest)."""
+
+    page_ids: NDArray[np.int64]
+    page_host: NDArray[np.int64]  # host id per page
+    last_fetch: NDArray[np.float64]  # unix seconds, NaN when never fetched
+    host_delay: NDArray[np.float64]  # seconds, the host's last politeness delay (0: none yet)
+    obs_page: NDArray[np.int64]  # page id per observation
+    obs_finished: NDArray[np.float64]  # the later fetch's finished_at
+    obs_previous: NDArray[np.float64]  # the earlier fetch's finished_at
+    obs_changed: NDArray[np.bool_]  # the later fetch saw a change (raw or meaningful)
+    obs_last_modified: NDArray[np.float64]  # its Last-Modified, unix seconds, NaN if none
+    obs_previous_last_modified: NDArray[np.float64]
+    link_src: NDArray[np.int64]  # distinct link edges (page ids); empty unless asked for
+    link_dst: NDArray[np.int64]
+    #: pages whose first successful fetch is in the window and carried an earlier
+    #: Last-Modified, and the quiet seconds from that Last-Modified to the fetch
+    first_page: NDArray[np.int64]
+    first_quiet: NDArray[np.float64]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlanUpdate:
+    """An allocation's result, per page (same order): the store makes each page due at
+    :func:`next_due` of its last fetch *at the time of saving*."""
+
+    page_ids: NDArray[np.int64]
+    rates: NDArray[np.float64]  # λ̂, changes per second
+    rate_n: NDArray[np.float64]  # its evidence
+    weights: NDArray[np.float64]
+    target: NDArray[np.float64]  # f, fetches per second
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoreStatistics:
+    pages: int
+    hosts: int
+    fetches: int  # rows in the history
+    acknowledged: int  # fetches committed by this process
+    batches: int
+    queued: int  # fetches waiting for their batch
+    last_batch_seconds: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HostSummary:
+    """One host's line in ``refresher status``."""
+
+    host: str
+    pages: int
+    fetches: int  # fetches recorded for its pages, all time
+    errors: int  # consecutive failed fetches now
+    paused: bool
+    #: seconds until the host may be fetched again after errors or Retry-After; 0 when not
+    backoff_left: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoreStatus:
+    """A summary of the stored state, for ``refresher status`` on a stopped daemon."""
+
+    pages: int
+    hosts: int
+    fetches: int
+    next_due: float | None  # unix seconds
+    last_fetch: float | None
+    due_now: int
+
+
+# -- the interface -----------------------------------------------------------------------------
+
+
+@runtime_checkable
+class Store(Protocol):
+    """Everything the rest of refresher asks of the store.
+
+    Writes (:meth:`record`, :meth:`update_host`) are queued and committed in batches; a fetch is
+    *acknowledged* when its batch commits and then survives SIGTERM, SIGKILL and restart. Every
+    other operation first commits what was queued before it, so it sees every earlier write.
+    """
+
+    # -- the crawl ---------------------------------------------------------------------------
+
+    async def load_due(
+        self, *, after: tuple[float, int], until: float, limit: int, known_hosts: frozenset[int]
+    ) -> tuple[list[PageRow], dict[int, HostRow]]:
+        """Pages with (due_at, id) > ``after`` and due_at ≤ ``until`` (earliest first, at most
+        ``limit``, none of a paused host or gone), and the rows of their hosts not in
+        ``known_hosts``."""
+        ...
+
+    async def record(self, record: FetchRecord, capture: CaptureRow | None = None) -> None:
+        """Queue one finished fetch (and the page state it leaves), with where the archive
+        wrote its copy (``capture``) if it did."""
+        ...
+
+    async def update_host(self, update: HostUpdate | RobotsUpdate) -> None:
+        """Queue a host's new politeness state or its fetched robots.txt."""
+        ...
+
+    # -- discovery ---------------------------------------------------------------------------
+
+    async def add_pages(
+        self, pages: Sequence[NewPage], *, now: float
+    ) -> tuple[list[PageRow], dict[int, HostRow]]:
+        """Insert the pages not yet known, due ``now``; the inserted rows and their hosts."""
+        ...
+
+    async def save_document(
+        self, update: DocumentUpdate, *, now: float
+    ) -> tuple[list[PageRow], dict[int, HostRow], int]:
+        """Store what one document yielded: the new pages (rows and hosts, as
+        :meth:`add_pages`) and the number of link edges recorded."""
+        ...
+
+    async def known_fingerprints(self, fps: NDArray[np.int64]) -> NDArray[np.bool_]:
+        """Which of these URL fingerprints belong to stored pages (same order)."""
+        ...
+
+    async def discovery_scope(self) -> tuple[list[str], dict[str, int]]:
+        """The hosts of seed pages, and the number of pages of every host."""
+        ...
+
+    # -- the allocation ----------------------------------------------------------------------
+
+    async def estimator_inputs(
+        self, *, meaningful: bool, history: int, links: bool
+    ) -> EstimatorInputs:
+        """The history an allocation pass estimates from. ``meaningful``: a change is a
+        meaningful one (``coalesce(meaningful, changed)``) instead of any new digest;
+        ``links``: read the link edges too (for PageRank weights)."""
+        ...
+
+    async def save_plan(self, plan: PlanUpdate, *, now: float) -> None:
+        """Store λ̂, evidence, weight and target rate per page; make each due at
+        :func:`next_due`."""
+        ...
+
+    async def record_policy(self, policy: str, budget: float, *, now: float) -> None:
+        """Note the policy and budget (fetches per second) in force from ``now``."""
+        ...
+
+    async def policy_in_force(self, configured: str) -> str:
+        """The operator's last switch, unless the config has named another policy since."""
+        ...
+
+    async def switch_policy(
+        self, policy: str, *, configured: str, budget: float, now: float
+    ) -> None:
+        """An operator's switch to ``policy`` (made while the config named ``configured``)."""
+        ...
+
+    # -- operations --------------------------------------------------------------------------
+
+    async def set_paused(self, host: str, paused: bool) -> bool:
+        """Pause or resume a host; False when no such host is stored."""
+        ...
+
+    async def status(self, *, now: float) -> StoreStatus:
+        """Counts and due times of the stored pages."""
+        ...
+
+    async def host_summary(self, *, now: float, limit: int | None) -> list[HostSummary]:
+        """The ``limit`` busiest hosts (all when None), and every paused host or host in
+        backoff; paused first, then those in backoff, then by fetches."""
+        ...
+
+    async def last_refreshes(self) -> list[tuple[str, float | None, float | None]]:
+        """Per page: (URL, the time of its last successful fetch or None, λ̂ or None)."""
+        ...
+
+    def statistics(self) -> StoreStatistics:
+        """A snapshot of the store's counters (no I/O)."""
+        ...

@@ -1,0 +1,109 @@
+"""Tests for the simhash: stable values, what it ignores, streaming, near-duplicates."""
+
+from __future__ import annotations
+
+import random
+
+from _pages import fixture, html
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from refresher.discover import _simhash
+from refresher.discover._parse import (
+    hamming,
+    meaningful_change,
+    simhash,
+)
+
+# --------------------------------------------------------------------------- simhash
+
+
+def test_simhash_values_are_stable_because_they_are_stored() -> None:
+    # Fingerprints live in the history; if this changes, every stored one becomes useless.
+    assert simhash("The quick brown fox jumps over the lazy dog") == 0xA9B4C992E6F45591
+    assert simhash("hello") == 0xF8E479CA66F653CE
+
+
+def test_simhash_ignores_case_punctuation_and_digit_values() -> None:
+    assert simhash("Hello, World! Foo.") == simhash("hello world foo")
+    assert simhash("read 1204 times on 2024-05-06") == simhash("read 1377 times on 2024-05-07")
+    assert simhash("read 1204 times") != simhash("read many times")
+
+
+def test_simhash_of_no_words_is_none_and_of_one_word_is_not() -> None:
+    assert simhash("") is None
+    assert simhash(" ... !!! \n") is None
+    assert simhash("hello") is not None and simhash("hello") != simhash("world")
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.text(max_size=400), st.lists(st.integers(0, 400), max_size=8))
+def test_simhash_does_not_depend_on_how_text_is_split(text: str, cuts: list[int]) -> None:
+    pieces = [
+        text[a:b] for a, b in zip([0, *sorted(cuts)], [*sorted(cuts), len(text)], strict=True)
+    ]
+    streamed = _simhash._Simhash()
+    for piece in pieces:
+        streamed.feed(piece)
+    assert streamed.value() == simhash(text)
+
+
+def test_simhash_of_long_text_does_not_depend_on_how_it_is_split() -> None:
+    rng = random.Random(3)
+    vocabulary = ["alpha", "beta", "gamma", "delta", "épsilon", "zeta!", "eta,", "θήτα", "42"]
+    text = " ".join(rng.choice(vocabulary) for _ in range(60_000))  # ~350 kB, several batches
+    streamed = _simhash._Simhash()
+    position = 0
+    while position < len(text):
+        step = rng.randrange(1, 90_000)
+        streamed.feed(text[position : position + step])
+        position += step
+    assert streamed.value() == simhash(text)
+
+
+def test_simhash_of_a_long_text_is_computed_in_bounded_batches() -> None:
+    assert simhash("word " * 300_000) == simhash("word word word")
+
+
+def test_the_html_fingerprint_is_the_simhash_of_the_visible_text() -> None:
+    page = (
+        "<html><head><title>Alpha</title><style>p { color: red }</style></head><body>"
+        "<p>beta <b>gamma</b></p><script>var delta = 'epsilon';</script><!-- zeta -->"
+        "<noscript>eta</noscript><template>theta</template><div>iota</div></body></html>"
+    )
+    assert html(page).fingerprint == simhash("alpha beta gamma iota")
+
+
+def _fingerprint(name: str) -> int:
+    value = html(fixture(name)).fingerprint
+    assert value is not None
+    return value
+
+
+def test_a_changed_timestamp_and_counter_are_not_a_meaningful_change() -> None:
+    v1, v2 = _fingerprint("article_library_v1.html"), _fingerprint("article_library_v2.html")
+    assert fixture("article_library_v1.html") != fixture("article_library_v2.html")
+    assert hamming(v1, v2) <= 3
+    assert not meaningful_change(v1, v2)
+
+
+def test_a_rewritten_paragraph_is_a_meaningful_change() -> None:
+    v1 = _fingerprint("article_library_v1.html")
+    edited = _fingerprint("article_library_edited.html")
+    assert meaningful_change(v1, edited)
+
+
+def test_different_articles_are_far_apart() -> None:
+    library, river = _fingerprint("article_library_v1.html"), _fingerprint("article_river.html")
+    assert hamming(library, river) >= 16  # unrelated texts differ in about 32 of 64 bits
+
+
+def test_hamming_and_meaningful_change_edge_cases() -> None:
+    assert hamming(0b1011, 0b0001) == 2
+    assert hamming(2**64 - 1, 0) == 64
+    assert not meaningful_change(None, None)
+    assert meaningful_change(None, 5)
+    assert meaningful_change(5, None)
+    assert not meaningful_change(0b111, 0b000)  # 3 bits: within the default threshold
+    assert meaningful_change(0b1111, 0b0000)
+    assert meaningful_change(0b111, 0b000, threshold=2)
