@@ -50,6 +50,7 @@ __all__ = [
     "PlotFiles",
     "main",
     "make_plots",
+    "planned",
     "plot_allocation",
     "plot_freshness",
     "plot_rates",
@@ -229,45 +230,105 @@ def _budget(con: duckdb.DuckDBPyConnection) -> float:
     return float(data[0]["budget"])
 
 
+def planned(db: Path, budget: float | None, *, decide: str = "expected") -> dict[str, Any]:
+    """The plan of every policy of :data:`ALLOCATION_POLICIES` for the pages of ``db`` (a store
+    no daemon holds, or a snapshot), made as the daemon and ``refresher policy`` make it: λ̂
+    from the history, host politeness caps, ``decide``, page weights (the default settings).
+    Returns ``{"rates", "table", "targets"}``: λ̂ per page, :func:`policy_table`'s figures (the
+    one definition the CLI and the metrics print) and each policy's f per page."""
+    from refresher.refresh._allocate import InputSettings, plan, policy_table
+    from refresher.store import DuckDBStore
+
+    settings = InputSettings()
+    if not db.is_file():
+        raise StoreError(f"no store or snapshot at {str(db)!r}; give the DuckDB file of a run")
+    try:
+        store = DuckDBStore(db, read_only=True)
+    except RefresherError as e:
+        raise StoreError(f"cannot read the plan inputs of {str(db)!r}: {e}") from e
+    try:
+        raw = store.estimator_inputs(
+            meaningful=settings.meaningful, history=settings.history, links=True
+        )
+    finally:
+        store.close()
+    inputs = settings.estimate(raw)
+    b = budget if budget is not None else _run_budget(db)
+    targets = {
+        name: np.asarray(plan(inputs, name, b, explore=0.0, decide=decide).target)
+        for name in ALLOCATION_POLICIES
+    }
+    return {
+        "rates": inputs.rates,
+        "table": policy_table(inputs, b, decide=decide),
+        "targets": targets,
+    }
+
+
+def _run_budget(db: Path) -> float:
+    con = open_history(db)
+    try:
+        return _budget(con)
+    finally:
+        con.close()
+
+
 def plot_allocation(
     con: duckdb.DuckDBPyConnection,
     path: Path,
     *,
     budget: float | None = None,
     true_rates: bool = False,
+    plans: dict[str, Any] | None = None,
 ) -> Path:
     """``allocation.png``: f(λ) of each of :data:`ALLOCATION_POLICIES` for the run's pages.
 
-    ``budget`` in fetches per second (default: the run's last policy period's); the rates are
-    the pages' λ̂, or their true λ with ``true_rates`` (needs the truth).
+    With ``plans`` (from :func:`planned`) the points are each page's planned f against its λ̂
+    and the legend's figures are ``refresher policy``'s (host caps, ``policy.decide``,
+    weights). Otherwise (``true_rates``: the truth's λ, which the daemon never knows) the
+    curves are the policies' split without host caps. ``budget`` in fetches per second
+    (default: the run's last policy period's).
     """
-    rates = _page_rates(con, true_rates=true_rates)
-    if not rates.size:
+    if plans is not None:
+        lam, targets = plans["rates"], plans["targets"]
+        b = float(plans["table"]["budget"])
+    else:
+        lam = _page_rates(con, true_rates=true_rates)
+        b = _budget(con) if budget is None else budget
+        targets = {
+            name: np.asarray(policies.solve(name, lam, b).rates) for name in ALLOCATION_POLICIES
+        }
+    if not lam.size:
         raise StoreError("the store has no pages (or none in the truth); nothing to allocate")
-    b = _budget(con) if budget is None else budget
-    order = np.argsort(rates, kind="stable")
-    lam = rates[order]
-    floor = _log_floor(lam)
+    order = np.argsort(lam, kind="stable")
+    floor = _log_floor(lam[order])
     fig = Figure(figsize=(8, 5.5))
     ax = fig.subplots()
     for name in ALLOCATION_POLICIES:
-        f = np.asarray(policies.solve(name, lam, b).rates)
-        mean_f = policies.mean_freshness(lam, f)
-        mean_a = policies.mean_age(lam, f)
-        age = f"{mean_a:.3g} s" if math.isfinite(mean_a) else "∞"
-        ax.plot(
-            np.maximum(lam, floor),
-            f,
-            marker=".",
-            markersize=3,
-            label=f"{name}: F̄ = {mean_f:.3f}, Ā = {age}",
-        )
+        f = targets[name][order]
+        if plans is not None:
+            row = plans["table"]["policies"][name]
+            mean_f, weighted, mean_a = row["freshness"], row["weighted"], row["age"]
+            age = "∞" if mean_a is None else f"{mean_a:.3g} s"
+            label = f"{name}: F̄ = {mean_f:.3f} (weighted {weighted:.3f}), Ā = {age}"
+        else:
+            mean_a = policies.mean_age(lam[order], f)
+            age = f"{mean_a:.3g} s" if math.isfinite(mean_a) else "∞"
+            label = f"{name}: F̄ = {policies.mean_freshness(lam[order], f):.3f}, Ā = {age}"
+        ax.plot(np.maximum(lam[order], floor), f, marker=".", markersize=3, label=label)
     ax.set_xscale("log")
     ax.set_xlabel(
         ("true λ" if true_rates else "λ̂") + " (changes/s); never-changing pages at the left edge"
     )
     ax.set_ylabel("f (fetches/s per page)")
-    ax.set_title(f"Allocation f(λ) of {lam.size} pages, budget {b:g} fetches/s (no host caps)")
+    if plans is not None:
+        ax.set_title(
+            f"Planned f of {lam.size} pages, budget {b:g} fetches/s, as `refresher policy` "
+            "(host caps, decide, weights)",
+            fontsize="medium",
+        )
+    else:
+        ax.set_title(f"Allocation f(λ) of {lam.size} pages, budget {b:g} fetches/s (no host caps)")
     ax.legend(fontsize="small")
     ax.grid(alpha=0.3)
     fig.tight_layout()
@@ -288,13 +349,15 @@ def make_plots(
     DuckDB file or a directory of Parquet files)."""
     if true_rates and truth is None:
         raise StoreError("true rates need the truth; give --truth")
+    # read before the views' connection: DuckDB opens a file with one configuration per process
+    plans = None if true_rates else planned(db, budget)
     con = open_history(db, truth=truth)
     try:
         return PlotFiles(
             freshness=plot_freshness(con, out / "freshness.png", step=step),
             rates=plot_rates(con, out / "rates.png"),
             allocation=plot_allocation(
-                con, out / "allocation.png", budget=budget, true_rates=true_rates
+                con, out / "allocation.png", budget=budget, true_rates=true_rates, plans=plans
             ),
         )
     finally:

@@ -17,6 +17,8 @@ _ROOT = str(Path(__file__).resolve().parent.parent)
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
+from conftest import cli  # noqa: E402
+
 from analysis import compare, model, plots  # noqa: E402
 from refresher.sim._simweb import SimwebConfig, parse_rate_mix, plan_web, site_of  # noqa: E402
 
@@ -76,6 +78,23 @@ def test_plots_without_the_truth_still_draws_every_png(
     files = plots.make_plots(Path(short_run.store), tmp_path)
     for path in (files.freshness, files.rates, files.allocation):
         assert_png(path)
+
+
+@pytest.mark.slow
+def test_the_allocation_plot_shows_the_figures_refresher_policy_prints(
+    short_run: compare.RunResult,
+) -> None:
+    # one definition of a policy's freshness: the plot's legend, the CLI table and the metrics
+    shown = plots.planned(Path(short_run.store), 7.0)["table"]
+    done = cli("policy", "--json", "--store", short_run.store, "--budget", "7")
+    assert done.returncode == 0, done.stderr
+    printed = json.loads(done.stdout)
+    assert printed["definition"] == shown["definition"]
+    for name in plots.ALLOCATION_POLICIES:
+        for figure in ("freshness", "weighted"):
+            assert printed["policies"][name][figure] == pytest.approx(
+                shown["policies"][name][figure], rel=1e-9
+            ), (name, figure)
 
 
 def test_plots_says_what_is_wrong_with_a_missing_store(
