@@ -315,7 +315,9 @@ def plot_allocation(
             mean_a = policies.mean_age(lam[order], f)
             age = f"{mean_a:.3g} s" if math.isfinite(mean_a) else "∞"
             label = f"{name}: F̄ = {policies.mean_freshness(lam[order], f):.3f}, Ā = {age}"
-        ax.plot(np.maximum(lam[order], floor), f, marker=".", markersize=3, label=label)
+        # a plan differs page by page (weights, host caps): points, not a curve
+        style = {"linestyle": "none", "markersize": 4} if plans is not None else {"markersize": 3}
+        ax.plot(np.maximum(lam[order], floor), f, marker=".", label=label, **style)
     ax.set_xscale("log")
     ax.set_xlabel(
         ("true λ" if true_rates else "λ̂") + " (changes/s); never-changing pages at the left edge"
