@@ -11,6 +11,7 @@ plug in through the entry-point group ``refresher.policies``.
 from __future__ import annotations
 
 from ._builtin import DEFAULT, OptimalAge, OptimalFreshness, Proportional, Uniform
+from ._demand import WATER_FILL, Demand, Level, Point
 from ._expected import EXPECTED_POLICIES, expected_value, solve_expected
 from ._model import age, freshness, marginal_age, marginal_freshness, mean_age, mean_freshness
 from ._registry import ENTRY_POINT_GROUP, Policy, available, get, register, solve
@@ -18,12 +19,16 @@ from ._solve import Allocation
 
 __all__ = [
     "DEFAULT",
+    "WATER_FILL",
+    "Demand",
     "ENTRY_POINT_GROUP",
     "EXPECTED_POLICIES",
     "Allocation",
+    "Level",
     "OptimalAge",
     "OptimalFreshness",
     "Policy",
+    "Point",
     "Proportional",
     "Uniform",
     "age",

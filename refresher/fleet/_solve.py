@@ -1,0 +1,299 @@
+"""The fleet's one budget, solved in rounds of questions to its nodes (pure: no I/O).
+
+Each node holds a :class:`refresher.policies.Demand` over its own pages and host caps. The
+coordinator asks every node the same question (a *query*), sums their answers and asks the
+next, until the level y with Σ_nodes T_n(y) = B is found; the nodes then allocate at it and
+the fleet's allocation is the one a single solve over the union of their pages would make.
+
+Why rounds rather than shipping a sampled curve: a curve sampled at K points is exact only at
+those points, and between them the freshness demand is a fine staircase of pages dropping out
+and kinks of hosts reaching their caps, so 1e-6 on every page would need most of the pages'
+breakpoints. An answer at one level is exact, costs a node one pass over its pages, and is
+five numbers; Newton's steps in (y, ln T) from a bracket the nodes' own solves give converge
+in a handful of rounds (each round one heartbeat of the nodes). The nodes keep allocating at
+the last agreed level meanwhile.
+
+The rounds:
+
+1. ``census``: each node's room (Σ caps of hosts with pages worth fetching), the level at
+   which it alone would take the whole budget (the fleet's level is at or above the highest of
+   these), the room left for the unvalued pages.
+2. ``level``: a trial y; each node answers what it takes there (:class:`policies.Point`).
+   When Σ room ≤ B every such host sits at its cap (y = −∞) and the round is skipped.
+3. ``spare``: what the caps left, water-filled fleet-wide into the unvalued pages' hosts
+   (only when there is some); what even those cannot take is the fleet's ``unplaced``.
+
+Then the :class:`Solution`: the level, the factor that makes Σf exactly B (|ln Σ − ln B| is
+below 1e-10 before it), the exploration share per starved page (as the single allocator gives
+it: in equal parts) and the unplaced budget.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from refresher.policies import WATER_FILL, Demand, Level
+
+__all__ = ["FleetSolver", "Solution", "answer", "target_rates"]
+
+_TOL = 1e-10  # |ln Σ_n T_n(y) − ln B| at which a level is accepted
+_NARROW = 1e-13  # a bracket this narrow (relative) is the answer: a cliff of pages
+_MAX_ROUNDS = 200
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Solution:
+    """What every node allocates with. ``mu`` is the policy's multiplier as
+    :class:`policies.Allocation` reports it (μ, or t for the water-filling policies)."""
+
+    policy: str
+    budget: float  # B, the fleet's fetches per second
+    y: float
+    delta: float
+    factor: float
+    spare_y: float
+    spare_factor: float
+    explore_each: float  # fetches per second given to each page the policy gave nothing
+    scale: float  # when none was starved: the exploration share spread over all pages
+    unplaced: float
+    mu: float
+    rounds: int
+    starved: int
+
+    @property
+    def level(self) -> Level:
+        return Level(
+            y=self.y,
+            delta=self.delta,
+            factor=self.factor,
+            spare_y=self.spare_y,
+            spare_factor=self.spare_factor,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: _num(v) for k, v in asdict(self).items()}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Solution:
+        floats = {
+            k: float(data[k])
+            for k in cls.__dataclass_fields__
+            if k not in ("policy", "rounds", "starved")
+        }
+        return cls(
+            policy=str(data["policy"]),
+            rounds=int(data["rounds"]),
+            starved=int(data["starved"]),
+            **floats,
+        )
+
+
+def _num(v: Any) -> Any:
+    """JSON has no ∞ or NaN: they travel as strings."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return repr(v)
+    return v
+
+
+def answer(demand: Demand, query: dict[str, Any]) -> dict[str, Any]:
+    """A node's answer to the coordinator's ``query`` (JSON both ways)."""
+    stage = query["stage"]
+    out: dict[str, Any] = {"round": query["round"], "pages": demand.pages}
+    if stage == "census":
+        share = float(query["share"])
+        out.update(
+            room=demand.room,
+            spare_room=demand.spare_room,
+            unvalued=demand.unvalued,
+            start=demand.start(share),
+            guess=demand.start(min(share, 0.5 * demand.room)) if demand.pages else -math.inf,
+        )
+    else:
+        y, spare_y = float(query["y"]), float(query["spare_y"])
+        p = demand.spare(spare_y) if stage == "spare" else demand.at(y)
+        f = demand.rates(Level(y=y, spare_y=spare_y))
+        out.update(capped=p.capped, free=p.free, slope=p.slope, starved=int((f <= 0.0).sum()))
+    return {k: _num(v) for k, v in out.items()}
+
+
+def target_rates(demand: Demand, solution: Solution) -> NDArray[np.float64]:
+    """A node's target rate per page under the fleet's ``solution`` (exploration included)."""
+    f = demand.rates(solution.level)
+    if solution.explore_each > 0.0:
+        f = np.where(f <= 0.0, solution.explore_each, f)
+    elif solution.scale != 1.0:
+        f = f * solution.scale
+    return f
+
+
+@dataclass(slots=True)
+class _Search:
+    """y with T(y) = target, T falling in y; Newton in (y, ln T), bisection as a safeguard."""
+
+    target: float
+    lo: float = -math.inf  # T(lo) ≥ target
+    hi: float = math.inf  # T(hi) < target
+    expand: float = 1.0
+    previous: float = math.inf
+
+    def next(self, y: float, total: float, slope: float) -> float | None:
+        err = math.log(total / self.target) if total > 0.0 else -math.inf
+        if abs(err) <= _TOL:
+            return None
+        if err > 0.0:
+            self.lo = y
+        else:
+            self.hi = y
+        if self.hi - self.lo <= _NARROW * max(1.0, abs(y)):
+            return None
+        s = slope / total if total > 0.0 else math.nan
+        step = math.nan
+        if math.isfinite(err) and s < 0.0 and math.isfinite(s):
+            step = y - err / s
+        bounded = math.isfinite(self.lo) and math.isfinite(self.hi)
+        stalled = bounded and abs(err) > 0.5 * abs(self.previous)
+        self.previous = err
+        if math.isfinite(step) and self.lo < step < self.hi and not stalled:
+            return step
+        if bounded:
+            return 0.5 * (self.lo + self.hi)
+        self.expand *= 2.0
+        return self.lo + self.expand if math.isfinite(self.lo) else self.hi - self.expand
+
+
+@dataclass(slots=True)
+class FleetSolver:
+    """The coordinator's side: ``query`` is the question for this round; give every live
+    node's answer to :meth:`answers`; ``solution`` is set when the fleet has agreed."""
+
+    policy: str
+    budget: float
+    explore: float = 0.0
+    query: dict[str, Any] = field(default_factory=dict)
+    solution: Solution | None = None
+    _search: _Search | None = None
+    _census: dict[str, float] = field(default_factory=dict)
+    _leftover: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.query = {"round": 0, "stage": "census", "share": self.share, "policy": self.policy}
+
+    @property
+    def share(self) -> float:
+        """What the policy splits: B less the exploration share."""
+        return self.budget * (1.0 - self.explore)
+
+    def _ask(self, stage: str, y: float, spare_y: float = math.nan) -> None:
+        self.query = {
+            "round": self.query["round"] + 1,
+            "stage": stage,
+            "share": self.share,
+            "policy": self.policy,
+            "y": _num(y),
+            "spare_y": _num(spare_y),
+        }
+
+    def answers(self, answers: list[dict[str, Any]]) -> None:
+        """All nodes' answers to ``query`` (answers to another round are ignored)."""
+        got = [a for a in answers if a.get("round") == self.query["round"]]
+        if self.solution is not None or not got:
+            return
+        if self.query["round"] >= _MAX_ROUNDS:  # pragma: no cover - converges in ~10
+            raise RuntimeError("the fleet's level did not converge; please report the input")
+
+        def total(key: str) -> float:
+            return float(sum(float(a[key]) for a in got))
+
+        stage = self.query["stage"]
+        share = self.share
+        if stage == "census":
+            self._census = {k: total(k) for k in ("room", "spare_room", "unvalued", "pages")}
+            if share <= 0.0 or self._census["pages"] == 0:
+                self._finish(math.inf, 0.0, math.nan, 1.0, unplaced=share, starved=0)
+                return
+            if share >= self._census["room"]:
+                self._spare(share - self._census["room"])
+                return
+            start = max(float(a["start"]) for a in got)
+            y0 = start if math.isfinite(start) else max(float(a["guess"]) for a in got)
+            self._search = _Search(share, lo=start)
+            self._ask("level", y0)
+            return
+        capped, free, slope = total("capped"), total("free"), total("slope")
+        starved = int(total("starved"))
+        y, spare_y = float(self.query["y"]), float(self.query["spare_y"])
+        if self._search is None:  # the spare round that only counts the starved pages
+            self._finish(y, 1.0, spare_y, 1.0, unplaced=self._leftover, starved=starved)
+            return
+        nxt = self._search.next(y if stage == "level" else spare_y, capped + free, slope)
+        if nxt is not None:
+            if stage == "level":
+                self._ask("level", nxt)
+            else:
+                self._ask("spare", y, nxt)
+            return
+        target = self._search.target
+        if stage == "level":
+            # the last step to the root along the derivative, as the single solve takes it
+            delta = (target - capped - free) / slope if slope < 0.0 else 0.0
+            self._finish(y, 1.0, math.nan, 1.0, unplaced=0.0, starved=starved, delta=delta)
+        else:
+            factor = (target - capped) / free if free > 0.0 else 1.0
+            self._finish(y, 1.0, spare_y, factor, unplaced=0.0, starved=starved)
+
+    def _spare(self, leftover: float) -> None:
+        """Every host of valued pages at its cap: ``leftover`` goes to the unvalued pages."""
+        room = self._census["spare_room"]
+        if leftover <= 0.0 or self._census["unvalued"] == 0 or room <= 0.0:
+            self._ask("spare", -math.inf, math.nan)
+            self._leftover = leftover
+            return
+        if room <= leftover:
+            self._ask("spare", -math.inf, -math.inf)
+            self._leftover = leftover - room
+            return
+        # t = leftover/pages takes at most leftover: a bracket end
+        y0 = -math.log(leftover / self._census["unvalued"])
+        self._search = _Search(leftover, hi=y0)
+        self._leftover = 0.0
+        self._ask("spare", -math.inf, y0)
+
+    def _finish(
+        self,
+        y: float,
+        factor: float,
+        spare_y: float,
+        spare_factor: float,
+        *,
+        unplaced: float,
+        starved: int,
+        delta: float = 0.0,
+    ) -> None:
+        spare = self.budget - self.share
+        placed = self.share - unplaced
+        explore_each = spare / starved if starved and spare > 0.0 else 0.0
+        scale = self.budget / placed if not starved and spare > 0.0 and placed > 0.0 else 1.0
+        if self.policy in WATER_FILL:
+            mu = math.exp(-y) if y > -math.inf else math.inf
+        else:
+            mu = math.exp(y) if y < 709.0 else math.inf
+        self.solution = Solution(
+            policy=self.policy,
+            budget=self.budget,
+            y=y,
+            delta=delta,
+            factor=factor,
+            spare_y=spare_y,
+            spare_factor=spare_factor,
+            explore_each=explore_each,
+            scale=scale,
+            unplaced=unplaced,
+            mu=mu,
+            rounds=int(self.query["round"]),
+            starved=starved,
+        )

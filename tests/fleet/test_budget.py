@@ -1,0 +1,150 @@
+"""The fleet's one budget: nodes answering rounds of questions reach the allocation a single
+solve over the union of their pages makes (pure: no network)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from refresher import policies
+from refresher.fleet._solve import FleetSolver, answer, target_rates
+from refresher.policies import Demand
+from refresher.refresh._allocate import PolicyInputs, plan
+
+POLICIES = ("optimal", "optimal-age", "uniform", "proportional")
+
+
+def _pages(
+    seed: int, n: int, hosts: int, *, every_host_capped: bool = False
+) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    rates = np.exp(rng.normal(np.log(1 / 3600), 1.5, n))
+    rates[rng.random(n) < 0.05] = 0.0  # pages that never change
+    weights = np.exp(rng.normal(0.0, 0.5, n))
+    host = rng.integers(0, hosts, n)
+    capped = rng.random(hosts) < (1.0 if every_host_capped else 0.5)
+    caps = np.where(capped, 1.0 / rng.uniform(1, 30, hosts), np.inf)
+    caps[rng.random(hosts) < 0.02] = 0.0  # hosts closed (paused)
+    if every_host_capped:  # some hosts hold only pages that never change
+        rates[np.isin(host, np.arange(hosts // 10))] = 0.0
+    return {"rates": rates, "weights": weights, "hosts": host, "caps": caps}
+
+
+def _split(pages: dict[str, np.ndarray], nodes: int, seed: int) -> list[np.ndarray]:
+    """Page indices per node, whole hosts to one node (as partitions do)."""
+    rng = np.random.default_rng(seed)
+    node_of_host = rng.integers(0, nodes, pages["caps"].size)
+    owner = node_of_host[pages["hosts"]]
+    return [np.flatnonzero(owner == k) for k in range(nodes)]
+
+
+def _node_demand(pages: dict[str, np.ndarray], rows: np.ndarray, policy: str) -> Demand:
+    hosts, local = np.unique(pages["hosts"][rows], return_inverse=True)
+    return Demand(
+        policy,
+        pages["rates"][rows],
+        weights=pages["weights"][rows],
+        hosts=local,
+        host_caps=pages["caps"][hosts],
+    )
+
+
+def _fleet(pages, parts, policy, budget, explore=0.0):
+    demands = [_node_demand(pages, rows, policy) for rows in parts]
+    solver = FleetSolver(policy=policy, budget=budget, explore=explore)
+    while solver.solution is None:
+        solver.answers([answer(d, solver.query) for d in demands])
+    f = np.zeros(pages["rates"].size)
+    for rows, d in zip(parts, demands, strict=True):
+        f[rows] = target_rates(d, solver.solution)
+    return f, solver.solution
+
+
+def _close(fleet: np.ndarray, pages: dict[str, np.ndarray], alloc: policies.Allocation) -> None:
+    """Σf and every page within 1e-6 (relative), but for what the optimum itself leaves open:
+    a freshness page close to dropping out (x = λ/f large) has d ln f/d ln μ = g(x)/(x²e⁻ˣ),
+    in the thousands, and no solve pins μ closer than ~1e-8 (the single one stops at 1e-6 on
+    Σf and corrects to first order), so such a page may differ by that sensitivity × 1e-8."""
+    single = np.asarray(alloc.rates)
+    assert fleet.sum() == pytest.approx(single.sum(), rel=1e-6)
+    off = ~np.isclose(fleet, single, rtol=1e-6, atol=1e-12 * single.max())
+    if off.any():
+        assert alloc.policy == "optimal", np.flatnonzero(off)
+        assert off.mean() < 0.01
+        lam = pages["rates"][off]
+        x = lam / np.minimum(single[off], fleet[off])
+        sensitivity = policies.marginal_freshness(lam, lam / x) * lam / (x * x * np.exp(-x))
+        assert (sensitivity > 100.0).all()
+        relative = np.abs(fleet[off] - single[off]) / single[off]
+        assert (relative <= 1e-8 * sensitivity).all()
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("nodes", [2, 3, 4])
+@pytest.mark.parametrize("budget", [0.05, 2.0, 1e4])
+def test_the_fleets_allocation_is_the_single_solve_over_the_union(policy, nodes, budget):
+    pages = _pages(nodes, 20_000, 800)
+    parts = _split(pages, nodes, seed=7 + nodes)
+    single = policies.solve(
+        policy,
+        pages["rates"],
+        budget,
+        weights=pages["weights"],
+        hosts=pages["hosts"],
+        host_caps=pages["caps"],
+    )
+    f, solution = _fleet(pages, parts, policy, budget)
+    _close(f, pages, single)
+    assert solution.unplaced == pytest.approx(single.unplaced, rel=1e-6, abs=1e-9)
+    assert solution.rounds <= 40
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("budget", [0.5, 10.0, 25.0, 1e4])
+def test_budget_the_caps_cannot_absorb_is_placed_and_reported_as_one_solve_would(policy, budget):
+    pages = _pages(11, 5_000, 300, every_host_capped=True)
+    parts = _split(pages, 3, seed=5)
+    single = policies.solve(
+        policy,
+        pages["rates"],
+        budget,
+        weights=pages["weights"],
+        hosts=pages["hosts"],
+        host_caps=pages["caps"],
+    )
+    f, solution = _fleet(pages, parts, policy, budget)
+    _close(f, pages, single)
+    assert solution.unplaced == pytest.approx(single.unplaced, rel=1e-9, abs=1e-12)
+    if budget == 1e4:
+        assert solution.unplaced > 0.0
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_exploration_goes_to_the_fleets_starved_pages_as_the_single_allocator_gives_it(policy):
+    pages = _pages(5, 8_000, 400)
+    parts = _split(pages, 2, seed=3)
+    inputs = PolicyInputs(
+        page_ids=np.arange(pages["rates"].size, dtype=np.int64),
+        host_index=pages["hosts"],
+        host_caps=pages["caps"],
+        last_fetch=np.full(pages["rates"].size, np.nan),
+        rates=pages["rates"],
+        rate_n=np.ones(pages["rates"].size),
+        weights=pages["weights"],
+    )
+    single = plan(inputs, policy, 0.3, explore=0.05, decide="plug-in")
+    f, solution = _fleet(pages, parts, policy, 0.3, explore=0.05)
+    _close(f, pages, _as_allocation(single, policy))
+    assert solution.starved == single.explored
+
+
+def _as_allocation(p, policy: str) -> policies.Allocation:
+    return policies.Allocation(
+        policy=policy,
+        rates=p.target,
+        budget=p.allocation.budget,
+        unplaced=p.allocation.unplaced,
+        multiplier=p.allocation.multiplier,
+        host_multipliers=p.allocation.host_multipliers,
+        capped_hosts=p.allocation.capped_hosts,
+    )
