@@ -4,6 +4,8 @@ partition (a host's virtual partition: a stable hash of its host key mod P). Mem
 leases, and the fleet's one budget, build on it; their SQL lives in ``refresher/store/``.
 """
 
+from refresher.fleet._budget import FleetBudget, FleetBudgetStatistics
 from refresher.fleet._partition import partition_of
+from refresher.fleet._solve import FleetSolver, Solution
 
-__all__ = ["partition_of"]
+__all__ = ["FleetBudget", "FleetBudgetStatistics", "FleetSolver", "Solution", "partition_of"]

@@ -27,7 +27,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import trio
@@ -60,7 +60,9 @@ __all__ = [
     "AllocatorStatistics",
     "InputSettings",
     "Plan",
+    "Planner",
     "PolicyInputs",
+    "demand",
     "load_inputs",
     "plan",
     "policy_table",
@@ -316,6 +318,33 @@ def plan(
     return Plan(target=target, allocation=alloc, explored=explored)
 
 
+class Planner(Protocol):
+    """How the allocator turns its inputs into a plan: :func:`plan` (one node's own solve) or
+    a fleet's one budget (:class:`refresher.fleet.FleetBudget`)."""
+
+    def __call__(
+        self,
+        inputs: PolicyInputs,
+        policy: str,
+        budget: float,
+        *,
+        explore: float,
+        decide: str = "plug-in",
+    ) -> Plan: ...
+
+
+def demand(inputs: PolicyInputs, policy: str) -> policies.Demand:
+    """The page set's demand curve under ``policy`` with its host caps (plug-in rates): what a
+    node tells the fleet so that one level allocates the union of the nodes' pages."""
+    return policies.Demand(
+        policy,
+        inputs.rates,
+        weights=inputs.weights,
+        hosts=inputs.host_index,
+        host_caps=inputs.host_caps,
+    )
+
+
 def _effective_weights(inputs: PolicyInputs) -> NDArray[np.float64]:
     """The weights a page's value is scaled by: a static page's value does not depend on f."""
     if inputs.static_p is None:
@@ -460,6 +489,7 @@ class Allocator:
         decide: str = "expected",
         inputs: InputSettings = InputSettings(),
         wall_clock: Callable[[], float] = time.time,
+        planner: Planner = plan,
     ) -> None:
         self._store = store
         self._frontier = frontier
@@ -470,6 +500,7 @@ class Allocator:
         self.decide = decide
         self.inputs = inputs
         self._wall = wall_clock
+        self._planner = planner
         self._pages = 0
         self._solves = 0
         self._last_solve = 0.0
@@ -537,8 +568,9 @@ class Allocator:
         decide = self.decide
         await self._store.record_policy(policy, budget, now=now)
         inputs = await self.inputs.load(self._store)
+        planner = self._planner
         result = await trio.to_thread.run_sync(
-            lambda: plan(inputs, policy, budget, explore=explore, decide=decide)
+            lambda: planner(inputs, policy, budget, explore=explore, decide=decide)
         )
         update = PlanUpdate(
             page_ids=inputs.page_ids,

@@ -182,7 +182,9 @@ _MIGRATIONS: list[str] = [
         policy text,
         budget double precision,                  -- fetches per second, the fleet's
         unplaced double precision,                -- budget no page can use
-        solved_at double precision
+        solved_at double precision,
+        query jsonb,                              -- the round the nodes answer (fleet._solve)
+        solution jsonb                            -- the level every node allocates at
     );
     INSERT INTO coordinator (id) VALUES (1);
     CREATE TABLE demand (

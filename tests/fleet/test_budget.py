@@ -3,13 +3,20 @@ solve over the union of their pages makes (pure: no network)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pytest
+import trio
 
 from refresher import policies
+from refresher.fleet import FleetBudget
 from refresher.fleet._solve import FleetSolver, answer, target_rates
 from refresher.policies import Demand
 from refresher.refresh._allocate import PolicyInputs, plan
+from refresher.store._pg_budget import PgBudget
+from refresher.store._pg_schema import init_fleet
+from tests.conftest import wait_for
 
 POLICIES = ("optimal", "optimal-age", "uniform", "proportional")
 
@@ -49,6 +56,18 @@ def _node_demand(pages: dict[str, np.ndarray], rows: np.ndarray, policy: str) ->
     )
 
 
+def _single(pages: dict[str, np.ndarray], policy: str, budget: float) -> policies.Allocation:
+    """One solve over the union of the pages."""
+    return policies.solve(
+        policy,
+        pages["rates"],
+        budget,
+        weights=pages["weights"],
+        hosts=pages["hosts"],
+        host_caps=pages["caps"],
+    )
+
+
 def _fleet(pages, parts, policy, budget, explore=0.0):
     demands = [_node_demand(pages, rows, policy) for rows in parts]
     solver = FleetSolver(policy=policy, budget=budget, explore=explore)
@@ -85,14 +104,7 @@ def _close(fleet: np.ndarray, pages: dict[str, np.ndarray], alloc: policies.Allo
 def test_the_fleets_allocation_is_the_single_solve_over_the_union(policy, nodes, budget):
     pages = _pages(nodes, 20_000, 800)
     parts = _split(pages, nodes, seed=7 + nodes)
-    single = policies.solve(
-        policy,
-        pages["rates"],
-        budget,
-        weights=pages["weights"],
-        hosts=pages["hosts"],
-        host_caps=pages["caps"],
-    )
+    single = _single(pages, policy, budget)
     f, solution = _fleet(pages, parts, policy, budget)
     _close(f, pages, single)
     assert solution.unplaced == pytest.approx(single.unplaced, rel=1e-6, abs=1e-9)
@@ -104,14 +116,7 @@ def test_the_fleets_allocation_is_the_single_solve_over_the_union(policy, nodes,
 def test_budget_the_caps_cannot_absorb_is_placed_and_reported_as_one_solve_would(policy, budget):
     pages = _pages(11, 5_000, 300, every_host_capped=True)
     parts = _split(pages, 3, seed=5)
-    single = policies.solve(
-        policy,
-        pages["rates"],
-        budget,
-        weights=pages["weights"],
-        hosts=pages["hosts"],
-        host_caps=pages["caps"],
-    )
+    single = _single(pages, policy, budget)
     f, solution = _fleet(pages, parts, policy, budget)
     _close(f, pages, single)
     assert solution.unplaced == pytest.approx(single.unplaced, rel=1e-9, abs=1e-12)
@@ -148,3 +153,63 @@ def _as_allocation(p, policy: str) -> policies.Allocation:
         host_multipliers=p.allocation.host_multipliers,
         capped_hosts=p.allocation.capped_hosts,
     )
+
+
+def _inputs(pages: dict[str, np.ndarray], rows: np.ndarray) -> PolicyInputs:
+    hosts, local = np.unique(pages["hosts"][rows], return_inverse=True)
+    return PolicyInputs(
+        page_ids=rows.astype(np.int64),
+        host_index=local.astype(np.intp),
+        host_caps=pages["caps"][hosts],
+        last_fetch=np.full(rows.size, np.nan),
+        rates=pages["rates"][rows],
+        rate_n=np.ones(rows.size),
+        weights=pages["weights"][rows],
+    )
+
+
+async def test_two_nodes_on_postgresql_converge_to_one_mu_and_the_union_allocation(
+    postgres: Callable[..., str],
+) -> None:
+    dsn = postgres()
+    init_fleet(dsn, partitions=8)
+    pages = _pages(21, 6_000, 300)
+    parts = _split(pages, 2, seed=1)
+    budget = 1.5
+    nodes = [
+        FleetBudget(store=PgBudget(dsn), node_id=f"n{k}", lease_ttl=2.0, tick=0.02)
+        for k in range(2)
+    ]
+    plans = [
+        node(_inputs(pages, rows), "optimal", budget, explore=0.0)
+        for node, rows in zip(nodes, parts, strict=True)
+    ]
+    # before any solution each node plans alone for its share of B
+    assert all(p.target.sum() == pytest.approx(budget) for p in plans)
+    async with trio.open_nursery() as nursery:
+        for node in nodes:
+            nursery.start_soon(node.run)
+
+        def agreed() -> bool:
+            got = [n.solution for n in nodes]
+            return (
+                got[0] is not None
+                and got[1] is not None
+                and got[0].to_json() == got[1].to_json()
+                and all(n.statistics().nodes == 2 for n in nodes)
+                and sum(n.statistics().solves for n in nodes) >= 2  # heard both
+            )
+
+        await wait_for(agreed, what="both nodes hold the same solution")
+        nursery.cancel_scope.cancel()
+    coordinators = [n.statistics().solves for n in nodes]
+    assert sorted(coordinators)[0] == 0 and sum(coordinators) >= 1  # one coordinator
+    f = np.zeros(pages["rates"].size)
+    for node, rows in zip(nodes, parts, strict=True):
+        f[rows] = node(_inputs(pages, rows), "optimal", budget, explore=0.0).target
+    single = _single(pages, "optimal", budget)
+    _close(f, pages, single)
+    solution = nodes[0].solution
+    assert solution is not None and solution.mu == pytest.approx(single.multiplier, rel=1e-6)
+    for node in nodes:
+        node._store.close()  # type: ignore[attr-defined]

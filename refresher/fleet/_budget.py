@@ -1,0 +1,306 @@
+"""One budget, one optimum: a node's part in the fleet's allocation.
+
+Every node runs a :class:`FleetBudget`. It is the allocator's :class:`Planner` in fleet mode:
+at each allocation pass the node's estimated pages become its :class:`policies.Demand`, and the
+plan is the node's pages allocated at the fleet's last agreed level (:class:`Solution`): the
+optimal policies' μ, uniform's rate per page, proportional's fetches per change. Host caps stay
+with the node: the pages of a host over its cap get the host's own multiplier, solved here.
+
+Whichever node holds the coordinator lease (one row in PostgreSQL, claimed like a partition
+lease: free or expired, take it and increment its epoch; held, renew it) runs the rounds of
+:class:`FleetSolver`: it posts a question, every live node answers from the demand it pinned
+at the round's census, and when the answers agree with the budget it publishes the solution
+with its epoch. A node keeps allocating at the last solution while a new one is being found or
+the coordinator changes hands (a level stays valid when the pages change: it is a price), and
+before the first one it plans alone for B/N, N being the nodes seen answering.
+
+A node is live while its answer row is fresher than the lease ttl (each node rewrites it
+every tick); a round waits for every live node, at most a lease ttl, then goes on with the
+answers it has. The coordinator starts a new solve every ``resolve_interval`` seconds and at
+once when the fleet's budget, policy or exploration share changes (its own configuration's)
+or a node joins or leaves (the set of live nodes differs from the one the last solve heard).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import trio
+
+from refresher import policies
+from refresher.fleet._solve import FleetSolver, Solution, answer, target_rates
+from refresher.ops._logging import get_logger
+from refresher.refresh._allocate import Plan, PolicyInputs, demand, plan
+from refresher.store._pg_budget import BudgetStore
+
+__all__ = ["FleetBudget", "FleetBudgetStatistics"]
+
+log = get_logger("fleet.budget")
+
+_NO_PAGES = PolicyInputs(
+    page_ids=np.zeros(0, np.int64),
+    host_index=np.zeros(0, np.intp),
+    host_caps=np.zeros(0),
+    last_fetch=np.zeros(0),
+    rates=np.zeros(0),
+    rate_n=np.zeros(0),
+    weights=np.zeros(0),
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FleetBudgetStatistics:
+    coordinator: bool  # this node holds the coordinator lease
+    epoch: int  # the coordinator epoch of the solution in use (0: none yet)
+    policy: str
+    mu: float  # the fleet's level (NaN before the first solution)
+    unplaced: float  # fetches per second the fleet's caps leave unplaced
+    rounds: int  # rounds the last solution took
+    solves: int  # solutions this node published as coordinator
+    nodes: int  # nodes answering (as last seen)
+    node_budget: float  # Σ target rates of this node's pages in its last plan
+
+
+class FleetBudget:
+    """A node's part in the fleet's one budget; see the module docstring. ``store`` is the
+    SQL (:class:`refresher.store._pg_budget.PgBudget`), called from worker threads."""
+
+    def __init__(
+        self,
+        *,
+        store: BudgetStore,
+        node_id: str,
+        lease_ttl: float = 10.0,
+        resolve_interval: float = 60.0,
+        tick: float | None = None,
+        on_solution: Callable[[], None] | None = None,
+    ) -> None:
+        self._store = store
+        self.node_id = node_id
+        self.lease_ttl = lease_ttl
+        self.resolve_interval = resolve_interval
+        self.tick = lease_ttl / 10.0 if tick is None else tick
+        self._on_solution = on_solution
+        # what the allocator's last plan saw (written from its worker thread)
+        self._inputs = _NO_PAGES
+        self._settings: tuple[str, float, float] | None = None
+        self._solution: Solution | None = None
+        self._solution_epoch = 0
+        # node side: the demand pinned for the current solve, and what was answered
+        self._pinned: policies.Demand | None = None
+        self._answer: dict[str, Any] | None = None
+        # coordinator side
+        self._epoch: int | None = None
+        self._solver: FleetSolver | None = None
+        self._solver_settings: tuple[str, float, float] | None = None
+        self._solve_id = 0
+        self._members: frozenset[str] = frozenset()  # the nodes the last solve heard
+        self._posted_at = 0.0
+        self._solved_at = -math.inf
+        self._solves = 0
+        self._nodes = 1
+        self._node_budget = 0.0
+        self._wake = trio.Event()
+
+    # -- the allocator's side ---------------------------------------------------------------
+
+    def __call__(
+        self,
+        inputs: PolicyInputs,
+        policy: str,
+        budget: float,
+        *,
+        explore: float,
+        decide: str = "plug-in",
+    ) -> Plan:
+        """The :class:`Planner`: ``inputs`` allocated at the fleet's level (``decide`` is
+        plug-in in a fleet: the level is the plug-in problem's)."""
+        self._inputs = inputs
+        self._settings = (policy, budget, explore)
+        solution = self._solution
+        if solution is None or solution.policy != policy:
+            # no level for this policy yet: plan alone for this node's share of B
+            result = plan(inputs, policy, budget / max(self._nodes, 1), explore=explore)
+        else:
+            result = self._plan_at(inputs, solution)
+        self._node_budget = float(result.target.sum())
+        return result
+
+    @staticmethod
+    def _plan_at(inputs: PolicyInputs, solution: Solution) -> Plan:
+        d = demand(inputs, solution.policy)
+        rates = d.rates(solution.level)
+        target = target_rates(d, solution)
+        rates.flags.writeable = False
+        alloc = policies.Allocation(
+            policy=solution.policy,
+            rates=rates,
+            budget=solution.budget,
+            unplaced=solution.unplaced,
+            multiplier=solution.mu,
+        )
+        explored = int((rates <= 0.0).sum()) if solution.explore_each > 0.0 else 0
+        return Plan(target=target, allocation=alloc, explored=explored)
+
+    @property
+    def solution(self) -> Solution | None:
+        """The fleet's last solution this node saw."""
+        return self._solution
+
+    def poke(self) -> None:
+        self._wake.set()
+
+    # -- the loop -----------------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        try:
+            while True:
+                await self.step()
+                with trio.move_on_after(self.tick):
+                    await self._wake.wait()
+                self._wake = trio.Event()
+        finally:
+            if self._epoch is not None:
+                epoch = self._epoch
+                with trio.CancelScope(shield=True):
+                    await trio.to_thread.run_sync(
+                        lambda: self._store.release_coordinator(self.node_id, epoch)
+                    )
+
+    async def step(self) -> None:
+        """One tick: answer the current round, take up a new solution, and coordinate if
+        this node holds (or can take) the coordinator lease."""
+        store = self._store
+        row = await trio.to_thread.run_sync(store.coordinator)
+        if row.solution and (
+            self._solution is None
+            or row.epoch != self._solution_epoch
+            or row.solution != self._solution.to_json()
+        ):
+            self._solution = Solution.from_json(row.solution)
+            self._solution_epoch = row.epoch
+            log.info(
+                "fleet budget solved",
+                policy=self._solution.policy,
+                mu=self._solution.mu,
+                unplaced=round(self._solution.unplaced, 6),
+                rounds=self._solution.rounds,
+            )
+            if self._on_solution is not None:
+                self._on_solution()
+        await self._answer_round(row.epoch, row.query)
+        await self._coordinate()
+
+    async def _answer_round(self, epoch: int, query: dict[str, Any] | None) -> None:
+        if query is None:
+            return
+        key = (epoch, query.get("solve"), query.get("round"))
+        mine = self._answer
+        if mine is None or (mine["epoch"], mine.get("solve"), mine.get("round")) != key:
+            inputs = self._inputs
+            if query["stage"] == "census" or self._pinned is None:
+                policy = str(query["policy"])
+                self._pinned = await trio.to_thread.run_sync(lambda: demand(inputs, policy))
+            pinned = self._pinned
+            reply = await trio.to_thread.run_sync(lambda: answer(pinned, query))
+            mine = {**reply, "epoch": epoch, "solve": query.get("solve")}
+            self._answer = mine
+        summary = mine
+        # rewritten every tick: the row's freshness is this node's liveness
+        await trio.to_thread.run_sync(lambda: self._store.answer(self.node_id, epoch, summary))
+
+    async def _coordinate(self) -> None:
+        store = self._store
+        epoch = await trio.to_thread.run_sync(
+            lambda: store.claim_coordinator(self.node_id, self.lease_ttl)
+        )
+        if epoch != self._epoch:
+            if epoch is not None:
+                log.info("fleet budget coordinator", node=self.node_id, epoch=epoch)
+            self._epoch, self._solver = epoch, None
+        rows = await trio.to_thread.run_sync(store.answers)
+        live = [r for r in rows if r.age <= self.lease_ttl]
+        self._nodes = max(len(live), 1)
+        if epoch is None or self._settings is None:
+            return
+        now = time.monotonic()
+        solver = self._solver
+        members = frozenset(r.node_id for r in live)
+        if solver is None or (
+            solver.solution is not None
+            and (
+                self._settings != self._solver_settings
+                or now - self._solved_at >= self.resolve_interval
+                or members != self._members
+            )
+        ):
+            self._members = members
+            await self._start(epoch, now)
+            return
+        if solver.solution is not None:
+            return
+        query = solver.query
+        current = [
+            r.summary
+            for r in live
+            if r.epoch == epoch
+            and r.summary.get("solve") == self._solve_id
+            and r.summary.get("round") == query["round"]
+        ]
+        if len(current) < len(live) and now - self._posted_at < self.lease_ttl:
+            return  # wait for the others (at most a lease ttl)
+        if query["stage"] == "census":
+            self._members = frozenset(
+                r.node_id
+                for r in live
+                if r.epoch == epoch and r.summary.get("solve") == self._solve_id
+            )
+        solver.answers(current)
+        if solver.solution is not None:
+            solution = solver.solution
+            ok = await trio.to_thread.run_sync(
+                lambda: store.publish(epoch, solution.to_json(), unplaced=solution.unplaced)
+            )
+            if ok:
+                self._solves += 1
+                self._solved_at = now
+            return
+        await self._post(epoch, solver.query, now)
+
+    async def _start(self, epoch: int, now: float) -> None:
+        assert self._settings is not None
+        policy, budget, explore = self._settings
+        self._solve_id += 1
+        self._solver = FleetSolver(policy=policy, budget=budget, explore=explore)
+        self._solver_settings = self._settings
+        await self._post(epoch, self._solver.query, now)
+
+    async def _post(self, epoch: int, query: dict[str, Any], now: float) -> None:
+        # a solve id that outlives coordinators: the epoch and the sequence in it
+        self._solve_id = max(self._solve_id, 1)
+        posted = {**query, "solve": self._solve_id}
+        ok = await trio.to_thread.run_sync(lambda: self._store.post_query(epoch, posted))
+        self._posted_at = now
+        if not ok:
+            self._solver = None
+        self._wake.set()  # answer it ourselves at once
+
+    def statistics(self) -> FleetBudgetStatistics:
+        s = self._solution
+        return FleetBudgetStatistics(
+            coordinator=self._epoch is not None,
+            epoch=self._solution_epoch,
+            policy="" if s is None else s.policy,
+            mu=math.nan if s is None else s.mu,
+            unplaced=0.0 if s is None else s.unplaced,
+            rounds=0 if s is None else s.rounds,
+            solves=self._solves,
+            nodes=self._nodes,
+            node_budget=self._node_budget,
+        )
