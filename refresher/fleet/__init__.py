@@ -5,7 +5,15 @@ leases, and the fleet's one budget, build on it; their SQL lives in ``refresher/
 """
 
 from refresher.fleet._budget import FleetBudget, FleetBudgetStatistics
+from refresher.fleet._history import HistoryService
 from refresher.fleet._partition import partition_of
 from refresher.fleet._solve import FleetSolver, Solution
 
-__all__ = ["FleetBudget", "FleetBudgetStatistics", "FleetSolver", "Solution", "partition_of"]
+__all__ = [
+    "FleetBudget",
+    "FleetBudgetStatistics",
+    "FleetSolver",
+    "HistoryService",
+    "Solution",
+    "partition_of",
+]

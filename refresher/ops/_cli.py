@@ -144,6 +144,11 @@ def _parser() -> argparse.ArgumentParser:
     _common(query)
     query.add_argument("sql", help='e.g. "SELECT * FROM freshness_by_policy"')
     query.add_argument("--truth", type=Path, help="a simweb truth file (DuckDB) or directory")
+    query.add_argument(
+        "--fleet",
+        action="store_true",
+        help="the whole fleet's history: fleet.history_dir's Parquet plus PostgreSQL's tail",
+    )
 
     for name, text in (
         ("pause", "stop fetching from a host"),
@@ -510,7 +515,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "query":
             from refresher.store._snapshot import run_query
 
-            print(run_query(_loader(args)(), args.sql, truth=args.truth))
+            config = _loader(args)()
+            if args.fleet:
+                from refresher.store._parquet import run_fleet_query
+
+                print(run_fleet_query(config, args.sql, truth=args.truth))
+                return 0
+            print(run_query(config, args.sql, truth=args.truth))
             return 0
         if args.command == "policy":
             return _cmd_policy(args)

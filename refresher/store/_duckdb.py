@@ -54,6 +54,7 @@ from refresher.store._prune import PrunePlan, apply_plan, plan_prune
 from refresher.store._service import BatchedService
 
 __all__ = [
+    "FETCH_LOG",
     "SCHEMA_VERSION",
     "DuckDBStore",
     "StoreService",
@@ -140,6 +141,25 @@ _MIGRATIONS: list[str | Callable[[Any], None]] = [
 ]
 
 
+#: the ``fetch_log`` view's query (since migration 2; a fleet's history has it too:
+#: :mod:`refresher.store._parquet`). A change to it needs a new migration.
+FETCH_LOG = """
+    SELECT p.url AS url,
+           h.name AS host,
+           make_timestamp(CAST(f.started_at * 1e6 AS BIGINT)) AS started_at,
+           make_timestamp(CAST(f.finished_at * 1e6 AS BIGINT)) AS finished_at,
+           f.status AS status,
+           f.changed AS changed,
+           f.not_modified AS not_modified,
+           f.bytes AS bytes,
+           f.policy AS policy,
+           f.error_kind AS error_kind,
+           f.duration AS duration,
+           f.meaningful AS meaningful
+    FROM fetches f JOIN pages p ON p.id = f.page_id JOIN hosts h ON h.id = f.host_id
+"""
+
+
 def _migrate_2(con: Any) -> None:
     """Discovery: depth, URL fingerprints, near-duplicate fingerprints, link edges."""
     con.execute(
@@ -162,24 +182,7 @@ def _migrate_2(con: Any) -> None:
         con.register("_fps", {"url": np.array(urls, dtype=object), "fp": fingerprints(urls)})
         con.execute("UPDATE pages SET url_fp = _fps.fp FROM _fps WHERE pages.url = _fps.url")
         con.unregister("_fps")
-    con.execute(
-        """
-        CREATE OR REPLACE VIEW fetch_log AS
-        SELECT p.url AS url,
-               h.name AS host,
-               make_timestamp(CAST(f.started_at * 1e6 AS BIGINT)) AS started_at,
-               make_timestamp(CAST(f.finished_at * 1e6 AS BIGINT)) AS finished_at,
-               f.status AS status,
-               f.changed AS changed,
-               f.not_modified AS not_modified,
-               f.bytes AS bytes,
-               f.policy AS policy,
-               f.error_kind AS error_kind,
-               f.duration AS duration,
-               f.meaningful AS meaningful
-        FROM fetches f JOIN pages p ON p.id = f.page_id JOIN hosts h ON h.id = f.host_id;
-        """
-    )
+    con.execute(f"CREATE OR REPLACE VIEW fetch_log AS {FETCH_LOG};")
 
 
 _MIGRATIONS.append(_migrate_2)

@@ -14,14 +14,10 @@ nodes' clocks agreeing.
 from __future__ import annotations
 
 import json
-import threading
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import psycopg
-
-from refresher._errors import StoreError
-from refresher.store._pg_dsn import connect, describe
+from refresher.store._pg_session import PgSession
 
 __all__ = ["BudgetStore", "CoordinatorRow", "DemandRow", "PgBudget"]
 
@@ -79,20 +75,11 @@ class PgBudget:
     """:class:`BudgetStore` on one PostgreSQL connection of its own (thread-safe by a lock)."""
 
     def __init__(self, dsn: str) -> None:
-        self._lock = threading.Lock()
-        self._con: psycopg.Connection[Any] = connect(dsn)
+        self._session = PgSession(dsn)
+        self._run = self._session.run
 
     def close(self) -> None:
-        with self._lock:
-            self._con.close()
-
-    def _run(self, what: str, fn: Any) -> Any:
-        with self._lock:
-            try:
-                with self._con.transaction(), self._con.cursor() as cur:
-                    return fn(cur)
-            except psycopg.Error as e:
-                raise StoreError(f"{what}: {describe(e)}") from e
+        self._session.close()
 
     def claim_coordinator(self, node: str, ttl: float) -> int | None:
         def claim(cur: Any) -> int | None:

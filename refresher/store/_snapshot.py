@@ -67,6 +67,7 @@ __all__ = [
     "SnapshotStatistics",
     "Snapshotter",
     "open_for_query",
+    "query_table",
     "run_query",
     "snapshot_path",
 ]
@@ -428,6 +429,11 @@ def open_for_query(
 def run_query(config: Config, sql: str, *, truth: Path | None = None) -> str:
     """Run ``sql`` against the store (no daemon) or its snapshot (daemon running); a text table."""
     con, source = open_for_query(config, truth=truth)
+    return query_table(con, sql, source)
+
+
+def query_table(con: duckdb.DuckDBPyConnection, sql: str, source: object) -> str:
+    """Run ``sql`` on ``con`` (closed afterwards) as a text table; errors name ``source``."""
     try:
         try:
             cur = con.execute(sql)
