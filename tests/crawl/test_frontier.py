@@ -306,7 +306,7 @@ async def test_a_host_given_up_is_no_longer_served_and_its_in_flight_fetch_finis
     autojump_clock,
 ):
     pages = [page(i, host=i % 4, due=EPOCH) for i in range(40)]
-    frontier, source = make(pages, back_queues=8)
+    frontier, _ = make(pages, back_queues=8)
     owned = {0, 1, 2, 3}
 
     class OwnedStore(FakeStore):

@@ -28,8 +28,10 @@ class LeaseTable:
         """Every live node plans from the same snapshot, then the sheds and the claims reach
         the database in a random order; True when nothing changed."""
         snapshot = dict(self.owner)
-        plans = {n: plan_step(partitions=self.partitions, node=n, live=live, owners=snapshot)
-                 for n in live}
+        plans = {
+            n: plan_step(partitions=self.partitions, node=n, live=live, owners=snapshot)
+            for n in live
+        }
         changed = False
         for node, step in plans.items():
             for p in step.shed:
