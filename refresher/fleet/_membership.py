@@ -32,7 +32,8 @@ import math
 import time
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol
+from functools import partial
+from typing import Any
 
 import trio
 
@@ -40,67 +41,65 @@ from refresher._errors import StoreError
 from refresher.fleet._assignment import LeaseTiming, plan_step, share
 from refresher.fleet._partition import partition_of
 from refresher.ops._logging import get_logger
+from refresher.store._pg_leases import ClockSkewError, LeaseStore
 
 __all__ = [
     "ClockSkewError",
     "FleetView",
-    "LeaseStore",
     "Membership",
     "MembershipStatistics",
+    "exchange",
     "owns_hosts",
 ]
 
 log = get_logger("fleet")
 
 
-class ClockSkewError(StoreError):
-    """This node's clock is too far from the fleet database's."""
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FleetView:
-    """What one heartbeat reads back, in the same transaction as it wrote."""
+    """What one heartbeat wrote and read back."""
 
-    db_now: float  # the database's clock, unix seconds
+    db_now: float  # the database's clock at the heartbeat, unix seconds
     live: frozenset[str]  # nodes with a heartbeat younger than the ttl, not stopping
     owners: Mapping[int, str]  # partition → holder, for unexpired leases only
     held: Mapping[int, int]  # this node's leases renewed now: partition → epoch
 
 
-class LeaseStore(Protocol):
-    """The fleet database's lease operations a node needs (implemented in ``refresher/store``)."""
-
-    async def heartbeat(
-        self,
-        node_id: str,
-        *,
-        clock: float,
-        ttl: float,
-        held: Mapping[int, int],
-        stopping: bool,
-        statistics: Mapping[str, Any],
-    ) -> FleetView:
-        """Write the node's row (heartbeat at the database's now, ``clock`` the node's own),
-        renew the leases in ``held`` still granted to it at those epochs until now + ``ttl``,
-        and read the fleet; one transaction. Raises StoreError when the database fails."""
-        ...
-
-    async def claim(
-        self, node_id: str, *, count: int, ttl: float, held: frozenset[int]
-    ) -> dict[int, int]:
-        """Take up to ``count`` partitions that are free, expired, or this node's but not in
-        ``held`` (each epoch + 1, expiring at now + ``ttl``; skipping rows another node is
-        claiming); the ones granted, with their epochs."""
-        ...
-
-    async def release(self, node_id: str, partitions: Mapping[int, int]) -> None:
-        """Commit the writes queued so far, then free those of ``partitions`` still granted to
-        this node at those epochs."""
-        ...
-
-    async def leave(self, node_id: str) -> None:
-        """Mark the node stopping: it no longer counts among the live nodes."""
-        ...
+def exchange(
+    leases: LeaseStore,
+    node_id: str,
+    *,
+    now: float,
+    ttl: float,
+    max_skew: float,
+    held: Mapping[int, int],
+    stopping: bool,
+    statistics: Mapping[str, Any],
+) -> FleetView:
+    """One heartbeat (synchronous, for a worker thread): write the node's row, check the
+    clocks, renew ``held``, read the nodes and the leases. Raises ClockSkewError (after the
+    heartbeat, which then marks the node stopping) when the clocks disagree."""
+    leases.heartbeat(node_id, statistics, now, stopping=stopping)
+    nodes = leases.nodes(now)
+    me = next((n for n in nodes if n.node_id == node_id), None)
+    db_now = me.heartbeat_at if me is not None else now
+    if abs(db_now - now) > max_skew:
+        if not stopping:  # out of the live set at once: the others must not wait for it
+            leases.heartbeat(node_id, statistics, now, stopping=True)
+        raise ClockSkewError(
+            f"this node's clock is {now - db_now:+.3f} s off the fleet database's; more than "
+            f"{max_skew:g} s (fleet.lease_ttl / 4) is refused: synchronise it (NTP)"
+        )
+    renewed = leases.renew(node_id, held, ttl, now) if held and not stopping else {}
+    live = frozenset(n.node_id for n in nodes if not n.stopping and n.heartbeat_at > db_now - ttl)
+    if stopping:
+        live -= {node_id}
+    owners = {
+        r.partition: r.owner
+        for r in leases.partitions()
+        if r.owner is not None and r.expires_at > now
+    }
+    return FleetView(db_now=db_now, live=live, owners=owners, held=renewed)
 
 
 def owns_hosts(held: Collection[int], partitions: int) -> Callable[[str], bool]:
@@ -158,6 +157,7 @@ class Membership:
         statistics: Callable[[], Mapping[str, Any]] = dict,
         wall_clock: Callable[[], float] = time.time,
         max_backoff: float | None = None,
+        run_sync: Callable[[Callable[[], Any]], Awaitable[Any]] | None = None,
     ) -> None:
         self._leases = leases
         self.node_id = node_id
@@ -180,6 +180,7 @@ class Membership:
         self._deadline_changed = trio.Event()
         self._nursery: trio.Nursery | None = None
         self._lock = trio.Lock()
+        self._run_sync = run_sync or _in_thread
 
     # -- the held set ------------------------------------------------------------------------
 
@@ -261,50 +262,50 @@ class Membership:
     async def _beat_locked(self, *, first: bool) -> None:
         if self._stopping:
             return
-        sent, wall_sent = trio.current_time(), self._wall()
+        sent, now = trio.current_time(), self._wall()
         wait = max(self.timing.heartbeat, 0.1)
+        call = partial(
+            exchange,
+            self._leases,
+            self.node_id,
+            now=now,
+            ttl=self.timing.ttl,
+            max_skew=self.timing.max_skew,
+            held=dict(self._held),
+            stopping=self._refused,
+            statistics=self._statistics_row(),
+        )
         try:
             with trio.fail_after(wait):
-                view = await self._leases.heartbeat(
-                    self.node_id,
-                    clock=wall_sent,
-                    ttl=self.timing.ttl,
-                    held=dict(self._held),
-                    stopping=self._refused,
-                    statistics=self._statistics_row(),
-                )
+                view: FleetView = await self._run_sync(call)
         except trio.TooSlowError as e:
             raise StoreError(
                 f"the fleet database did not answer a heartbeat within {wait:.3g} s"
             ) from e
-        wall_back = self._wall()
-        self._c.heartbeats += 1
-        self._reachable = True
-        skew = view.db_now - (wall_sent + wall_back) / 2
-        self._skew = skew
-        if abs(skew) > self.timing.max_skew + (wall_back - wall_sent) / 2:
-            message = (
-                f"this node's clock is {skew:+.3f} s off the fleet database's; more than "
-                f"{self.timing.max_skew:g} s (fleet.lease_ttl / 4) is refused: synchronise it "
-                "(NTP)"
-            )
+        except ClockSkewError as e:
+            self._c.heartbeats += 1
+            self._reachable = True
             if first:
-                raise ClockSkewError(message)
+                raise
             if not self._refused:
-                log.error("clock too far off; stepping out of the fleet", skew=round(skew, 3))
+                log.error("clock too far off; stepping out of the fleet", error=str(e))
                 self._refused = True
                 await self._hand_back(frozenset(self._held))
             return
+        self._c.heartbeats += 1
+        self._reachable = True
+        self._skew = view.db_now - now
         if self._refused:
-            log.info("clock agrees again; rejoining the fleet", skew=round(skew, 3))
+            log.info("clock agrees again; rejoining the fleet", skew=round(self._skew, 3))
             self._refused = False
+            return
         self._renewed(view, sent)
         self._c.live = view.live
         self._share = share(self.partitions, view.live | {self.node_id}, self.node_id)
         if self._shedding:
             return
         # Leases still ours in the table but no longer fetched (self-fenced while the
-        # database was away) count as free: the claim takes them back with a new epoch.
+        # database was away) count as free: claimed again once expired, with a new epoch.
         owners: dict[int, str | None] = {
             p: (None if o == self.node_id and p not in self._held else o)
             for p, o in view.owners.items()
@@ -317,9 +318,11 @@ class Membership:
         )
         if step.claim:
             sent = trio.current_time()
-            granted = await self._leases.claim(
-                self.node_id, count=step.claim, ttl=self.timing.ttl, held=frozenset(self._held)
+            claim = partial(
+                self._leases.claim_free, self.node_id, step.claim, self.timing.ttl, self._wall()
             )
+            with trio.fail_after(wait):
+                granted: dict[int, int] = await self._run_sync(claim)
             if granted:
                 self._c.claimed += len(granted)
                 stop = self.timing.stop_at(sent)
@@ -327,7 +330,6 @@ class Membership:
                     {**self._held, **granted},
                     {**self._stop_at, **dict.fromkeys(granted, stop)},
                 )
-                log.info("partitions claimed", partitions=len(granted), held=len(self._held))
         elif step.shed and self._nursery is not None:
             self._shedding = True
             self._nursery.start_soon(self._shed, frozenset(step.shed))
@@ -370,7 +372,8 @@ class Membership:
         await self._drain(frozenset(epochs))
         try:
             with trio.fail_after(self.timing.ttl):
-                await self._leases.release(self.node_id, epochs)
+                release = partial(self._leases.release, self.node_id, list(epochs))
+                await self._run_sync(release)
         except trio.TooSlowError as e:
             raise StoreError("the fleet database did not answer the release in time") from e
         return len(epochs)
@@ -383,7 +386,15 @@ class Membership:
                 async with self._lock:  # no heartbeat or claim in progress from here on
                     self._stopping = True
                     count = await self._hand_back(frozenset(self._held))
-                    await self._leases.leave(self.node_id)
+                    leave = partial(
+                        self._leases.heartbeat,
+                        self.node_id,
+                        self._statistics_row(),
+                        self._wall(),
+                        stopping=True,
+                    )
+                    with trio.fail_after(self.timing.ttl):
+                        await self._run_sync(leave)
             log.info("left the fleet; partitions handed back", partitions=count)
         except StoreError as e:
             log.warning("leaving the fleet failed; the leases expire on their own", error=str(e))
@@ -413,6 +424,12 @@ class Membership:
             clock_skew=self._skew,
             refused=self._refused,
         )
+
+
+async def _in_thread(fn: Callable[[], Any]) -> Any:
+    """``fn()`` in a worker thread, given up on (left to finish alone) when cancelled: a
+    database that hangs must not hold the heartbeat's deadline."""
+    return await trio.to_thread.run_sync(fn, abandon_on_cancel=True)
 
 
 def _plain(stats: MembershipStatistics) -> dict[str, Any]:

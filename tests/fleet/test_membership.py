@@ -4,7 +4,7 @@ database's rules (the real one is exercised by the fleet's process tests)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 import pytest
@@ -12,7 +12,8 @@ import trio
 
 from refresher._errors import StoreError
 from refresher.fleet._assignment import LeaseTiming
-from refresher.fleet._membership import ClockSkewError, FleetView, Membership
+from refresher.fleet._membership import ClockSkewError, Membership
+from refresher.store._pg_leases import NodeRow, PartitionRow
 
 EPOCH = 1.7e9
 TTL = 3.0
@@ -27,7 +28,7 @@ class Table:
     """The partitions and nodes tables, on the database's clock (``skew`` s ahead of ours)."""
 
     def __init__(self, partitions: int, *, skew: float = 0.0) -> None:
-        self.partitions = partitions
+        self.partitions_ = partitions
         self.owner: dict[int, str | None] = dict.fromkeys(range(partitions))
         self.epoch = dict.fromkeys(range(partitions), 0)
         self.expires = dict.fromkeys(range(partitions), 0.0)
@@ -48,57 +49,63 @@ class Table:
         o = self.owner[p]
         return o if o is not None and self.expires[p] > self.now() else None
 
-    async def heartbeat(
-        self,
-        node_id: str,
-        *,
-        clock: float,
-        ttl: float,
-        held: Mapping[int, int],
-        stopping: bool,
-        statistics: Mapping[str, Any],
-    ) -> FleetView:
-        await trio.sleep(0.01)
+    # -- refresher.store._pg_leases.LeaseStore (times on the caller's clock, as there) --------
+
+    def heartbeat(self, node: str, stats: Any, now: float, *, stopping: bool = False) -> None:
         self._check()
-        now = self.now()
-        self.beats[node_id] = now
-        self.stopping[node_id] = stopping
+        self.beats[node] = self.now()
+        self.stopping[node] = stopping
+
+    def nodes(self, now: float) -> list[NodeRow]:
+        self._check()
+        return [
+            NodeRow(
+                node_id=n,
+                started_at=0.0,
+                heartbeat_at=t,
+                clock=None,
+                stopping=self.stopping[n],
+                statistics={},
+                partitions=sum(1 for p in self.owner if self.holder(p) == n),
+            )
+            for n, t in sorted(self.beats.items())
+        ]
+
+    def partitions(self) -> list[PartitionRow]:
+        self._check()
+        return [
+            PartitionRow(partition=p, owner=o, epoch=self.epoch[p], expires_at=self.expires[p])
+            for p, o in self.owner.items()
+        ]
+
+    def renew(self, node: str, owned: Mapping[int, int], ttl: float, now: float) -> dict[int, int]:
+        self._check()
         renewed = {}
-        for p, e in held.items():
-            if self.holder(p) == node_id and self.epoch[p] == e:
+        for p, e in owned.items():
+            if self.owner[p] == node and self.epoch[p] == e:
                 self.expires[p] = now + ttl
                 renewed[p] = e
-        live = frozenset(n for n, t in self.beats.items() if t > now - ttl and not self.stopping[n])
-        owners = {p: h for p in range(self.partitions) if (h := self.holder(p)) is not None}
-        return FleetView(db_now=now, live=live, owners=owners, held=renewed)
+        return renewed
 
-    async def claim(
-        self, node_id: str, *, count: int, ttl: float, held: frozenset[int]
-    ) -> dict[int, int]:
-        await trio.sleep(0.01)
+    def claim_free(self, node: str, n: int, ttl: float, now: float) -> dict[int, int]:
         self._check()
         granted = {}
-        for p in range(self.partitions):
-            if len(granted) == count:
+        for p in range(self.partitions_):
+            if len(granted) == n:
                 break
-            h = self.holder(p)
-            if h is None or (h == node_id and p not in held):
-                self.owner[p], self.epoch[p] = node_id, self.epoch[p] + 1
-                self.expires[p] = self.now() + ttl
+            if self.owner[p] is None or self.expires[p] < now:
+                self.owner[p], self.epoch[p] = node, self.epoch[p] + 1
+                self.expires[p] = now + ttl
                 granted[p] = self.epoch[p]
         self.log.append(("claim", sorted(granted)))
         return granted
 
-    async def release(self, node_id: str, partitions: Mapping[int, int]) -> None:
+    def release(self, node: str, partitions: Collection[int]) -> None:
         self._check()
         self.log.append(("release", sorted(partitions)))
-        for p, e in partitions.items():
-            if self.holder(p) == node_id and self.epoch[p] == e:
-                self.owner[p] = None
-
-    async def leave(self, node_id: str) -> None:
-        self._check()
-        self.stopping[node_id] = True
+        for p in partitions:
+            if self.owner[p] == node:
+                self.owner[p], self.expires[p] = None, 0.0
 
 
 class CutOff:
@@ -107,12 +114,16 @@ class CutOff:
     def __init__(self, table: Table) -> None:
         self.table = table
 
-    async def heartbeat(self, *args: Any, **kw: Any) -> FleetView:
+    def heartbeat(self, *args: Any, **kw: Any) -> Any:
         raise StoreError("network unreachable")
 
-    claim = heartbeat
-    release = heartbeat
-    leave = heartbeat
+    nodes = partitions = renew = claim_free = release = heartbeat
+
+
+async def inline(fn: Callable[[], Any]) -> Any:
+    """The lease calls in the trio thread: the autojump clock must not jump while a worker
+    thread runs."""
+    return fn()
 
 
 class Node:
@@ -131,7 +142,8 @@ class Node:
         self.m = Membership(
             leases=table,
             node_id=name,
-            partitions=table.partitions,
+            partitions=table.partitions_,
+            run_sync=inline,
             timing=TIMING,
             publish=lambda held: self.published.append((trio.current_time(), dict(held))),
             drain=drain,
