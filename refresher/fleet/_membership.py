@@ -1,12 +1,12 @@
 """Membership: a node's heartbeat and its partition leases, without an operator.
 
 :class:`Membership` is a trio service. Every heartbeat (``lease_ttl / 3``) it writes the node's
-row and renews the leases it holds in one transaction, reads which nodes are live and who holds
+row and renews the leases it holds (one thread hop), reads which nodes are live and who holds
 what, and takes one step of the assignment rule (:func:`refresher.fleet._assignment.plan_step`):
 claim its share of free or expired partitions, or shed surplus partitions a few at a time when
-a node joins. Each change of the held set, ``{partition: epoch}``, goes to ``publish`` (the
-daemon hands it to the store, which fences every write by those epochs, and to the frontier,
-which serves only those partitions' hosts).
+a node joins. Each change of the held set, ``{partition: epoch}``, goes to ``fence`` (the
+store, which accepts a write only for a partition still held at that epoch) and then to
+``serve`` (the frontier, which fetches only those partitions' hosts).
 
 Self-fencing: a lease granted or renewed by a statement sent at monotonic time t is fetched
 only until ``t + ttl − margin`` (:class:`refresher.fleet._assignment.LeaseTiming`); a partition
@@ -18,8 +18,10 @@ resume from the stored state).
 
 Shedding and stopping (:meth:`Membership.stop`): the partitions leave the held set first (no
 new fetch starts), then ``drain`` waits until the fetches in flight to their hosts have finished
-and been queued, and the store's release commits those queued writes before it frees the
-leases: the next owner resumes from state that includes them.
+and their batch has committed, and only then are the leases freed: the next owner resumes from
+state that includes them. A lease lost or run out of margin is drained the same way, in the
+background; the store keeps accepting its writes meanwhile, and the database refuses them once
+another node holds it (the epoch moved).
 
 A node whose clock is further than ``lease_ttl / 4`` from the database's is refused: at start
 with an error, later by stepping out of the fleet (held set empty, marked stopping) until the
@@ -141,9 +143,11 @@ class _Counters:
 class Membership:
     """A node's membership in the fleet; see the module docstring.
 
-    ``publish(held)`` is called (in the trio thread) with the held set ``{partition: epoch}``
-    whenever it changes; ``drain(partitions)`` must return once no fetch of those partitions'
-    hosts is in flight and their results are queued to the store."""
+    ``serve(held)`` is called (in the trio thread) with the held set ``{partition: epoch}``
+    whenever it changes: only those partitions' hosts may be fetched. ``fence(leases)`` gets
+    the leases whose writes the store may commit: the held set, and leases given up while
+    fetches to their hosts may still be in flight. ``drain(partitions)`` must return once no
+    fetch of those partitions' hosts is in flight and their results are committed."""
 
     def __init__(
         self,
@@ -152,7 +156,8 @@ class Membership:
         node_id: str,
         partitions: int,
         timing: LeaseTiming,
-        publish: Callable[[Mapping[int, int]], None],
+        serve: Callable[[Mapping[int, int]], None],
+        fence: Callable[[Mapping[int, int]], None],
         drain: Callable[[frozenset[int]], Awaitable[None]],
         statistics: Callable[[], Mapping[str, Any]] = dict,
         wall_clock: Callable[[], float] = time.time,
@@ -163,7 +168,9 @@ class Membership:
         self.node_id = node_id
         self.partitions = partitions
         self.timing = timing
-        self._publish = publish
+        self._serve = serve
+        self._fence = fence
+        self._draining: dict[int, int] = {}  # given up, fetches in flight may still commit
         self._drain = drain
         self._node_statistics = statistics
         self._wall = wall_clock
@@ -189,20 +196,44 @@ class Membership:
         """The partitions this node fetches now, with their epochs."""
         return dict(self._held)
 
-    def _set(self, held: dict[int, int], stop_at: dict[int, float]) -> None:
-        changed = held != self._held
+    def _set(
+        self, held: dict[int, int], stop_at: dict[int, float], *, settle: bool = True
+    ) -> dict[int, int]:
+        """Make ``held`` the held set; returns the leases given up, {partition: epoch}.
+
+        The store hears first (its reads must cover a partition before the frontier loads
+        it), and keeps accepting the writes of given-up leases until their in-flight fetches
+        are drained (:meth:`_settle`, started here unless ``settle`` is False): the database
+        still refuses any whose epoch moved on."""
+        old = self._held
         self._held, self._stop_at = held, stop_at
         self._deadline_changed.set()
-        if changed:
-            self._publish(dict(held))
+        if held == old:
+            return {}
+        gone = {p: e for p, e in old.items() if held.get(p) != e}
+        self._draining.update(gone)
+        self._fence({**self._draining, **held})
+        self._serve(dict(held))
+        if gone and settle and self._nursery is not None:
+            self._nursery.start_soon(self._settle, gone)
+        return gone
 
-    def _drop(self, partitions: Collection[int]) -> None:
+    async def _settle(self, gone: Mapping[int, int]) -> None:
+        """Wait until the fetches in flight to ``gone``'s hosts are queued and committed, then
+        stop accepting their writes."""
+        await self._drain(frozenset(gone))
+        for p, e in gone.items():
+            if self._draining.get(p) == e:
+                del self._draining[p]
+        self._fence({**self._draining, **self._held})
+
+    def _drop(self, partitions: Collection[int], *, settle: bool = True) -> dict[int, int]:
         gone = set(partitions)
-        if gone & self._held.keys():
-            self._set(
-                {p: e for p, e in self._held.items() if p not in gone},
-                {p: t for p, t in self._stop_at.items() if p not in gone},
-            )
+        return self._set(
+            {p: e for p, e in self._held.items() if p not in gone},
+            {p: t for p, t in self._stop_at.items() if p not in gone},
+            settle=settle,
+        )
 
     # -- the service -------------------------------------------------------------------------
 
@@ -365,11 +396,10 @@ class Membership:
     async def _hand_back(self, partitions: frozenset[int]) -> int:
         """Stop fetching ``partitions``, let their in-flight fetches finish and commit, then
         free their leases; returns how many were handed back."""
-        epochs = {p: e for p, e in self._held.items() if p in partitions}
+        epochs = self._drop(partitions, settle=False)
         if not epochs:
             return 0
-        self._drop(epochs)
-        await self._drain(frozenset(epochs))
+        await self._settle(epochs)
         try:
             with trio.fail_after(self.timing.ttl):
                 release = partial(self._leases.release, self.node_id, list(epochs))
