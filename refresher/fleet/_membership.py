@@ -187,6 +187,7 @@ class Membership:
         self._deadline_changed = trio.Event()
         self._nursery: trio.Nursery | None = None
         self._lock = trio.Lock()
+        self._last_sent = -math.inf
         self._run_sync = run_sync or _in_thread
 
     # -- the held set ------------------------------------------------------------------------
@@ -251,7 +252,12 @@ class Membership:
     async def _beat_forever(self) -> None:
         backoff = 0.0
         while not self._stopping:
-            await trio.sleep(backoff or self.timing.heartbeat)
+            # Every heartbeat from the last one's start: a slow round trip must not delay the
+            # next renewal and eat the margin.
+            if backoff:
+                await trio.sleep(backoff)
+            else:
+                await trio.sleep_until(self._last_sent + self.timing.heartbeat)
             if self._stopping:
                 return
             try:
@@ -294,6 +300,7 @@ class Membership:
         if self._stopping:
             return
         sent, now = trio.current_time(), self._wall()
+        self._last_sent = sent
         wait = max(self.timing.heartbeat, 0.1)
         call = partial(
             exchange,
