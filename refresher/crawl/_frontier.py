@@ -9,6 +9,12 @@ worker the root host's next page once the host may be contacted and the refresh 
 the host leaves the heap until :meth:`Frontier.release`, so never two requests are in flight to one
 host. The budget is a pacer at B fetches per second (with at most one second of saved credit).
 
+In a fleet the frontier serves only the hosts its node holds: :meth:`Frontier.retain` takes the
+node's ownership as a predicate over host keys, drops the held pages of every host it refuses
+(fetches already in a worker's hands finish; their pages are not kept) and reloads, so the pages
+of hosts gained come in; :meth:`Frontier.wait_released` waits until no refused host is in a
+worker's hands. Ownership is the fleet's business, not the frontier's: it sees one predicate.
+
 Times given to and kept by the frontier are unix seconds (wall clock); sleeping converts them to
 trio's clock, so tests may run the frontier on ``autojump_clock`` with an injected wall clock.
 """
@@ -236,6 +242,8 @@ class Frontier:
         self._closed_event = trio.Event()
         #: trio time of the loader's last pass
         self.last_pass = math.inf
+        self._owns: Callable[[str], bool] | None = None  # None: every host (a single node)
+        self._unleased = trio.lowlevel.ParkingLot()  # woken whenever a host leaves a worker
 
     # -- time ------------------------------------------------------------------------------
 
@@ -260,7 +268,7 @@ class Frontier:
         """
         taken = 0
         for page in pages:
-            if page.id in self._paged:
+            if page.id in self._paged or not self.owns(page.host):
                 continue
             host = self._hosts.get(page.host_id)
             if (host is None and page.host_id not in hosts) or len(self._paged) >= self.max_pages:
@@ -305,6 +313,50 @@ class Frontier:
         self._epoch += 1
         self._load_now.set()
         self._poke()
+
+    def owns(self, host: str) -> bool:
+        """Whether this node serves ``host`` (a host key) now."""
+        return self._owns is None or self._owns(host)
+
+    def retain(self, owns: Callable[[str], bool] | None) -> None:
+        """Serve from now on only the hosts ``owns`` accepts (None: all of them).
+
+        The held pages of the other hosts are dropped at once: no new request to them starts.
+        Requests already in a worker's hands finish and are recorded; their pages are not kept.
+        Then the loader starts over, bringing in the due pages of hosts newly accepted (the
+        page source must already serve the new set)."""
+        self._owns = owns
+
+        def keep(page: PageRow) -> bool:
+            if self.owns(page.host):
+                return True
+            self._drop(page)
+            return False
+
+        self._due = [e for e in self._due if keep(e[2])]
+        heapq.heapify(self._due)
+        for i, q in enumerate(self._front):
+            self._front[i] = deque(page for page in q if keep(page))
+        for host in list(self._hosts.values()):
+            if self.owns(host.name):
+                continue
+            for page in list(host.queue):
+                self._drop(page)
+            host.queue.clear()
+            if host.active and not host.leased:
+                host.active = False
+                self._active -= 1
+        self._ready = [e for e in self._ready if e[3].queue]
+        heapq.heapify(self._ready)
+        self._cursor = (-math.inf, -1)
+        self._epoch += 1
+        self._load_now.set()
+        self._poke()
+
+    async def wait_released(self, hosts: Callable[[str], bool]) -> None:
+        """Return once no host that ``hosts`` accepts is in a worker's hands."""
+        while any(h.leased and hosts(h.name) for h in self._hosts.values()):
+            await self._unleased.park()
 
     def _drop(self, page: PageRow) -> None:
         self._paged.discard(page.id)
@@ -386,6 +438,11 @@ class Frontier:
                         host.queue.appendleft(page)
                         self._unlease(host)
                         return None
+                    if not self.owns(host.name):
+                        # The host was given up while this worker waited for a token.
+                        self._forget(page, host)
+                        self._unlease(host)
+                        continue
                     self._dispatched += 1
                     # Hand on: another worker takes the next ready host or the timer.
                     self._poke(everyone=False)
@@ -411,9 +468,15 @@ class Frontier:
             if self._timer_at == wake:
                 self._timer_at = math.inf
 
+    def _forget(self, page: PageRow, host: HostState) -> None:
+        """``page`` (out of every queue, its host leased) is held no more."""
+        self._paged.discard(page.id)
+        host.in_memory -= 1
+
     def _unlease(self, host: HostState) -> None:
         host.leased = False
         self._leased -= 1
+        self._unleased.unpark_all()
         if host.queue:
             if not host.paused:
                 self._push_ready(host)
@@ -439,11 +502,10 @@ class Frontier:
         """
         page, host = lease.page, lease.host
         _apply(host, timing, robots)
-        if next_due is not None and next_due <= self._cursor[0]:
+        if next_due is not None and next_due <= self._cursor[0] and self.owns(host.name):
             heapq.heappush(self._due, (next_due, page.id, _with_due(page, next_due)))
         else:
-            self._paged.discard(page.id)
-            host.in_memory -= 1
+            self._forget(page, host)
         self._unlease(host)
 
     def requeue(
@@ -452,7 +514,10 @@ class Frontier:
         """Give the host back with the page at the head of its back queue, still held; with
         its new ``timing`` and ``robots`` as :meth:`release`."""
         _apply(lease.host, timing, robots)
-        lease.host.queue.appendleft(lease.page)
+        if self.owns(lease.host.name):
+            lease.host.queue.appendleft(lease.page)
+        else:
+            self._forget(lease.page, lease.host)
         self._unlease(lease.host)
 
     def update_page(self, lease: Lease, **changes: Any) -> Lease:

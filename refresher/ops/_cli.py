@@ -209,6 +209,15 @@ def _parser() -> argparse.ArgumentParser:
         "a database from a newer refresher and a partition count other than the fleet's.",
     )
     _common(fleet_init)
+    fleet_status = fleet_sub.add_parser(
+        "status",
+        help="nodes, partitions per node, lease ages, inbox, fetch rate, μ",
+        description="The fleet as its database sees it: each node (live or not, heartbeat age, "
+        "clock skew, partitions held, age of its oldest lease), free partitions, the inbox "
+        "depth, the fleet's fetch rate and the budget coordinator's row (μ, unplaced budget).",
+    )
+    _common(fleet_status)
+    fleet_status.add_argument("--json", action="store_true", help="print JSON")
 
     demo = sub.add_parser("demo", help="run the daemon against the local demo web (make run)")
     _common(demo)
@@ -486,7 +495,46 @@ def _cmd_fleet(args: argparse.Namespace) -> int:
             f"{info.partitions} partitions"
         )
         return 0
+    if args.fleet_command == "status":
+        from refresher.store._pg_status import read_fleet_status
+
+        status = read_fleet_status(config.fleet.dsn, ttl=config.fleet.lease_ttl)
+        if args.json:
+            print(json.dumps(dataclasses.asdict(status), indent=2, default=str))
+        else:
+            print(_format_fleet_status(status))
+        return 0
     return 2
+
+
+def _format_fleet_status(status: Any) -> str:
+    def age(v: float | None) -> str:
+        return "-" if v is None else f"{v:.1f}s"
+
+    lines = [
+        f"{len([n for n in status.nodes if n.live])} live nodes, {status.partitions} partitions "
+        f"({status.free} free), inbox {status.inbox}, "
+        f"{status.fetches_per_second:.2f} fetches/s",
+    ]
+    c = status.coordinator
+    lines.append(
+        f"coordinator {c.get('owner') or '-'} (epoch {c.get('epoch', 0)}): "
+        f"mu {c.get('mu')}, policy {c.get('policy')}, budget {c.get('budget')}, "
+        f"unplaced {c.get('unplaced')}"
+    )
+    lines.append(
+        f"{'node':<24} {'state':<9} {'parts':>6} {'beat':>7} {'oldest lease':>13} "
+        f"{'skew':>7} {'fetch/s':>8}"
+    )
+    for n in status.nodes:
+        state = "stopping" if n.stopping else "live" if n.live else "gone"
+        skew = "-" if n.clock_skew is None else f"{n.clock_skew:+.2f}s"
+        rate = "-" if n.fetches_per_second is None else f"{n.fetches_per_second:.2f}"
+        lines.append(
+            f"{n.node_id:<24} {state:<9} {n.partitions:>6} {age(n.heartbeat_age):>7} "
+            f"{age(n.oldest_lease_age):>13} {skew:>7} {rate:>8}"
+        )
+    return "\n".join(lines)
 
 
 def _cmd_reload(args: argparse.Namespace) -> int:

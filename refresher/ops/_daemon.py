@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -49,6 +49,10 @@ from refresher.store._backup import backup_service
 from refresher.store._duckdb import DuckDBStore, StoreService
 from refresher.store._interface import HostRow, NewPage, PageRow
 from refresher.store._snapshot import Snapshotter, snapshot_path
+
+if TYPE_CHECKING:
+    from refresher.fleet._node import FleetNode
+    from refresher.store._postgres import PostgresStore
 
 __all__ = ["Daemon", "check_seeds", "run_daemon"]
 
@@ -94,7 +98,8 @@ class Daemon:
         self._started = 0.0
         self._stopping = False
         self._rate = 0.0  # fetches per second over the last progress interval
-        self._store: StoreService | None = None
+        self._store: StoreService | PostgresStore | None = None
+        self._fleet: FleetNode | None = None
         self._frontier: Frontier | None = None
         self._allocator: Allocator | None = None
         self._crawler: Crawler | None = None
@@ -106,7 +111,7 @@ class Daemon:
         self._prune: Pruner | None = None
 
     @property
-    def store(self) -> StoreService | None:
+    def store(self) -> StoreService | PostgresStore | None:
         """The store service while running (for in-process tools such as the demo)."""
         return self._store
 
@@ -176,6 +181,7 @@ class Daemon:
             ("snapshot", self._snapshotter),
             ("archive", self._warc),
             ("sinks", self._feed),
+            ("fleet", self._fleet),
         ):
             if part is not None:
                 out[name] = _plain(part.statistics())
@@ -212,7 +218,12 @@ class Daemon:
             dest = req.get("dest")
             if not isinstance(dest, str) or not dest:
                 raise ValueError('backup needs "dest": the path of the new backup file')
-            assert self._store is not None
+            if not isinstance(self._store, StoreService):
+                raise ControlError(
+                    "backup copies the embedded store; a fleet's state is in PostgreSQL: "
+                    "back it up with pg_dump",
+                    kind="fleet",
+                )
             result = await backup_service(self._store, Path(dest))
             log.info("backup written", **asdict(result))
             return asdict(result)
@@ -335,6 +346,7 @@ class Daemon:
             "snapshot": lambda: self._snapshotter,
             "archive": lambda: self._warc,
             "sinks": lambda: self._feed,
+            "fleet": lambda: self._fleet,
         }
 
         def snapshot(get: Callable[[], Any]) -> Callable[[], object]:
@@ -352,7 +364,7 @@ class Daemon:
         )
 
     def _pruner(self, c: Config, writer: WarcWriter | None) -> Pruner:
-        assert self._store is not None
+        assert isinstance(self._store, StoreService)
         self._prune = Pruner(
             store=self._store,
             directory=c.archive_dir,
@@ -370,6 +382,20 @@ class Daemon:
     async def _snapshot_rebuild(self) -> None:
         if self._snapshotter is not None:
             await self._snapshotter.rebuild_next()
+
+    def _fleet_node(self, frontier: Frontier, allocator: Allocator) -> FleetNode:
+        from refresher.fleet._node import FleetNode
+        from refresher.store._postgres import PostgresStore
+
+        assert isinstance(self._store, PostgresStore)
+        self._fleet = FleetNode(
+            self.config,
+            store=self._store,
+            frontier=frontier,
+            rate=lambda: self._rate,
+            pages_added=allocator.pages_added,
+        )
+        return self._fleet
 
     async def _heartbeat(
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
@@ -415,6 +441,8 @@ class Daemon:
         configure_logging(format=c.log.format, level=c.log.level)
         self._started = trio.current_time()
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+            if c.fleet.enabled:
+                return await self._run_fleet(signals)
             store = await trio.to_thread.run_sync(
                 lambda: DuckDBStore(c.store.path, memory_limit=c.store.memory_limit)
             )
@@ -438,6 +466,28 @@ class Daemon:
                 await trio.to_thread.run_sync(store.close)
                 if self._warc is not None:
                     self._warc.close()
+        log.info("stopped", acknowledged=service.statistics().acknowledged)
+        return 0
+
+    async def _run_fleet(self, signals: Any) -> int:
+        """:meth:`run` for a node of a fleet: the store is the fleet's PostgreSQL (no archive,
+        snapshot or pruning of an embedded file), membership decides which hosts it fetches."""
+        from refresher.store._pg_dsn import redact
+        from refresher.store._postgres import PostgresStore
+
+        c = self.config
+        service = await trio.to_thread.run_sync(PostgresStore.connect, c)
+        log.info("store opened", fleet=redact(c.fleet.dsn), node=c.fleet.node_id)
+        self._store = service
+        try:
+            async with trio.open_nursery() as outer:
+                await outer.start(service.run)
+                try:
+                    await self._run_services(signals)
+                finally:
+                    service.close()
+        finally:
+            await trio.to_thread.run_sync(service.store.close)
         log.info("stopped", acknowledged=service.statistics().acknowledged)
         return 0
 
@@ -500,6 +550,8 @@ class Daemon:
             self._feed = ChangeFeed(load_sinks(c), queue=c.sinks.queue)
             await services.start(self._feed.run)
             await services.start(allocator.run)
+            if c.fleet.enabled:
+                await services.start(self._fleet_node(frontier, allocator).run)
             await services.start(frontier.run)
             if self._discovery is not None:
                 await services.start(self._discovery.run)
@@ -526,12 +578,14 @@ class Daemon:
                 if c.metrics.port is not None:
                     port = await services.start(self._metrics_server(c).run)
                     log.info("metrics serving", url=f"http://{c.metrics.host}:{port}/metrics")
-                if c.snapshot.interval > 0:
-                    self._snapshotter = Snapshotter(
-                        store=self._store, path=snapshot_path(c), interval=c.snapshot.interval
-                    )
-                    await services.start(self._snapshotter.run)
-                await services.start(self._pruner(c, self._warc).run)
+                # The snapshot and the pruner work on the embedded file: not in a fleet.
+                if isinstance(self._store, StoreService):
+                    if c.snapshot.interval > 0:
+                        self._snapshotter = Snapshotter(
+                            store=self._store, path=snapshot_path(c), interval=c.snapshot.interval
+                        )
+                        await services.start(self._snapshotter.run)
+                    await services.start(self._pruner(c, self._warc).run)
                 await services.start(self._heartbeat)
                 await services.start(self._progress)
                 # The watchdog pings while both the event loop and the frontier's loader turn.
@@ -567,6 +621,9 @@ class Daemon:
                         )
                     work.cancel_scope.cancel()
                     break
+            if self._fleet is not None:
+                # After the last fetches are queued: their batch commits, then the leases go.
+                await self._fleet.stop()
             services.cancel_scope.cancel()
 
 

@@ -222,6 +222,10 @@ class BatchedService(Generic[S]):
             raise call.error
         return call.result  # type: ignore[no-any-return]
 
+    async def flush(self) -> None:
+        """Commit every write queued before this call (its fetches are then acknowledged)."""
+        await self._call(lambda store: None)
+
     def close(self) -> None:
         """No more input; ``run`` commits what is queued and returns."""
         if not self._closed:

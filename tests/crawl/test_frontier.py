@@ -300,3 +300,89 @@ async def test_release_applies_the_hosts_new_timing_and_robots(autojump_clock):
         assert wall() - released >= 7.0  # the new next_allowed held the host back
         frontier.close()
         nursery.cancel_scope.cancel()
+
+
+async def test_a_host_given_up_is_no_longer_served_and_its_in_flight_fetch_finishes(
+    autojump_clock,
+):
+    pages = [page(i, host=i % 4, due=EPOCH) for i in range(40)]
+    frontier, _ = make(pages, back_queues=8)
+    owned = {0, 1, 2, 3}
+
+    class OwnedStore(FakeStore):
+        async def __call__(self, after, until, limit, known):
+            rows, hosts = await super().__call__(after, until, limit, known)
+            return [p for p in rows if p.host_id in owned], hosts
+
+    frontier._source = OwnedStore(pages)
+    started: list[tuple[int, float]] = []
+    in_hands: list[int] = []
+    released = trio.Event()
+
+    async def worker() -> None:
+        while (lease := await frontier.acquire()) is not None:
+            started.append((lease.host.id, trio.current_time()))
+            in_hands.append(lease.host.id)
+            await trio.sleep(1.0)
+            in_hands.remove(lease.host.id)
+            end = wall()
+            timing = HostTiming(next_allowed=end + 0.5, delay=0.5, backoff=0.0, errors=0)
+            frontier.release(lease, next_due=end + 2.0, timing=timing)
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(frontier.run)
+        for _ in range(4):
+            nursery.start_soon(worker)
+        await trio.sleep(0.5)
+        assert sorted(in_hands) == [0, 1, 2, 3]
+        # hosts 2 and 3 go to another node; host 0 was not ours and comes back
+        owned = {0, 1}
+        frontier.retain(lambda host: int(host[1:].split(".")[0]) in owned)
+        given_up_at = trio.current_time()
+
+        async def wait() -> None:
+            await frontier.wait_released(lambda host: host in ("h2.test", "h3.test"))
+            released.set()
+
+        nursery.start_soon(wait)
+        await released.wait()
+        # the fetches in flight to 2 and 3 finished, and nothing else was waited for
+        assert trio.current_time() == pytest.approx(given_up_at + 0.5)
+        await trio.sleep(10)
+        late = [h for h, t in started if t > given_up_at]
+        assert late and set(late) == {0, 1}
+        assert frontier.statistics().hosts_known <= 2
+        # a host gained: its due pages are loaded and served
+        owned = {0, 1, 2}
+        frontier.retain(lambda host: int(host[1:].split(".")[0]) in owned)
+        regained_at = trio.current_time()
+        await trio.sleep(5)
+        assert [h for h, t in started if t > regained_at and h == 2]
+        assert not [h for h, t in started if t > given_up_at and h == 3]
+        frontier.close()
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_worker_waiting_for_a_token_drops_a_host_given_up_meanwhile(autojump_clock):
+    # 0.5 fetches/s: the second worker waits a second for its token, holding its host
+    pages = [page(0, host=0, due=EPOCH), page(1, host=1, due=EPOCH)]
+    frontier, _ = make(pages, budget=0.5)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(frontier.run)
+        first = await frontier.acquire()
+        assert first is not None
+        got: list[object] = []
+
+        async def second() -> None:
+            got.append(await frontier.acquire())
+
+        nursery.start_soon(second)
+        await trio.sleep(0.1)
+        other = 1 - first.host.id
+        frontier.retain(lambda host: host != f"h{other}.test")
+        await trio.sleep(5)
+        assert got == []  # nothing of the given-up host was handed out
+        assert frontier.statistics().in_memory == 1  # only the first worker's page
+        frontier.close()
+        await trio.sleep(0)
+        nursery.cancel_scope.cancel()

@@ -17,6 +17,7 @@ from refresher.crawl._fetch import FetcherStatistics
 from refresher.crawl._frontier import FrontierStatistics
 from refresher.crawl._workers import CrawlerStatistics
 from refresher.discover._discovery import DiscoveryStatistics
+from refresher.fleet._node import FleetNodeStatistics
 from refresher.ops._metrics import METRICS, MetricsServer
 from refresher.ops._notify import NotifierStatistics
 from refresher.refresh._allocate import AllocatorStatistics
@@ -267,6 +268,7 @@ def test_every_field_of_the_known_snapshots_has_a_spec_and_every_spec_a_field():
         ("allocator", AllocatorStatistics),
         ("notifier", NotifierStatistics),
         ("discovery", DiscoveryStatistics),
+        ("fleet", FleetNodeStatistics),
     ):
         names = {f.name for f in dataclasses.fields(cls)} - {"policy"}
         assert set(METRICS[component]) == names, component

@@ -1,0 +1,211 @@
+"""A fleet of real `refresher run` processes on the test suite's PostgreSQL, against one real
+loopback web: the split, a join, SIGTERM, kill -9, and politeness measured at the server."""
+
+from __future__ import annotations
+
+import json
+import random
+import signal
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+import trio
+from conftest import DaemonProcess, acli, cli, daemon_config, wait_for
+
+from refresher.fleet._assignment import shares
+from refresher.sim._site import HostSpec, PageSpec, Site, serve_site
+
+pytestmark = pytest.mark.slow
+
+P = 16
+TTL = 3.0
+HEARTBEAT = TTL / 3
+MIN_DELAY = 0.2
+HOSTS = 8
+
+
+def fleet_site() -> Site:
+    """Eight hosts of three pages, spread over the partitions."""
+    pages = tuple(PageSpec(path=f"/p{i}", change_rate=0.5 if i % 2 else 0.0) for i in range(3))
+    return Site([HostSpec(name=f"h{i}.sim.test", pages=pages) for i in range(HOSTS)])
+
+
+@pytest.fixture
+async def web(nursery: trio.Nursery) -> tuple[Site, int]:
+    s = fleet_site()
+    port = await nursery.start(serve_site, s)
+    return s, port
+
+
+class Fleet:
+    """Node processes sharing one fleet database; each node in a directory of its own."""
+
+    def __init__(self, dsn: str, root: Path, port: int, seeds: list[str], daemons: Any) -> None:
+        self.dsn, self.root, self.port, self.seeds = dsn, root, port, seeds
+        self._daemons = daemons
+        self.nodes: dict[str, DaemonProcess] = {}
+        self.runs: list[tuple[str, DaemonProcess]] = []  # every process ever started
+
+    def config(self, node: str) -> Path:
+        directory = self.root / node
+        directory.mkdir(exist_ok=True)
+        return daemon_config(
+            directory,
+            port=self.port,
+            seeds=self.seeds,
+            crawl={"workers": 4},
+            budget={"fetches_per_second": 10.0},
+            politeness={"min_delay": MIN_DELAY},
+            fetch={"timeout": 0.5},
+            fleet={"dsn": self.dsn, "node_id": node, "partitions": P, "lease_ttl": TTL},
+            log={"level": "debug", "progress_interval": 0.5},
+        )
+
+    def start(self, node: str) -> DaemonProcess:
+        d = self._daemons(self.config(node))
+        self.nodes[node] = d
+        self.runs.append((node, d))
+        return d
+
+    def rows(self, sql: str, *args: Any) -> list[tuple[Any, ...]]:
+        with psycopg.connect(self.dsn) as con:
+            return con.execute(sql, args).fetchall()
+
+    def held(self) -> dict[str, int]:
+        """Unexpired leases per node, on the database's clock."""
+        rows = self.rows(
+            "SELECT owner, count(*) FROM partitions WHERE owner IS NOT NULL "
+            "AND expires_at > extract(epoch FROM clock_timestamp()) GROUP BY owner"
+        )
+        return {str(o): int(n) for o, n in rows}
+
+    def split_is(self, nodes: list[str]) -> Callable[[], bool]:
+        return lambda: self.held() == {n: k for n, k in shares(P, nodes).items() if k}
+
+
+def assert_polite(s: Site) -> None:
+    """Never two requests in flight to one host, and the politeness delay between them (less
+    the server's stamping jitter, as in the single-node test)."""
+    for host in s.requests.hosts():
+        assert s.requests.overlapping(host) == [], f"two requests in flight to {host}"
+        gaps = s.requests.gaps(host)
+        assert not gaps or min(gaps) >= MIN_DELAY / 2, f"{host}: gap {min(gaps)}"
+
+
+@pytest.fixture
+def fleet(postgres, web, short_dir, daemons) -> Fleet:
+    s, port = web
+    dsn = postgres()
+    f = Fleet(dsn, short_dir, port, s.urls(), daemons)
+    done = cli("fleet", "init", "--config", str(f.config("init")))
+    assert done.returncode == 0, done.stderr
+    return f
+
+
+async def test_partitions_split_evenly_and_move_on_join_sigterm_and_kill_9_politely(fleet, web):
+    s, _ = web
+    a = fleet.start("a")
+    await a.ready()
+    await wait_for(fleet.split_is(["a"]), what="a holds every partition")
+    b = fleet.start("b")
+    await b.ready()
+    await wait_for(fleet.split_is(["a", "b"]), what="8 and 8")
+    c = fleet.start("c")
+    await c.ready()
+    await wait_for(fleet.split_is(["a", "b", "c"]), what="6, 5 and 5")
+    # the joiner got its share from the others' surplus: nothing else changed hands
+    claims = fleet.rows("SELECT sum(epoch) FROM partitions")[0][0]
+    assert claims == P + shares(P, ["a", "b"])["b"] + shares(P, ["a", "b", "c"])["c"]
+    # every node fetches only the hosts of its partitions: a lease (partition, epoch) is one
+    # node's, and the fetches under the current leases are their holders'
+    await wait_for(lambda: all(n.acknowledged() > 0 for n in (a, b, c)), what="fetches")
+    assert (
+        fleet.rows(
+            "SELECT partition, epoch FROM fetches GROUP BY 1, 2 HAVING count(DISTINCT node_id) > 1"
+        )
+        == []
+    )
+    assert (
+        fleet.rows(
+            "SELECT f.node_id, p.owner FROM fetches f JOIN partitions p "
+            "ON p.partition = f.partition AND p.epoch = f.epoch WHERE f.node_id <> p.owner"
+        )
+        == []
+    )
+    assert {n for (n,) in fleet.rows("SELECT DISTINCT node_id FROM fetches")} == {"a", "b", "c"}
+
+    # SIGTERM: c hands its partitions back before it exits, at once (not by expiry)
+    c.signal(signal.SIGTERM)
+    assert await c.wait_exit() == 0
+    assert fleet.rows("SELECT count(*) FROM partitions WHERE owner = 'c'") == [(0,)]
+    await wait_for(fleet.split_is(["a", "b"]), what="a and b take c's partitions")
+
+    # kill -9: b's leases expire and a takes them within the ttl and a heartbeat
+    before = dict(fleet.rows("SELECT partition, expires_at FROM partitions WHERE owner = 'b'"))
+    b.signal(signal.SIGKILL)
+    assert await b.wait_exit() == -signal.SIGKILL
+    await wait_for(fleet.split_is(["a"]), what="a takes b's partitions")
+    after = dict(fleet.rows("SELECT partition, expires_at FROM partitions"))
+    for p, expired in before.items():
+        granted = after[p] - TTL  # a's lease, renewed since: granted no earlier than this
+        assert granted >= expired, "a partition was taken before its lease expired"
+    assert_polite(s)
+    a.signal(signal.SIGTERM)
+    assert await a.wait_exit() == 0
+    assert_polite(s)
+    status = json.loads(
+        (await acli("fleet", "status", "--json", "--config", str(fleet.config("init")))).stdout
+    )
+    assert {n["node_id"] for n in status["nodes"]} == {"a", "b", "c"}
+    assert status["free"] == P
+
+
+async def test_kill_9_at_random_points_loses_no_acknowledged_fetch_and_pages_keep_refreshing(
+    fleet, web
+):
+    s, _ = web
+    rng = random.Random(13)
+    a = fleet.start("a")
+    await a.ready()
+    b = fleet.start("b")
+    await b.ready()
+    await wait_for(fleet.split_is(["a", "b"]), what="8 and 8")
+    for _ in range(10):
+        target = len(s.requests) + rng.randint(1, 12)
+        await wait_for(lambda t=target: len(s.requests) >= t, what="a few more requests")
+        b.signal(signal.SIGKILL)
+        assert await b.wait_exit() == -signal.SIGKILL
+        b = fleet.start("b")
+        await b.ready()
+    await wait_for(fleet.split_is(["a", "b"]), what="8 and 8 again")
+    (since,) = fleet.rows("SELECT extract(epoch FROM clock_timestamp())")[0]
+    pages = {u for (u,) in fleet.rows("SELECT url FROM pages")}
+    assert len(pages) == len(fleet.seeds)
+
+    def every_page_refreshed() -> bool:
+        fresh = fleet.rows(
+            "SELECT count(DISTINCT page_id) FROM fetches WHERE finished_at > %s", since
+        )[0][0]
+        return fresh == len(pages)
+
+    await wait_for(every_page_refreshed, what="every page fetched again after the last kill")
+    b.signal(signal.SIGTERM)
+    a.signal(signal.SIGTERM)
+    assert await b.wait_exit() == 0 and await a.wait_exit() == 0
+
+    # every acknowledged fetch is recorded, once
+    assert (
+        fleet.rows("SELECT page_id, started_at FROM fetches GROUP BY 1, 2 HAVING count(*) > 1")
+        == []
+    )
+    for node in ("a", "b"):
+        acknowledged = sum(d.acknowledged() for n, d in fleet.runs if n == node)
+        (recorded,) = fleet.rows("SELECT count(*) FROM fetches WHERE node_id = %s", node)[0]
+        assert recorded >= acknowledged > 0, node
+    # and every record is a request the server saw
+    (recorded,) = fleet.rows("SELECT count(*) FROM fetches WHERE status IS NOT NULL")[0]
+    assert recorded <= len([r for r in s.requests if r.path != "/robots.txt"])
+    assert_polite(s)
