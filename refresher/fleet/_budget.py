@@ -155,6 +155,10 @@ class FleetBudget:
     def poke(self) -> None:
         self._wake.set()
 
+    def close(self) -> None:
+        """Close the store's connection (after :meth:`run` ended)."""
+        self._store.close()
+
     # -- the loop -----------------------------------------------------------------------------
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:

@@ -44,13 +44,15 @@ from refresher.ops._logging import configure_logging, get_logger
 from refresher.ops._metrics import MetricsServer
 from refresher.ops._notify import Notifier, format_status
 from refresher.ops._reload import RELOAD, changed_keys, effective
-from refresher.refresh._allocate import Allocator, InputSettings, priority_level
+from refresher.refresh._allocate import Allocator, InputSettings, plan, priority_level
 from refresher.store._backup import backup_service
 from refresher.store._duckdb import DuckDBStore, StoreService
 from refresher.store._interface import HostRow, NewPage, PageRow
 from refresher.store._snapshot import Snapshotter, snapshot_path
 
 if TYPE_CHECKING:
+    from refresher.fleet._budget import FleetBudget
+    from refresher.fleet._history import HistoryService
     from refresher.fleet._node import FleetNode
     from refresher.store._postgres import PostgresStore
 
@@ -100,6 +102,8 @@ class Daemon:
         self._rate = 0.0  # fetches per second over the last progress interval
         self._store: StoreService | PostgresStore | None = None
         self._fleet: FleetNode | None = None
+        self._fleet_budget: FleetBudget | None = None
+        self._history: HistoryService | None = None
         self._frontier: Frontier | None = None
         self._allocator: Allocator | None = None
         self._crawler: Crawler | None = None
@@ -182,6 +186,8 @@ class Daemon:
             ("archive", self._warc),
             ("sinks", self._feed),
             ("fleet", self._fleet),
+            ("fleet_budget", self._fleet_budget),
+            ("history", self._history),
         ):
             if part is not None:
                 out[name] = _plain(part.statistics())
@@ -347,6 +353,8 @@ class Daemon:
             "archive": lambda: self._warc,
             "sinks": lambda: self._feed,
             "fleet": lambda: self._fleet,
+            "fleet_budget": lambda: self._fleet_budget,
+            "history": lambda: self._history,
         }
 
         def snapshot(get: Callable[[], Any]) -> Callable[[], object]:
@@ -396,6 +404,38 @@ class Daemon:
             pages_added=allocator.pages_added,
         )
         return self._fleet
+
+    def _fleet_planner(self, c: Config) -> FleetBudget:
+        """The fleet's one budget as the allocator's planner (issue 13: one μ for all nodes)."""
+        from refresher.fleet._budget import FleetBudget
+        from refresher.store._pg_budget import PgBudget
+
+        def replan() -> None:
+            if self._allocator is not None:
+                self._allocator.poke()
+
+        self._fleet_budget = FleetBudget(
+            store=PgBudget(c.fleet.dsn),
+            node_id=c.fleet.node_id,
+            lease_ttl=c.fleet.lease_ttl,
+            resolve_interval=c.policy.resolve_interval,
+            on_solution=replan,
+        )
+        return self._fleet_budget
+
+    def _history_service(self, c: Config) -> HistoryService:
+        """This node's history published to ``fleet.history_dir`` as Parquet."""
+        from refresher.fleet._history import HistoryService
+        from refresher.store._parquet import HistoryPublisher
+
+        publisher = HistoryPublisher(
+            c.fleet.dsn,
+            c.fleet.node_id,
+            Path(c.fleet.history_dir),
+            keep_per_page=c.estimate.history + 2,
+        )
+        self._history = HistoryService(publisher)
+        return self._history
 
     async def _heartbeat(
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
@@ -488,6 +528,10 @@ class Daemon:
                     service.close()
         finally:
             await trio.to_thread.run_sync(service.store.close)
+            if self._fleet_budget is not None:
+                await trio.to_thread.run_sync(self._fleet_budget.close)
+            if self._history is not None:
+                await trio.to_thread.run_sync(self._history.publisher.close)
         log.info("stopped", acknowledged=service.statistics().acknowledged)
         return 0
 
@@ -521,6 +565,7 @@ class Daemon:
             decide=c.policy.decide,
             inputs=InputSettings.from_config(c),
             wall_clock=self._wall,
+            planner=self._fleet_planner(c) if c.fleet.enabled else plan,
         )
         self._allocator = allocator
         if c.discovery.enabled:
@@ -552,6 +597,10 @@ class Daemon:
             await services.start(allocator.run)
             if c.fleet.enabled:
                 await services.start(self._fleet_node(frontier, allocator).run)
+                assert self._fleet_budget is not None
+                await services.start(self._fleet_budget.run)
+                if c.fleet.history_dir:
+                    await services.start(self._history_service(c).run)
             await services.start(frontier.run)
             if self._discovery is not None:
                 await services.start(self._discovery.run)

@@ -14,7 +14,11 @@ spans two days (the batch ends where the day changes). Exactly once:
    of PostgreSQL (COPY … TO STDOUT, CSV) and written by DuckDB to a hidden temporary file in
    the target directory, which is synced and renamed to its final name (atomic: a reader sees
    the whole file or none);
-2. one transaction then moves the watermark to the last id and deletes the published rows.
+2. one transaction then moves the watermark to the last id and deletes the published rows
+   from PostgreSQL, but for each page's latest ``keep_per_page`` successful fetches, which the
+   estimator reads there (``estimate.history`` + 2: the intervals between them, and the
+   evidence that the first fetch is no longer among them). Those stay below the watermark,
+   so no reader counts them twice.
 
 A crash between 1 and 2 leaves a file whose id range lies above the watermark. On start,
 :meth:`HistoryPublisher.repair` finds it by its name and completes step 2 for it (the rows it
@@ -47,6 +51,7 @@ import psycopg
 from refresher._errors import StoreError
 from refresher.ops._logging import get_logger
 from refresher.store._duckdb import FETCH_LOG
+from refresher.store._interface import SUCCESS_SQL
 from refresher.store._pg_dsn import connect, describe, redact
 from refresher.store._pg_session import PgSession
 from refresher.store._snapshot import query_table
@@ -216,6 +221,7 @@ class HistoryPublisher:
         *,
         rows_per_file: int = 250_000,
         roll_seconds: float = 600.0,
+        keep_per_page: int = 34,
     ) -> None:
         if rows_per_file < 1 or roll_seconds < 0:
             raise ValueError("rows_per_file ≥ 1 and roll_seconds ≥ 0")
@@ -223,6 +229,7 @@ class HistoryPublisher:
         self.history_dir = history_dir
         self.rows_per_file = rows_per_file
         self.roll_seconds = roll_seconds
+        self.keep_per_page = keep_per_page
         self._session = PgSession(dsn)
         self._run = self._session.run
         self._files = 0
@@ -243,19 +250,32 @@ class HistoryPublisher:
         row = cur.fetchone()
         return 0 if row is None else int(row[0])
 
-    def _commit(self, cur: Any, watermark: int, last: int) -> int:
-        """Move the watermark from ``watermark`` to ``last`` and delete those rows; the
-        number deleted."""
+    def _commit(self, cur: Any, watermark: int, last: int) -> None:
+        """Move the watermark from ``watermark`` to ``last`` and delete from PostgreSQL the
+        published rows the estimator no longer reads: each page keeps its latest
+        ``keep_per_page`` successful fetches (whichever node made them)."""
         cur.execute(
             "INSERT INTO published (node_id, through_id) VALUES (%s, %s)"
             " ON CONFLICT (node_id) DO UPDATE SET through_id = excluded.through_id",
             (self.node_id, last),
         )
         cur.execute(
-            "DELETE FROM fetches WHERE node_id = %s AND id > %s AND id <= %s",
-            (self.node_id, watermark, last),
+            f"""
+            DELETE FROM fetches f USING (
+                SELECT r.id FROM (
+                    SELECT id, node_id, {SUCCESS_SQL} AS ok,
+                           row_number() OVER (PARTITION BY page_id, {SUCCESS_SQL}
+                                              ORDER BY finished_at DESC, id DESC) AS k
+                    FROM fetches
+                    WHERE page_id IN (SELECT page_id FROM fetches
+                                      WHERE node_id = %(node)s AND id > %(w)s AND id <= %(last)s)
+                ) r JOIN published p ON p.node_id = r.node_id AND r.id <= p.through_id
+                WHERE NOT r.ok OR r.k > %(keep)s
+            ) d
+            WHERE f.id = d.id
+            """,
+            {"node": self.node_id, "w": watermark, "last": last, "keep": self.keep_per_page},
         )
-        return int(cur.rowcount)
 
     def _files_above(self, watermark: int) -> list[tuple[int, int, Path]]:
         out = []
@@ -321,7 +341,7 @@ class HistoryPublisher:
         with tempfile.TemporaryDirectory(prefix="rfhist") as tmp:
             csv = Path(tmp) / "batch.csv"
 
-            def read(cur: Any) -> tuple[int, int, int, str] | None:
+            def read(cur: Any) -> tuple[int, int, int, str, int] | None:
                 watermark = self._watermark(cur)
                 cur.execute(
                     "SELECT id, finished_at FROM fetches WHERE node_id = %s AND id > %s"
@@ -332,11 +352,11 @@ class HistoryPublisher:
                 if not rows:
                     return None
                 day = _day(float(rows[0][1]))
-                last = int(rows[0][0])
+                last, count = int(rows[0][0]), 0
                 for rid, finished in rows:
                     if _day(float(finished)) != day:
                         break
-                    last = int(rid)
+                    last, count = int(rid), count + 1
                 _copy_out(
                     cur,
                     _select(FETCH_COLUMNS, "fetches")
@@ -344,26 +364,26 @@ class HistoryPublisher:
                     (self.node_id, watermark, last),
                     csv,
                 )
-                return watermark, int(rows[0][0]), last, day
+                return watermark, int(rows[0][0]), last, day, count
 
             batch = self._run("reading the unpublished history", read)
             if batch is None:
                 return None
-            watermark, first, last, day = batch
+            watermark, first, last, day, count = batch
             target = self.directory / f"day={day}" / f"fetches-{first:019d}-{last:019d}.parquet"
             self._write(csv, target)
 
-        def commit(cur: Any) -> int:
+        def commit(cur: Any) -> None:
             if self._watermark(cur) != watermark:  # pragma: no cover - one publisher per node
                 raise StoreError(f"the history of node {self.node_id!r} moved under its publisher")
-            return self._commit(cur, watermark, last)
+            self._commit(cur, watermark, last)
 
-        rows: int = self._run("committing the published history", commit)
+        self._run("committing the published history", commit)
         self._files += 1
-        self._rows += rows
+        self._rows += count
         self._through = last
         self._last = time.time()
-        log.info("history published", file=str(target), rows=rows, through=last)
+        log.info("history published", file=str(target), rows=count, through=last)
         return target
 
     def _write(self, csv: Path, target: Path) -> None:

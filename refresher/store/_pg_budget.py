@@ -70,6 +70,8 @@ class BudgetStore(Protocol):
         """Every node's latest answer, with its age."""
         ...
 
+    def close(self) -> None: ...
+
 
 class PgBudget:
     """:class:`BudgetStore` on one PostgreSQL connection of its own (thread-safe by a lock)."""

@@ -212,4 +212,4 @@ async def test_two_nodes_on_postgresql_converge_to_one_mu_and_the_union_allocati
     solution = nodes[0].solution
     assert solution is not None and solution.mu == pytest.approx(single.multiplier, rel=1e-6)
     for node in nodes:
-        node._store.close()  # type: ignore[attr-defined]
+        node.close()

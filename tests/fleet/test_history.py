@@ -124,7 +124,9 @@ def _round(v: Any) -> Any:
 def _publish_all(dsn: str, history: Path, rows_per_file: int) -> list[Path]:
     written = []
     for node in NODES:
-        pub = HistoryPublisher(dsn, node, history, rows_per_file=rows_per_file, roll_seconds=3600)
+        pub = HistoryPublisher(
+            dsn, node, history, rows_per_file=rows_per_file, roll_seconds=3600, keep_per_page=3
+        )
         written += pub.publish(force=True)
         pub.close()
     return written
@@ -154,8 +156,14 @@ def test_history_written_by_two_nodes_is_queried_as_one(
         " hive_partitioning = true) GROUP BY ALL ORDER BY node"
     ).fetchall()
     assert sum(n for _, n in got) == 600
+    # PostgreSQL keeps what the estimator reads: each page's latest successful fetches
     with psycopg.connect(dsn) as pg:
-        assert pg.execute("SELECT count(*) FROM fetches").fetchone() == (0,)
+        kept = pg.execute("SELECT page_id, id FROM fetches ORDER BY page_id, id").fetchall()
+    latest: dict[int, list[int]] = {}
+    for r in sorted(h["fetches"], key=lambda r: r[4]):
+        if r[6] == 200:
+            latest.setdefault(r[1], []).append(r[0])
+    assert kept == sorted((page, i) for page, ids in latest.items() for i in ids[-3:])
 
 
 def test_the_tail_and_the_parquet_together_count_each_fetch_once(
@@ -173,7 +181,11 @@ def test_the_tail_and_the_parquet_together_count_each_fetch_once(
     pub.close()
     assert first
     with psycopg.connect(dsn) as pg:
-        left = pg.execute("SELECT count(*) FROM fetches WHERE node_id = %s", (NODES[0],))
+        left = pg.execute(
+            "SELECT count(*) FROM fetches f JOIN published p USING (node_id)"
+            " WHERE node_id = %s AND f.id > p.through_id",
+            (NODES[0],),
+        )
         assert left.fetchone()[0] < 50  # less than a file stays in the tail
     con = open_fleet_query(dsn, history)
     assert _rows(con, "SELECT count(*), count(DISTINCT id) FROM fetches") == [(600, 600)]
@@ -280,5 +292,9 @@ async def test_the_history_service_repairs_then_rolls_the_tail_as_it_comes_due(
         nursery.cancel_scope.cancel()
     pub.close()
     with psycopg.connect(dsn) as pg:
-        left = pg.execute("SELECT count(*) FROM fetches WHERE node_id = %s", (NODES[0],))
+        left = pg.execute(
+            "SELECT count(*) FROM fetches f JOIN published p USING (node_id)"
+            " WHERE node_id = %s AND f.id > p.through_id",
+            (NODES[0],),
+        )
         assert left.fetchone() == (0,)
