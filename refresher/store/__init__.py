@@ -5,12 +5,15 @@ one definition each of a successful fetch, a change and a due time), duckdb (the
 implementation: pages, hosts, the append-only fetch history, the batched writer), views
 (freshness and age in SQL), snapshot (consistent copies for live queries), captures (the
 archive's index of WARC records), history (retention of old fetches), prune (the archive
-retention's index side), truth (a simulated web's truth tables).
+retention's index side), change_stats (the per-page statistics the estimator reads), truth
+(a simulated web's truth tables).
 """
 
+from refresher.store._change_stats import fold_observations, last_modified_agrees
 from refresher.store._duckdb import SCHEMA_VERSION, DuckDBStore, StoreService
 from refresher.store._interface import (
     NEVER,
+    ChangeStatistics,
     DocumentUpdate,
     EstimatorInputs,
     FetchRecord,
@@ -34,6 +37,7 @@ from refresher.store._open import open_store
 __all__ = [
     "NEVER",
     "SCHEMA_VERSION",
+    "ChangeStatistics",
     "DocumentUpdate",
     "DuckDBStore",
     "EstimatorInputs",
@@ -50,8 +54,10 @@ __all__ = [
     "StoreStatistics",
     "StoreStatus",
     "due_interval",
+    "fold_observations",
     "is_change",
     "is_success",
+    "last_modified_agrees",
     "next_due",
     "open_store",
 ]
