@@ -42,6 +42,13 @@ from refresher.fleet._partition import partition_of
 from refresher.ops._logging import get_logger
 from refresher.store._batch import fold_pages, new_page_rows
 from refresher.store._captures import BatchArchive, CaptureRow
+from refresher.store._change_stats import (
+    ESTIMATOR_COLUMNS,
+    STAT_COLUMNS,
+    fold_records,
+    read_statistics,
+    stat_column,
+)
 from refresher.store._hosts import summaries, summary_sql_pg
 from refresher.store._interface import (
     NEVER,
@@ -68,6 +75,9 @@ T = TypeVar("T")
 log = get_logger("store.pg")
 
 _U64 = 1 << 64
+_STAT_READ = ", ".join(f"coalesce({c}, 'NaN'::float8)" for c in STAT_COLUMNS)
+_STAT_SETS = ", ".join(f"{c} = b.{c}" for c in STAT_COLUMNS)
+_STAT_ARRAYS = ", %s::float8[]" * len(STAT_COLUMNS)
 _SUCCESS = success_sql()
 
 
@@ -569,9 +579,18 @@ class PgStore:
 
     def _update_pages(self, cur: Any, records: Sequence[FetchRecord]) -> None:
         fold = fold_pages(records)  # a page fetched twice: the later state, counts added
-        rows = fold.last
+        rows = sorted(fold.last, key=lambda r: r.page_id)
+        page_ids = np.array([r.page_id for r in rows], dtype=np.int64)
+        # the change statistics, read and folded inside this transaction
         cur.execute(
-            """
+            f"SELECT {_STAT_READ} FROM pages WHERE id = ANY(%s) ORDER BY id",
+            ([int(i) for i in page_ids],),
+        )
+        got = np.array(cur.fetchall(), dtype=np.float64).reshape(-1, len(STAT_COLUMNS))
+        state = {c: got[:, k].copy() for k, c in enumerate(STAT_COLUMNS)}
+        stats = fold_records(state, page_ids, records)
+        cur.execute(
+            f"""
             UPDATE pages SET last_fetch = b.last_fetch,
                 last_change = coalesce(b.changed_at, pages.last_change),
                 etag = b.etag, last_modified = b.last_modified, digest = b.digest,
@@ -579,12 +598,12 @@ class PgStore:
                 status = b.status, due_at = b.due_at,
                 meaningful_changes = pages.meaningful_changes + b.m,
                 fingerprint = coalesce(b.fingerprint, pages.fingerprint),
-                duplicate_of = b.duplicate_of
+                duplicate_of = b.duplicate_of, {_STAT_SETS}
             FROM unnest(%s::bigint[], %s::float8[], %s::float8[], %s::text[], %s::text[],
                         %s::bytea[], %s::int[], %s::int[], %s::text[], %s::float8[],
-                        %s::int[], %s::bigint[], %s::bigint[])
+                        %s::int[], %s::bigint[], %s::bigint[]{_STAT_ARRAYS})
                  AS b(id, last_fetch, changed_at, etag, last_modified, digest, n, x, status,
-                      due_at, m, fingerprint, duplicate_of)
+                      due_at, m, fingerprint, duplicate_of, {", ".join(STAT_COLUMNS)})
             WHERE pages.id = b.id
             """,
             (
@@ -601,6 +620,7 @@ class PgStore:
                 [fold.meaningful[r.page_id] for r in rows],
                 [_signed(r.fingerprint) for r in rows],
                 [r.duplicate_of for r in rows],
+                *([float(x) for x in stats[c]] for c in STAT_COLUMNS),
             ),
         )
 
@@ -656,62 +676,24 @@ class PgStore:
 
     # -- the allocation ----------------------------------------------------------------------
 
-    def estimator_inputs(self, *, meaningful: bool, history: int, links: bool) -> EstimatorInputs:
+    def estimator_inputs(self, *, meaningful: bool, links: bool) -> EstimatorInputs:
+        """The pages of this node's partitions and their change statistics."""
         owned = sorted(self.owned)
-        change = "coalesce(meaningful, changed)" if meaningful else "changed"
+        columns = [stat_column(c, meaningful) for c in ESTIMATOR_COLUMNS]
 
         def read(cur: Any) -> EstimatorInputs:
             cur.execute(
-                """
+                f"""
                 SELECT p.id, p.host_id, coalesce(p.last_fetch, 'NaN'::float8),
-                       coalesce(h.delay, 0)
+                       coalesce(h.delay, 0),
+                       {", ".join(f"coalesce(p.{c}, 'NaN'::float8)" for c in columns)}
                 FROM pages p JOIN hosts h ON h.id = p.host_id
                 WHERE p.partition = ANY(%s) AND p.status NOT IN ('gone', 'denied')
                 ORDER BY p.id
                 """,
                 (owned,),
             )
-            pages = np.array(cur.fetchall(), dtype=np.float64).reshape(-1, 4)
-            cur.execute(
-                f"""
-                WITH obs AS (
-                    SELECT page_id, finished_at, {change} AS changed,
-                           coalesce(last_modified_at, 'NaN'::float8) AS lm,
-                           lag(finished_at) OVER w AS prev,
-                           coalesce(lag(last_modified_at) OVER w, 'NaN'::float8) AS prev_lm,
-                           row_number() OVER (PARTITION BY page_id ORDER BY finished_at DESC)
-                               AS k
-                    FROM fetches
-                    WHERE partition = ANY(%s) AND {_SUCCESS}
-                    WINDOW w AS (PARTITION BY page_id ORDER BY finished_at)
-                )
-                SELECT page_id, finished_at, prev, changed::int, lm, prev_lm
-                FROM obs
-                WHERE prev IS NOT NULL AND k <= %s AND finished_at > prev
-                ORDER BY page_id, finished_at
-                """,
-                (owned, history),
-            )
-            obs = np.array(cur.fetchall(), dtype=np.float64).reshape(-1, 6)
-            cur.execute(
-                f"""
-                WITH ok AS (
-                    SELECT page_id, finished_at, last_modified_at,
-                           row_number() OVER (PARTITION BY page_id ORDER BY finished_at) AS first,
-                           count(*) OVER (PARTITION BY page_id) AS n
-                    FROM fetches
-                    WHERE partition = ANY(%s) AND {_SUCCESS}
-                )
-                SELECT page_id, finished_at - last_modified_at
-                FROM ok
-                WHERE first = 1 AND n <= %s + 1 AND last_modified_at IS NOT NULL
-                  AND last_modified_at NOT IN ('NaN', 'Infinity', '-Infinity')
-                  AND finished_at > last_modified_at
-                ORDER BY page_id
-                """,
-                (owned, history),
-            )
-            first = np.array(cur.fetchall(), dtype=np.float64).reshape(-1, 2)
+            pages = np.array(cur.fetchall(), dtype=np.float64).reshape(-1, 4 + len(columns))
             edges: NDArray[np.int64] = np.zeros((0, 2), dtype=np.int64)
             if links:
                 cur.execute(
@@ -720,21 +702,15 @@ class PgStore:
                     (owned,),
                 )
                 edges = np.array(cur.fetchall(), dtype=np.int64).reshape(-1, 2)
+            stats = {c: pages[:, 4 + k] for k, c in enumerate(columns)}
             return EstimatorInputs(
                 page_ids=pages[:, 0].astype(np.int64),
                 page_host=pages[:, 1].astype(np.int64),
                 last_fetch=pages[:, 2].copy(),
                 host_delay=pages[:, 3].copy(),
-                obs_page=obs[:, 0].astype(np.int64),
-                obs_finished=obs[:, 1].copy(),
-                obs_previous=obs[:, 2].copy(),
-                obs_changed=obs[:, 3].astype(bool),
-                obs_last_modified=obs[:, 4].copy(),
-                obs_previous_last_modified=obs[:, 5].copy(),
+                stats=read_statistics(stats, meaningful=meaningful),
                 link_src=edges[:, 0].astype(np.int64),
                 link_dst=edges[:, 1].astype(np.int64),
-                first_page=first[:, 0].astype(np.int64),
-                first_quiet=first[:, 1].copy(),
             )
 
         return self._tx("reading the estimator's inputs", read)
