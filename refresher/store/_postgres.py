@@ -147,8 +147,14 @@ class PgStore:
     """Synchronous access to the fleet's database for one node (its own connection). Use it
     through :class:`PostgresStore`, whose queue calls it from one thread at a time."""
 
-    def __init__(self, dsn: str, *, node_id: str, partitions: int) -> None:
+    def __init__(
+        self, dsn: str, *, node_id: str, partitions: int, retry_for: float = 300.0
+    ) -> None:
         self.dsn = dsn
+        #: seconds a transaction is retried while PostgreSQL is unreachable
+        self.retry_for = retry_for
+        #: transactions run again after a lost connection
+        self.retries = 0
         self.node_id = node_id
         self.partitions = partitions
         #: {partition: epoch} this node holds; replaced whole by set_owned (atomic)
@@ -182,23 +188,41 @@ class PgStore:
     # -- plumbing ----------------------------------------------------------------------------
 
     def _tx(self, what: str, fn: Callable[[Any], T]) -> T:
-        """``fn(cursor)`` in one transaction; psycopg's errors as :class:`StoreError`. A lost
-        connection is reopened once and the transaction run again (it never committed)."""
-        for attempt in (1, 2):
+        """``fn(cursor)`` in one transaction; psycopg's errors as :class:`StoreError`.
+
+        While PostgreSQL cannot be reached (or the transaction was rolled back by a deadlock
+        or a serialisation failure), the transaction is run again on a new connection, with a
+        backoff doubling from 0.1 s to 5 s, for at most ``retry_for`` seconds: the queue in
+        front stops taking fetches meanwhile, and nothing it holds is lost."""
+        delay = 0.1
+        deadline = time.monotonic() + self.retry_for
+        while True:
             try:
                 if self._con.closed:
                     self._con = self._connect()
                 with self._con.transaction(), self._con.cursor() as cur:
                     return fn(cur)
-            except psycopg.OperationalError as e:
-                if attempt == 2 or not self._con.closed:
+            except (psycopg.OperationalError, StoreError) as e:
+                lost = isinstance(e, psycopg.OperationalError) or isinstance(
+                    e.__cause__, psycopg.OperationalError
+                )
+                if not lost:
+                    raise  # a StoreError with another cause: no fleet here, another schema
+                if time.monotonic() + delay > deadline:
                     raise StoreError(
-                        f"{what} on {redact(self.dsn)!r}: {describe(e)}; is PostgreSQL up?"
+                        f"{what} on {redact(self.dsn)!r}: {describe(e)}; PostgreSQL unreachable "
+                        f"for {self.retry_for:g} s"
                     ) from e
-                log.warning("store connection lost, reconnecting", error=describe(e))
+                self.retries += 1
+                log.warning(
+                    "PostgreSQL unreachable, retrying", what=what, delay=delay, error=describe(e)
+                )
+                with contextlib.suppress(psycopg.Error):
+                    self._con.close()
+                time.sleep(delay)  # in the store's worker thread: the queue waits
+                delay = min(delay * 2, 5.0)
             except psycopg.Error as e:
                 raise StoreError(f"{what} on {redact(self.dsn)!r}: {describe(e)}") from e
-        raise AssertionError("unreachable")
 
     def _held(self, cur: Any, partitions: Iterable[int]) -> set[int]:
         """The fence: of ``partitions``, those this node still holds at its granted epoch,
@@ -485,7 +509,15 @@ class PgStore:
         if not records and not hosts and not robots and not captures:
             return 0
 
+        attempts = 0
+
         def write(cur: Any) -> tuple[int, int, int]:
+            nonlocal attempts
+            attempts += 1
+            if attempts > 1 and records and (already := self._committed(cur, records)):
+                # the connection broke as the batch committed: it is in, do not add it twice
+                log.info("batch found committed on retry", node=self.node_id, records=already)
+                return already, 0, 0
             host_ids = {r.host_id for r in records} | {h.host_id for h in hosts}
             host_ids |= {r.host_id for r in robots}
             cur.execute("SELECT id, partition FROM hosts WHERE id = ANY(%s)", (sorted(host_ids),))
@@ -576,6 +608,17 @@ class PgStore:
                 reason="partition no longer held at its epoch",
             )
         return written
+
+    def _committed(self, cur: Any, records: Sequence[FetchRecord]) -> int:
+        """How many of ``records`` are in already: 0, or all those the batch kept (a batch
+        commits whole)."""
+        cur.execute(
+            "SELECT count(*) FROM fetches f"
+            " JOIN unnest(%s::bigint[], %s::float8[]) AS r(page_id, at)"
+            " ON f.page_id = r.page_id AND f.finished_at = r.at WHERE f.node_id = %s",
+            ([r.page_id for r in records], [r.finished_at for r in records], self.node_id),
+        )
+        return int(cur.fetchone()[0])
 
     def _update_pages(self, cur: Any, records: Sequence[FetchRecord]) -> None:
         fold = fold_pages(records)  # a page fetched twice: the later state, counts added
