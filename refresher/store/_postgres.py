@@ -147,14 +147,15 @@ class PgStore:
     """Synchronous access to the fleet's database for one node (its own connection). Use it
     through :class:`PostgresStore`, whose queue calls it from one thread at a time."""
 
-    def __init__(
-        self, dsn: str, *, node_id: str, partitions: int, retry_for: float = 300.0
-    ) -> None:
+    def __init__(self, dsn: str, *, node_id: str, partitions: int, retry_for: float = 2.0) -> None:
         self.dsn = dsn
-        #: seconds a transaction is retried while PostgreSQL is unreachable
+        #: seconds a transaction is retried here while PostgreSQL is unreachable (a blip);
+        #: longer outages are the queue's to retry (BatchedService.transient)
         self.retry_for = retry_for
         #: transactions run again after a lost connection
         self.retries = 0
+        #: the first record of a batch whose commit is unknown (the connection broke)
+        self._unsure: tuple[int, float] | None = None
         self.node_id = node_id
         self.partitions = partitions
         #: {partition: epoch} this node holds; replaced whole by set_owned (atomic)
@@ -509,12 +510,15 @@ class PgStore:
         if not records and not hosts and not robots and not captures:
             return 0
 
-        attempts = 0
+        # A batch whose commit may have happened as the connection broke is checked first
+        # when it comes again (retried here or by the queue): it must not be added twice.
+        key = (records[0].page_id, records[0].finished_at) if records else None
+        unsure = key is not None and key == self._unsure
 
         def write(cur: Any) -> tuple[int, int, int]:
-            nonlocal attempts
-            attempts += 1
-            if attempts > 1 and records and (already := self._committed(cur, records)):
+            nonlocal unsure
+            check, unsure = unsure, True
+            if check and (already := self._committed(cur, records)):
                 # the connection broke as the batch committed: it is in, do not add it twice
                 log.info("batch found committed on retry", node=self.node_id, records=already)
                 return already, 0, 0
@@ -596,7 +600,9 @@ class PgStore:
                 len(hosts) + len(robots) - len(keep_hosts) - len(keep_robots),
             )
 
+        self._unsure = key
         written, lost, lost_hosts = self._tx(f"writing {len(records)} fetch records", write)
+        self._unsure = None
         if lost or lost_hosts:
             self.dropped_records += lost
             self.dropped_hosts += lost_hosts
