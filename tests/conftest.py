@@ -274,19 +274,28 @@ class PostgresServer:
             f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.dir} -c fsync=off "
             "-c synchronous_commit=off -c full_page_writes=off -c max_connections=200"
         )
+        self.options = options
+        self.start()
+
+    def start(self) -> None:
+        """Start the server (again, after :meth:`halt`)."""
         self._run(
-            pg_ctl,
+            self.pg_ctl,
             "-D",
             str(self.data),
             "-l",
             str(self.dir / "server.log"),
             "-o",
-            options,
+            self.options,
             "-w",
             "-t",
             "60",
             "start",
         )
+
+    def halt(self) -> None:
+        """Stop the server as a crash would (``-m immediate``), keeping its data."""
+        self._run(self.pg_ctl, "-D", str(self.data), "-m", "immediate", "-w", "stop")
 
     def _run(self, *argv: str) -> None:
         done = subprocess.run(argv, capture_output=True, text=True, user=self.user, timeout=120)
