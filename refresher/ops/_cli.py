@@ -234,7 +234,7 @@ def _offline(config: Config, op: Callable[[Store], Awaitable[T]], *, existing: b
 
     from refresher.store import open_store
 
-    if existing and not config.store.path.exists():
+    if existing and not config.fleet.enabled and not config.store.path.exists():
         raise StoreError(
             f"no daemon runs and there is no store at {str(config.store.path)!r}; "
             "give the daemon's --store FILE or --config FILE"
@@ -266,6 +266,8 @@ def _cmd_seed(args: argparse.Namespace) -> int:
         where = "running daemon"
     except ControlError:
         pages, rejected = check_seeds(urls, strip_params=config.discovery.strip_tracking_params)
+        if config.fleet.enabled:
+            return _seed_fleet(config, pages, rejected)
         added, _ = _offline(config, lambda store: store.add_pages(pages, now=time.time()))
         answer = {"added": len(added), "known": len(pages) - len(added), "rejected": rejected}
         where = str(config.store.path)
@@ -273,6 +275,22 @@ def _cmd_seed(args: argparse.Namespace) -> int:
         print(f"rejected {r['url']!r}: {r['reason']}", file=sys.stderr)
     print(f"{answer['added']} added, {answer['known']} already known ({where})")
     return 1 if answer["rejected"] and not answer["added"] and not answer["known"] else 0
+
+
+def _seed_fleet(config: Config, pages: Any, rejected: list[dict[str, str]]) -> int:
+    """Seeds into a fleet with no daemon here: to the inbox of the node that holds a seed's
+    partition, else straight into the shared pages (the next owner loads them)."""
+    from refresher.store._pg_dsn import redact
+    from refresher.store._postgres import seed_fleet
+
+    routed = seed_fleet(config, pages, now=time.time())
+    for r in rejected:
+        print(f"rejected {r['url']!r}: {r['reason']}", file=sys.stderr)
+    print(
+        f"{routed.elsewhere} added, {routed.inboxed} sent to their owners' inboxes, "
+        f"{routed.known} already known (fleet {redact(config.fleet.dsn)})"
+    )
+    return 1 if rejected and not pages else 0
 
 
 def _offline_status(config: Config, *, hosts_limit: int | None) -> dict[str, Any]:

@@ -5,7 +5,11 @@ one definition each of a successful fetch, a change and a due time), duckdb (the
 implementation: pages, hosts, the append-only fetch history, the batched writer), views
 (freshness and age in SQL), snapshot (consistent copies for live queries), captures (the
 archive's index of WARC records), history (retention of old fetches), prune (the archive
-retention's index side), truth (a simulated web's truth tables).
+retention's index side), truth (a simulated web's truth tables); service (the batched writer
+both stores share). For a fleet: postgres (the PostgreSQL implementation for one node, fenced by
+partition leases, with the inbox of links for other nodes), pg_leases (the leases' SQL),
+pg_schema (the fleet's schema and ``refresher fleet init``), pg_dsn (the connection string,
+never shown with its password).
 """
 
 from refresher.store._duckdb import SCHEMA_VERSION, DuckDBStore, StoreService
@@ -30,6 +34,8 @@ from refresher.store._interface import (
     next_due,
 )
 from refresher.store._open import open_store
+from refresher.store._pg_leases import LeaseStore, PgLeases
+from refresher.store._postgres import Fencing, PostgresStore
 
 __all__ = [
     "NEVER",
@@ -37,13 +43,17 @@ __all__ = [
     "DocumentUpdate",
     "DuckDBStore",
     "EstimatorInputs",
+    "Fencing",
     "FetchRecord",
     "HostRow",
     "HostSummary",
     "HostUpdate",
+    "LeaseStore",
     "NewPage",
     "PageRow",
+    "PgLeases",
     "PlanUpdate",
+    "PostgresStore",
     "RobotsUpdate",
     "Store",
     "StoreService",

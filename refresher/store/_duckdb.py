@@ -26,6 +26,7 @@ import numpy as np
 from refresher._errors import StoreError
 from refresher.discover._seen import fingerprints
 from refresher.ops._logging import get_logger
+from refresher.store._batch import fold_pages, new_page_rows
 from refresher.store._captures import (
     CAPTURES_MIGRATION,
     CaptureRow,
@@ -346,23 +347,7 @@ class DuckDBStore:
                 with contextlib.suppress(duckdb.Error):
                     self._con.unregister(view)
         self._next_page += len(rows)
-        by_url = {p.url: p for p in unique}
-        return [
-            PageRow(
-                id=int(i),
-                url=u,
-                host_id=int(h),
-                host=by_url[u].host,
-                due_at=now,
-                etag=None,
-                last_modified=None,
-                digest=None,
-                target_rate=None,
-                depth=by_url[u].depth,
-                source=by_url[u].source,
-            )
-            for i, u, h in rows
-        ]
+        return new_page_rows(rows, unique, now=now)
 
     def known_fingerprints(self, fps: np.ndarray) -> np.ndarray:
         """Which of these URL fingerprints the store has (bool mask, same order)."""
@@ -581,32 +566,22 @@ class DuckDBStore:
             ),
         }
         # A page fetched twice within one batch: the later state wins, the counts add up.
-        last: dict[int, FetchRecord] = {}
-        counts: dict[int, list[int]] = {}
-        changed_at: dict[int, float] = {}
-        for r in records:
-            last[r.page_id] = r
-            c = counts.setdefault(r.page_id, [0, 0, 0])
-            c[0] += 1
-            c[2] += bool(r.meaningful)
-            if r.changed:
-                c[1] += 1
-                changed_at[r.page_id] = r.finished_at
-        pages_ = list(last.values())
+        fold = fold_pages(records)
+        pages_ = fold.last
         page_batch = {
             "id": np.array([r.page_id for r in pages_], dtype=np.int64),
             "last_fetch": np.array([r.finished_at for r in pages_], dtype=np.float64),
             "changed_at": np.array(
-                [changed_at.get(r.page_id, math.nan) for r in pages_], dtype=np.float64
+                [fold.changed_at.get(r.page_id, math.nan) for r in pages_], dtype=np.float64
             ),
             "etag": np.array([r.etag for r in pages_], dtype=object),
             "last_modified": np.array([r.last_modified for r in pages_], dtype=object),
             "digest": np.array([r.page_digest for r in pages_], dtype=object),
-            "n": np.array([counts[r.page_id][0] for r in pages_], dtype=np.int32),
-            "x": np.array([counts[r.page_id][1] for r in pages_], dtype=np.int32),
+            "n": np.array([fold.fetches[r.page_id] for r in pages_], dtype=np.int32),
+            "x": np.array([fold.changes[r.page_id] for r in pages_], dtype=np.int32),
             "status": np.array([r.page_status for r in pages_], dtype=object),
             "due_at": np.array([r.due_at for r in pages_], dtype=np.float64),
-            "m": np.array([counts[r.page_id][2] for r in pages_], dtype=np.int32),
+            "m": np.array([fold.meaningful[r.page_id] for r in pages_], dtype=np.int32),
             "fingerprint": np.array([r.fingerprint for r in pages_], dtype=object),
             "duplicate_of": np.array([r.duplicate_of for r in pages_], dtype=object),
         }
