@@ -419,7 +419,8 @@ class Membership:
         """Leave the fleet at once: stop fetching, let the in-flight fetches finish and commit,
         free every lease, and mark the node stopping. For a clean shutdown (SIGTERM)."""
         try:
-            with trio.CancelScope(shield=True):
+            # Bounded: with the database away the leases expire on their own.
+            with trio.CancelScope(shield=True), trio.fail_after(2 * self.timing.ttl):
                 async with self._lock:  # no heartbeat or claim in progress from here on
                     self._stopping = True
                     count = await self._hand_back(frozenset(self._held))
@@ -433,8 +434,10 @@ class Membership:
                     with trio.fail_after(self.timing.ttl):
                         await self._run_sync(leave)
             log.info("left the fleet; partitions handed back", partitions=count)
-        except StoreError as e:
-            log.warning("leaving the fleet failed; the leases expire on their own", error=str(e))
+        except (StoreError, trio.TooSlowError) as e:
+            log.warning(
+                "leaving the fleet failed; the leases expire on their own", error=str(e) or "slow"
+            )
         if self._nursery is not None:
             self._nursery.cancel_scope.cancel()
 

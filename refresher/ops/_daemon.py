@@ -516,7 +516,12 @@ class Daemon:
         from refresher.store._postgres import PostgresStore
 
         c = self.config
+        from refresher.store._pg_retry import unavailable
+
         service = await trio.to_thread.run_sync(PostgresStore.connect, c)
+        # PostgreSQL away while running: the queue waits and retries, membership stops the
+        # fetching; both resume when it is back.
+        service.transient = unavailable
         log.info("store opened", fleet=redact(c.fleet.dsn), node=c.fleet.node_id)
         self._store = service
         try:

@@ -107,6 +107,8 @@ class PgLeases:
         """``fn(cursor)`` in one transaction, psycopg's errors as :class:`StoreError`."""
         with self._lock:
             try:
+                if self._con.closed:  # lost with the server: membership retries through here
+                    self._con = connect(self._dsn)
                 with self._con.transaction(), self._con.cursor() as cur:
                     return fn(cur)
             except psycopg.Error as e:

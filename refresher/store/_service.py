@@ -138,6 +138,12 @@ class BatchedService(Generic[S]):
         self._closed = False
         #: called in the trio thread with each committed batch's size
         self.on_commit: list[Callable[[int], None]] = []
+        #: set for a store whose failures may pass (a database server restarting): such a
+        #: failure is retried with backoff, writes and calls kept in order, instead of ending
+        #: the service; once closed, for at most ``retry_closing`` seconds
+        self.transient: Callable[[BaseException], bool] | None = None
+        self.retry_closing = 10.0
+        self.retries = 0
 
     async def record(self, record: FetchRecord, capture: CaptureRow | None = None) -> None:
         """Queue one fetch (and where the archive wrote its copy); it is acknowledged when its
@@ -253,7 +259,7 @@ class BatchedService(Generic[S]):
 
         # Shielded: a batch being written is finished even while the daemon shuts down.
         with trio.CancelScope(shield=True):
-            written, self._counts = await trio.to_thread.run_sync(write, self.store)
+            written, self._counts = await self._in_store(write)
         self._last_batch_seconds = time.perf_counter() - t0
         self._acknowledged += written
         self._batches += 1
@@ -315,6 +321,24 @@ class BatchedService(Generic[S]):
                         self._queue_write(item)
                 await self._flush()
 
+    async def _in_store(self, fn: Callable[[S], T]) -> T:
+        """``fn(store)`` in a worker thread; a transient failure retried (see ``transient``)."""
+        backoff, give_up = 0.0, math.inf
+        while True:
+            try:
+                return await trio.to_thread.run_sync(fn, self.store)
+            except Exception as e:
+                if self.transient is None or not self.transient(e):
+                    raise
+                if self._closed:
+                    give_up = min(give_up, trio.current_time() + self.retry_closing)
+                if trio.current_time() >= give_up:
+                    raise
+                backoff = min(5.0, max(0.25, backoff * 2))
+                self.retries += 1
+                log.warning("store unavailable; retrying", error=str(e), retry_in=backoff)
+                await trio.sleep(backoff)
+
     def _queue_write(self, item: FetchRecord | HostUpdate | RobotsUpdate | CaptureRow) -> None:
         if isinstance(item, FetchRecord):
             self._records.append(item)
@@ -333,7 +357,7 @@ class BatchedService(Generic[S]):
 
         try:
             with trio.CancelScope(shield=True):
-                call.result = await trio.to_thread.run_sync(run_call, self.store)
+                call.result = await self._in_store(run_call)
         except Exception as e:
             call.error = e
         call.done.set()

@@ -7,6 +7,7 @@ import json
 import random
 import signal
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -208,4 +209,77 @@ async def test_kill_9_at_random_points_loses_no_acknowledged_fetch_and_pages_kee
     # and every record is a request the server saw
     (recorded,) = fleet.rows("SELECT count(*) FROM fetches WHERE status IS NOT NULL")[0]
     assert recorded <= len([r for r in s.requests if r.path != "/robots.txt"])
+    assert_polite(s)
+
+
+def test_an_unreachable_database_at_start_is_one_line_and_exit_1_without_the_password(
+    short_dir, free_port_dsn
+):
+    config = daemon_config(
+        short_dir,
+        port=1,
+        seeds=[],
+        fleet={"dsn": free_port_dsn, "node_id": "a", "lease_ttl": TTL},
+        fetch={"timeout": 0.5},
+    )
+    done = cli("run", "--config", str(config), timeout=60)
+    assert done.returncode == 1
+    errors = [json.loads(line) for line in done.stdout.splitlines() if '"error"' in line]
+    assert len(errors) == 1 and "cannot connect" in errors[0]["error"]
+    assert "s3cret" not in done.stdout + done.stderr
+
+
+@pytest.fixture
+def free_port_dsn() -> str:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"postgresql://refresher:s3cret@127.0.0.1:{port}/fleet"
+
+
+@pytest.fixture
+def own_postgres():
+    """A PostgreSQL of this test's own, to crash and start again."""
+    from conftest import PostgresServer
+
+    server = PostgresServer()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+async def test_a_node_stops_fetching_while_the_database_is_away_and_resumes_after(
+    own_postgres, web, short_dir, daemons
+):
+    s, port = web
+    dsn = own_postgres()
+    # A commit must survive the crash this test causes (the suite's server trades that away).
+    with psycopg.connect(dsn, autocommit=True) as con:
+        con.execute(f"ALTER DATABASE {con.info.dbname} SET synchronous_commit = on")
+    fleet = Fleet(dsn, short_dir, port, s.urls(), daemons)
+    assert cli("fleet", "init", "--config", str(fleet.config("init"))).returncode == 0
+    a = fleet.start("a")
+    await a.ready()
+    await wait_for(lambda: a.acknowledged() > 10, what="fetches acknowledged")
+    await trio.to_thread.run_sync(own_postgres.halt)
+    fenced = await wait_for(
+        lambda: a.event("lease renewal late; stopped fetching its partitions"),
+        what="self-fencing",
+    )
+    stopped_at = datetime.fromisoformat(fenced["timestamp"]).timestamp()
+    away = len(s.requests)
+    await wait_for(lambda: a.event("fleet heartbeat failed; retrying"), what="retries")
+    assert a.proc.poll() is None, a.output()
+    # nothing started once the margin ran out, bar fetches already under way
+    late = [r for r in s.requests if r.started > stopped_at + 0.5]
+    assert late == []
+    await trio.to_thread.run_sync(own_postgres.start)
+    await wait_for(lambda: len(s.requests) > away + 10, what="fetching again")
+    a.signal(signal.SIGTERM)
+    assert await a.wait_exit() == 0
+    (recorded,) = fleet.rows("SELECT count(*) FROM fetches")[0]
+    assert recorded >= a.acknowledged()
     assert_polite(s)
