@@ -428,12 +428,7 @@ class Daemon:
         from refresher.fleet._history import HistoryService
         from refresher.store._parquet import HistoryPublisher
 
-        publisher = HistoryPublisher(
-            c.fleet.dsn,
-            c.fleet.node_id,
-            Path(c.fleet.history_dir),
-            keep_per_page=c.estimate.history + 2,
-        )
+        publisher = HistoryPublisher(c.fleet.dsn, c.fleet.node_id, Path(c.fleet.history_dir))
         self._history = HistoryService(publisher)
         return self._history
 

@@ -15,10 +15,8 @@ spans two days (the batch ends where the day changes). Exactly once:
    the target directory, which is synced and renamed to its final name (atomic: a reader sees
    the whole file or none);
 2. one transaction then moves the watermark to the last id and deletes the published rows
-   from PostgreSQL, but for each page's latest ``keep_per_page`` successful fetches, which the
-   estimator reads there (``estimate.history`` + 2: the intervals between them, and the
-   evidence that the first fetch is no longer among them). Those stay below the watermark,
-   so no reader counts them twice.
+   from PostgreSQL (the estimator does not read them: it keeps its per-page statistics in
+   ``pages``).
 
 A crash between 1 and 2 leaves a file whose id range lies above the watermark. On start,
 :meth:`HistoryPublisher.repair` finds it by its name and completes step 2 for it (the rows it
@@ -51,7 +49,6 @@ import psycopg
 from refresher._errors import StoreError
 from refresher.ops._logging import get_logger
 from refresher.store._duckdb import FETCH_LOG
-from refresher.store._interface import SUCCESS_SQL
 from refresher.store._pg_dsn import connect, describe, redact
 from refresher.store._pg_session import PgSession
 from refresher.store._snapshot import query_table
@@ -221,7 +218,6 @@ class HistoryPublisher:
         *,
         rows_per_file: int = 250_000,
         roll_seconds: float = 600.0,
-        keep_per_page: int = 34,
     ) -> None:
         if rows_per_file < 1 or roll_seconds < 0:
             raise ValueError("rows_per_file ≥ 1 and roll_seconds ≥ 0")
@@ -229,7 +225,6 @@ class HistoryPublisher:
         self.history_dir = history_dir
         self.rows_per_file = rows_per_file
         self.roll_seconds = roll_seconds
-        self.keep_per_page = keep_per_page
         self._session = PgSession(dsn)
         self._run = self._session.run
         self._files = 0
@@ -251,30 +246,16 @@ class HistoryPublisher:
         return 0 if row is None else int(row[0])
 
     def _commit(self, cur: Any, watermark: int, last: int) -> None:
-        """Move the watermark from ``watermark`` to ``last`` and delete from PostgreSQL the
-        published rows the estimator no longer reads: each page keeps its latest
-        ``keep_per_page`` successful fetches (whichever node made them)."""
+        """Move the watermark from ``watermark`` to ``last`` and delete those rows from
+        PostgreSQL (the estimator keeps its own per-page statistics in ``pages``)."""
         cur.execute(
             "INSERT INTO published (node_id, through_id) VALUES (%s, %s)"
             " ON CONFLICT (node_id) DO UPDATE SET through_id = excluded.through_id",
             (self.node_id, last),
         )
         cur.execute(
-            f"""
-            DELETE FROM fetches f USING (
-                SELECT r.id FROM (
-                    SELECT id, node_id, {SUCCESS_SQL} AS ok,
-                           row_number() OVER (PARTITION BY page_id, {SUCCESS_SQL}
-                                              ORDER BY finished_at DESC, id DESC) AS k
-                    FROM fetches
-                    WHERE page_id IN (SELECT page_id FROM fetches
-                                      WHERE node_id = %(node)s AND id > %(w)s AND id <= %(last)s)
-                ) r JOIN published p ON p.node_id = r.node_id AND r.id <= p.through_id
-                WHERE NOT r.ok OR r.k > %(keep)s
-            ) d
-            WHERE f.id = d.id
-            """,
-            {"node": self.node_id, "w": watermark, "last": last, "keep": self.keep_per_page},
+            "DELETE FROM fetches WHERE node_id = %s AND id > %s AND id <= %s",
+            (self.node_id, watermark, last),
         )
 
     def _files_above(self, watermark: int) -> list[tuple[int, int, Path]]:
