@@ -27,6 +27,7 @@ import contextlib
 import glob
 import os
 import pwd
+import queue
 import shutil
 import socket
 import subprocess
@@ -220,10 +221,20 @@ def bench_writes(pg: Postgres, writers: int, args: argparse.Namespace) -> None:
     ]
     for p in procs:
         p.start()
+
+    def get() -> Any:
+        while True:
+            with contextlib.suppress(queue.Empty):
+                return q.get(timeout=1.0)
+            if any(p.exitcode not in (None, 0) for p in procs):
+                for p in procs:
+                    p.kill()
+                raise SystemExit("a writer failed; see its traceback above")
+
     for _ in procs:
-        q.get(timeout=300)  # "ready": pages added, the window starts now
+        get()  # "ready": pages added, the window starts now
     t0, c0 = time.time(), pg.cpu()
-    results = [q.get(timeout=args.seconds + 300) for _ in procs]
+    results = [get() for _ in procs]
     t1, c1 = time.time(), pg.cpu()
     release.set()
     for p in procs:
