@@ -213,3 +213,60 @@ async def test_two_nodes_on_postgresql_converge_to_one_mu_and_the_union_allocati
     assert solution is not None and solution.mu == pytest.approx(single.multiplier, rel=1e-6)
     for node in nodes:
         node.close()
+
+
+async def test_nodes_keep_the_last_mu_while_the_coordinator_changes_hands(
+    postgres: Callable[..., str],
+) -> None:
+    dsn = postgres()
+    init_fleet(dsn, partitions=8)
+    pages = _pages(31, 3_000, 200)
+    parts = _split(pages, 2, seed=2)
+    nodes = [
+        FleetBudget(store=PgBudget(dsn), node_id=f"n{k}", lease_ttl=1.0, tick=0.02)
+        for k in range(2)
+    ]
+    for node, rows in zip(nodes, parts, strict=True):
+        node(_inputs(pages, rows), "optimal", 1.0, explore=0.0)
+    async with trio.open_nursery() as nursery:
+        scopes = []
+        for node in nodes:
+            scope = trio.CancelScope()
+            scopes.append(scope)
+
+            async def run(node: FleetBudget = node, scope: trio.CancelScope = scope) -> None:
+                with scope:
+                    await node.run()
+
+            nursery.start_soon(run)
+
+        def both_heard() -> bool:
+            s = [n.solution for n in nodes]
+            return (
+                s[0] is not None
+                and s[1] is not None
+                and s[0].to_json() == s[1].to_json()
+                and all(n.statistics().nodes == 2 for n in nodes)
+            )
+
+        await wait_for(both_heard, what="one solution over both nodes")
+        held = [n.statistics().coordinator for n in nodes]
+        assert held.count(True) == 1
+        coordinator, other = (0, 1) if held[0] else (1, 0)
+        before = nodes[other].solution
+        scopes[coordinator].cancel()  # the coordinator stops (its lease is released)
+        seen: list[bool] = []
+
+        def taken_over() -> bool:
+            seen.append(nodes[other].solution is not None)
+            s = nodes[other].statistics()
+            return s.coordinator and s.nodes == 1 and s.epoch > 0 and s.solves >= 1
+
+        await wait_for(taken_over, what="the other node coordinates and solves alone")
+        assert all(seen)  # it planned with the last μ throughout
+        assert before is not None
+        after = nodes[other].solution
+        assert after is not None and after.to_json() != before.to_json()
+        nursery.cancel_scope.cancel()
+    for node in nodes:
+        node.close()
