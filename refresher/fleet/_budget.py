@@ -23,6 +23,7 @@ or a node joins or leaves (the set of live nodes differs from the one the last s
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Callable
@@ -33,6 +34,7 @@ import numpy as np
 import trio
 
 from refresher import policies
+from refresher._errors import StoreError
 from refresher.fleet._solve import FleetSolver, Solution, answer, target_rates
 from refresher.ops._logging import get_logger
 from refresher.refresh._allocate import Plan, PolicyInputs, demand, plan
@@ -64,6 +66,7 @@ class FleetBudgetStatistics:
     solves: int  # solutions this node published as coordinator
     nodes: int  # nodes answering (as last seen)
     node_budget: float  # Σ target rates of this node's pages in its last plan
+    errors: int  # ticks that failed on the database (it keeps the last level meanwhile)
 
 
 class FleetBudget:
@@ -106,6 +109,7 @@ class FleetBudget:
         self._nodes = 1
         self._node_budget = 0.0
         self._wake = trio.Event()
+        self.errors = 0  # ticks that failed on the database
 
     # -- the allocator's side ---------------------------------------------------------------
 
@@ -163,16 +167,28 @@ class FleetBudget:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
+        backoff = 0.0
         try:
             while True:
-                await self.step()
-                with trio.move_on_after(self.tick):
+                try:
+                    await self.step()
+                    backoff = 0.0
+                except StoreError as e:
+                    # PostgreSQL away: keep planning at the last level; the coordinator lease
+                    # cannot be proven, so coordinate again only after claiming it anew
+                    backoff = min(max(2.0 * backoff, self.tick), self.lease_ttl)
+                    if self._epoch is not None:
+                        log.warning("fleet budget coordinator lost", error=str(e))
+                    self._epoch, self._solver = None, None
+                    self.errors += 1
+                    log.warning("fleet budget: the database is unreachable", error=str(e))
+                with trio.move_on_after(max(self.tick, backoff)):
                     await self._wake.wait()
                 self._wake = trio.Event()
         finally:
             if self._epoch is not None:
                 epoch = self._epoch
-                with trio.CancelScope(shield=True):
+                with trio.CancelScope(shield=True), contextlib.suppress(StoreError):
                     await trio.to_thread.run_sync(
                         lambda: self._store.release_coordinator(self.node_id, epoch)
                     )
@@ -307,4 +323,5 @@ class FleetBudget:
             solves=self._solves,
             nodes=self._nodes,
             node_budget=self._node_budget,
+            errors=self.errors,
         )

@@ -115,9 +115,13 @@ def answer(demand: Demand, query: dict[str, Any]) -> dict[str, Any]:
         )
     else:
         y, spare_y = float(query["y"]), float(query["spare_y"])
-        p = demand.spare(spare_y) if stage == "spare" else demand.at(y)
-        f = demand.rates(Level(y=y, spare_y=spare_y))
-        out.update(capped=p.capped, free=p.free, slope=p.slope, starved=int((f <= 0.0).sum()))
+        if stage == "spare":
+            p = demand.spare(spare_y)
+            starved = int((demand.rates(Level(y=y, spare_y=spare_y)) <= 0.0).sum())
+        else:  # no spare share at this level: the point's pages are all of them
+            p = demand.at(y)
+            starved = p.starved
+        out.update(capped=p.capped, free=p.free, slope=p.slope, starved=starved)
     return {k: _num(v) for k, v in out.items()}
 
 

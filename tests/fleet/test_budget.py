@@ -4,6 +4,7 @@ solve over the union of their pages makes (pure: no network)."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -267,6 +268,51 @@ async def test_nodes_keep_the_last_mu_while_the_coordinator_changes_hands(
         assert before is not None
         after = nodes[other].solution
         assert after is not None and after.to_json() != before.to_json()
+        nursery.cancel_scope.cancel()
+    for node in nodes:
+        node.close()
+
+
+async def test_a_database_outage_keeps_the_last_mu_and_the_fleet_solves_again_after(
+    postgres: Any,
+) -> None:
+    dsn = postgres()
+    init_fleet(dsn, partitions=8)
+    pages = _pages(41, 2_000, 100)
+    parts = _split(pages, 2, seed=4)
+    nodes = [
+        FleetBudget(store=PgBudget(dsn), node_id=f"n{k}", lease_ttl=1.0, tick=0.02)
+        for k in range(2)
+    ]
+    for node, rows in zip(nodes, parts, strict=True):
+        node(_inputs(pages, rows), "uniform", 1.0, explore=0.0)
+
+    def agreed() -> bool:
+        s = [n.solution for n in nodes]
+        return (
+            s[0] is not None
+            and s[1] is not None
+            and s[0].to_json() == s[1].to_json()
+            and all(n.statistics().nodes == 2 for n in nodes)
+        )
+
+    async with trio.open_nursery() as nursery:
+        for node in nodes:
+            nursery.start_soon(node.run)
+        await wait_for(agreed, what="one solution over both nodes")
+        before = [n.solution for n in nodes]
+        solves = sum(n.statistics().solves for n in nodes)
+        await trio.to_thread.run_sync(postgres.halt)
+        try:
+            await wait_for(lambda: all(n.statistics().errors > 0 for n in nodes))
+            assert [n.solution for n in nodes] == before  # planning goes on at the last level
+            assert not any(n.statistics().coordinator for n in nodes)
+        finally:
+            await trio.to_thread.run_sync(postgres.start)
+        await wait_for(
+            lambda: agreed() and sum(n.statistics().solves for n in nodes) > solves,
+            what="a new solve once the database is back",
+        )
         nursery.cancel_scope.cancel()
     for node in nodes:
         node.close()
