@@ -64,6 +64,7 @@ class Solution:
     mu: float
     rounds: int
     starved: int
+    nodes: int = 0  # the nodes whose census answers it was solved over
 
     @property
     def level(self) -> Level:
@@ -83,12 +84,13 @@ class Solution:
         floats = {
             k: float(data[k])
             for k in cls.__dataclass_fields__
-            if k not in ("policy", "rounds", "starved")
+            if k not in ("policy", "rounds", "starved", "nodes")
         }
         return cls(
             policy=str(data["policy"]),
             rounds=int(data["rounds"]),
             starved=int(data["starved"]),
+            nodes=int(data.get("nodes", 0)),
             **floats,
         )
 
@@ -183,6 +185,7 @@ class FleetSolver:
     _search: _Search | None = None
     _census: dict[str, float] = field(default_factory=dict)
     _leftover: float = 0.0
+    _heard: int = 0
 
     def __post_init__(self) -> None:
         self.query = {"round": 0, "stage": "census", "share": self.share, "policy": self.policy}
@@ -217,6 +220,7 @@ class FleetSolver:
         share = self.share
         if stage == "census":
             self._census = {k: total(k) for k in ("room", "spare_room", "unvalued", "pages")}
+            self._heard = len(got)
             if share <= 0.0 or self._census["pages"] == 0:
                 self._finish(math.inf, 0.0, math.nan, 1.0, unplaced=share, starved=0)
                 return
@@ -300,4 +304,5 @@ class FleetSolver:
             mu=mu,
             rounds=int(self.query["round"]),
             starved=starved,
+            nodes=self._heard,
         )

@@ -3,6 +3,7 @@ solve over the union of their pages makes (pure: no network)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -169,39 +170,50 @@ def _inputs(pages: dict[str, np.ndarray], rows: np.ndarray) -> PolicyInputs:
     )
 
 
+def _nodes(
+    dsn: str,
+    pages: dict[str, np.ndarray],
+    parts: list[np.ndarray],
+    policy: str,
+    budget: float,
+    *,
+    ttl: float,
+) -> list[FleetBudget]:
+    """One in-process node per part on a fresh fleet database, each having planned once."""
+    init_fleet(dsn, partitions=8)
+    nodes = [
+        FleetBudget(store=PgBudget(dsn), node_id=f"n{k}", lease_ttl=ttl, tick=0.02)
+        for k in range(len(parts))
+    ]
+    for node, rows in zip(nodes, parts, strict=True):
+        node(_inputs(pages, rows), policy, budget, explore=0.0)
+    return nodes
+
+
+def _agreed(nodes: list[FleetBudget]) -> bool:
+    """Every node holds the same solution, and each saw them all answering."""
+    got = [n.solution for n in nodes]
+    return (
+        all(s is not None and s.nodes == len(nodes) for s in got)
+        and len({json.dumps(s.to_json(), sort_keys=True) for s in got if s is not None}) == 1
+        and all(n.statistics().nodes == len(nodes) for n in nodes)
+    )
+
+
 async def test_two_nodes_on_postgresql_converge_to_one_mu_and_the_union_allocation(
     postgres: Callable[..., str],
 ) -> None:
-    dsn = postgres()
-    init_fleet(dsn, partitions=8)
     pages = _pages(21, 6_000, 300)
     parts = _split(pages, 2, seed=1)
     budget = 1.5
-    nodes = [
-        FleetBudget(store=PgBudget(dsn), node_id=f"n{k}", lease_ttl=2.0, tick=0.02)
-        for k in range(2)
-    ]
-    plans = [
-        node(_inputs(pages, rows), "optimal", budget, explore=0.0)
-        for node, rows in zip(nodes, parts, strict=True)
-    ]
+    nodes = _nodes(postgres(), pages, parts, "optimal", budget, ttl=2.0)
     # before any solution each node plans alone for its share of B
-    assert all(p.target.sum() == pytest.approx(budget) for p in plans)
+    assert all(n.statistics().node_budget == pytest.approx(budget) for n in nodes)
     async with trio.open_nursery() as nursery:
         for node in nodes:
             nursery.start_soon(node.run)
 
-        def agreed() -> bool:
-            got = [n.solution for n in nodes]
-            return (
-                got[0] is not None
-                and got[1] is not None
-                and got[0].to_json() == got[1].to_json()
-                and all(n.statistics().nodes == 2 for n in nodes)
-                and sum(n.statistics().solves for n in nodes) >= 2  # heard both
-            )
-
-        await wait_for(agreed, what="both nodes hold the same solution")
+        await wait_for(lambda: _agreed(nodes), what="both hold one solution, solved over both")
         nursery.cancel_scope.cancel()
     coordinators = [n.statistics().solves for n in nodes]
     assert sorted(coordinators)[0] == 0 and sum(coordinators) >= 1  # one coordinator
@@ -219,16 +231,8 @@ async def test_two_nodes_on_postgresql_converge_to_one_mu_and_the_union_allocati
 async def test_nodes_keep_the_last_mu_while_the_coordinator_changes_hands(
     postgres: Callable[..., str],
 ) -> None:
-    dsn = postgres()
-    init_fleet(dsn, partitions=8)
     pages = _pages(31, 3_000, 200)
-    parts = _split(pages, 2, seed=2)
-    nodes = [
-        FleetBudget(store=PgBudget(dsn), node_id=f"n{k}", lease_ttl=1.0, tick=0.02)
-        for k in range(2)
-    ]
-    for node, rows in zip(nodes, parts, strict=True):
-        node(_inputs(pages, rows), "optimal", 1.0, explore=0.0)
+    nodes = _nodes(postgres(), pages, _split(pages, 2, seed=2), "optimal", 1.0, ttl=1.0)
     async with trio.open_nursery() as nursery:
         scopes = []
         for node in nodes:
@@ -241,16 +245,7 @@ async def test_nodes_keep_the_last_mu_while_the_coordinator_changes_hands(
 
             nursery.start_soon(run)
 
-        def both_heard() -> bool:
-            s = [n.solution for n in nodes]
-            return (
-                s[0] is not None
-                and s[1] is not None
-                and s[0].to_json() == s[1].to_json()
-                and all(n.statistics().nodes == 2 for n in nodes)
-            )
-
-        await wait_for(both_heard, what="one solution over both nodes")
+        await wait_for(lambda: _agreed(nodes), what="one solution over both nodes")
         held = [n.statistics().coordinator for n in nodes]
         assert held.count(True) == 1
         coordinator, other = (0, 1) if held[0] else (1, 0)
@@ -276,30 +271,12 @@ async def test_nodes_keep_the_last_mu_while_the_coordinator_changes_hands(
 async def test_a_database_outage_keeps_the_last_mu_and_the_fleet_solves_again_after(
     postgres: Any,
 ) -> None:
-    dsn = postgres()
-    init_fleet(dsn, partitions=8)
     pages = _pages(41, 2_000, 100)
-    parts = _split(pages, 2, seed=4)
-    nodes = [
-        FleetBudget(store=PgBudget(dsn), node_id=f"n{k}", lease_ttl=1.0, tick=0.02)
-        for k in range(2)
-    ]
-    for node, rows in zip(nodes, parts, strict=True):
-        node(_inputs(pages, rows), "uniform", 1.0, explore=0.0)
-
-    def agreed() -> bool:
-        s = [n.solution for n in nodes]
-        return (
-            s[0] is not None
-            and s[1] is not None
-            and s[0].to_json() == s[1].to_json()
-            and all(n.statistics().nodes == 2 for n in nodes)
-        )
-
+    nodes = _nodes(postgres(), pages, _split(pages, 2, seed=4), "uniform", 1.0, ttl=1.0)
     async with trio.open_nursery() as nursery:
         for node in nodes:
             nursery.start_soon(node.run)
-        await wait_for(agreed, what="one solution over both nodes")
+        await wait_for(lambda: _agreed(nodes), what="one solution over both nodes")
         before = [n.solution for n in nodes]
         solves = sum(n.statistics().solves for n in nodes)
         await trio.to_thread.run_sync(postgres.halt)
@@ -310,7 +287,7 @@ async def test_a_database_outage_keeps_the_last_mu_and_the_fleet_solves_again_af
         finally:
             await trio.to_thread.run_sync(postgres.start)
         await wait_for(
-            lambda: agreed() and sum(n.statistics().solves for n in nodes) > solves,
+            lambda: _agreed(nodes) and sum(n.statistics().solves for n in nodes) > solves,
             what="a new solve once the database is back",
         )
         nursery.cancel_scope.cancel()
