@@ -73,6 +73,10 @@ class Level:
     y: float
     delta: float = 0.0
     factor: float = 1.0
+    #: on a cliff of pages dropping out: the free pages' rates are ``theta``·f(y) +
+    #: (1 − ``theta``)·f(``y_hi``) (NaN: no second end)
+    y_hi: float = math.nan
+    theta: float = 1.0
     spare_y: float = math.nan
     spare_factor: float = 1.0
 
@@ -197,6 +201,9 @@ class Demand:
         f, over, df = self._valued_rates(level.y)
         f = f.copy()
         free = ~over[self._host] & self._valued
+        if not math.isnan(level.y_hi):
+            f_hi, _, _ = self._valued_rates(level.y_hi)
+            f[free] = level.theta * f[free] + (1.0 - level.theta) * f_hi[free]
         if level.delta != 0.0:
             f[free] = np.maximum(f[free] + level.delta * df[free], 0.0)
         f[free] *= level.factor

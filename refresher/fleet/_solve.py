@@ -42,7 +42,10 @@ from refresher.policies import WATER_FILL, Demand, Level
 __all__ = ["FleetSolver", "Solution", "answer", "target_rates"]
 
 _TOL = 1e-10  # |ln Σ_n T_n(y) − ln B| at which a level is accepted
-_NARROW = 1e-13  # a bracket this narrow (relative) is the answer: a cliff of pages
+# a bracket this narrow in y = ln μ is the answer: the root sits on pages dropping out, a
+# cliff in Σf no level resolves; the rates are interpolated between the two ends (as the
+# single solve does), every page's marginal value within 1e-8 of μ
+_NARROW = 1e-8
 _MAX_ROUNDS = 200
 
 
@@ -65,12 +68,16 @@ class Solution:
     rounds: int
     starved: int
     nodes: int = 0  # the nodes whose census answers it was solved over
+    y_hi: float = math.nan  # on a cliff: the other end of the bracket …
+    theta: float = 1.0  # … and the weight of y's rates against y_hi's
 
     @property
     def level(self) -> Level:
         return Level(
             y=self.y,
             delta=self.delta,
+            y_hi=self.y_hi,
+            theta=self.theta,
             factor=self.factor,
             spare_y=self.spare_y,
             spare_factor=self.spare_factor,
@@ -139,34 +146,58 @@ def target_rates(demand: Demand, solution: Solution) -> NDArray[np.float64]:
 
 @dataclass(slots=True)
 class _Search:
-    """y with T(y) = target, T falling in y; Newton in (y, ln T), bisection as a safeguard."""
+    """y with T(y) = target, T falling in y. Steps in (y, ln T): the secant through the last
+    two answers (pages dropping out make T a fine staircase whose average slope the local
+    derivative misses), the local derivative for the first; Illinois false position on the
+    bracket when a step leaves it or fails to halve the error; doubling outward while a side
+    of the bracket is open."""
 
     target: float
     lo: float = -math.inf  # T(lo) ≥ target
     hi: float = math.inf  # T(hi) < target
+    err_lo: float = math.inf
+    err_hi: float = -math.inf
     expand: float = 1.0
     previous: float = math.inf
+    previous_y: float = math.nan
+    side: int = 0
+    total_lo: float = math.nan  # T at lo and at hi, as answered
+    total_hi: float = math.nan
+    narrow: bool = False
 
     def next(self, y: float, total: float, slope: float) -> float | None:
         err = math.log(total / self.target) if total > 0.0 else -math.inf
         if abs(err) <= _TOL:
             return None
         if err > 0.0:
-            self.lo = y
+            if self.side > 0:  # Illinois: the other end kept twice, halve its error
+                self.err_hi *= 0.5
+            self.lo, self.err_lo, self.side, self.total_lo = y, err, 1, total
         else:
-            self.hi = y
-        if self.hi - self.lo <= _NARROW * max(1.0, abs(y)):
+            if self.side < 0:
+                self.err_lo *= 0.5
+            self.hi, self.err_hi, self.side, self.total_hi = y, err, -1, total
+        if self.hi - self.lo <= _NARROW:
+            self.narrow = True
             return None
         s = slope / total if total > 0.0 else math.nan
+        if math.isfinite(self.previous) and math.isfinite(err) and y != self.previous_y:
+            secant = (err - self.previous) / (y - self.previous_y)
+            if secant < 0.0 and math.isfinite(secant):
+                s = secant
         step = math.nan
         if math.isfinite(err) and s < 0.0 and math.isfinite(s):
             step = y - err / s
         bounded = math.isfinite(self.lo) and math.isfinite(self.hi)
         stalled = bounded and abs(err) > 0.5 * abs(self.previous)
-        self.previous = err
+        self.previous, self.previous_y = err, y
         if math.isfinite(step) and self.lo < step < self.hi and not stalled:
             return step
         if bounded:
+            if math.isfinite(self.err_lo) and math.isfinite(self.err_hi):
+                position = self.lo + (self.hi - self.lo) * self.err_lo / (self.err_lo - self.err_hi)
+                if self.lo < position < self.hi:
+                    return position
             return 0.5 * (self.lo + self.hi)
         self.expand *= 2.0
         return self.lo + self.expand if math.isfinite(self.lo) else self.hi - self.expand
@@ -245,8 +276,23 @@ class FleetSolver:
             else:
                 self._ask("spare", y, nxt)
             return
-        target = self._search.target
-        if stage == "level":
+        search = self._search
+        target = search.target
+        if stage == "level" and search.narrow:
+            # on a cliff: between the two ends, where the fleet takes more and less than B
+            gap = search.total_lo - search.total_hi
+            theta = (target - search.total_hi) / gap if gap > 0.0 else 1.0
+            self._finish(
+                search.lo,
+                1.0,
+                math.nan,
+                1.0,
+                unplaced=0.0,
+                starved=starved,
+                y_hi=search.hi,
+                theta=min(max(theta, 0.0), 1.0),
+            )
+        elif stage == "level":
             # the last step to the root along the derivative, as the single solve takes it
             delta = (target - capped - free) / slope if slope < 0.0 else 0.0
             self._finish(y, 1.0, math.nan, 1.0, unplaced=0.0, starved=starved, delta=delta)
@@ -281,6 +327,8 @@ class FleetSolver:
         unplaced: float,
         starved: int,
         delta: float = 0.0,
+        y_hi: float = math.nan,
+        theta: float = 1.0,
     ) -> None:
         spare = self.budget - self.share
         placed = self.share - unplaced
@@ -295,6 +343,8 @@ class FleetSolver:
             budget=self.budget,
             y=y,
             delta=delta,
+            y_hi=y_hi,
+            theta=theta,
             factor=factor,
             spare_y=spare_y,
             spare_factor=spare_factor,
