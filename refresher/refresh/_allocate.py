@@ -20,6 +20,10 @@ the allocator
 
 Budget that the host caps leave unplaced is reported (``statistics().unplaced``), never
 silently dropped.
+
+Step 3 is the allocator's :class:`Planner` (default :func:`plan`). In a fleet it is
+:class:`refresher.fleet.FleetBudget`, which allocates the node's pages at the fleet's one level
+(μ); :func:`demand` is what a node tells the fleet about its pages.
 """
 
 from __future__ import annotations
