@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-import psycopg  # noqa: E402  sql-ok: the benchmark's own figures
+import psycopg  # noqa: E402  # sql-ok: the benchmark's own databases and figures
 from bench_daemon import Daemon, cpu_seconds, site_server, stop, write_config  # noqa: E402
 
 from refresher.ops._daemon import check_seeds  # noqa: E402
@@ -126,8 +126,8 @@ class Postgres:
         return total
 
     def fresh(self, name: str) -> str:
-        with psycopg.connect(self.dsn, autocommit=True) as con:
-            con.execute(f"CREATE DATABASE {name}")
+        with psycopg.connect(self.dsn, autocommit=True) as con:  # sql-ok: a fresh database
+            con.execute(f"CREATE DATABASE {name}")  # sql-ok: a fresh database
         dsn = f"postgresql://postgres@127.0.0.1:{self.port}/{name}"
         init_fleet(dsn, partitions=P)
         return dsn
@@ -256,10 +256,10 @@ def bench_writes(pg: Postgres, writers: int, args: argparse.Namespace) -> None:
 
 
 def _count(dsn: str, t0: float, t1: float) -> int:
-    with psycopg.connect(dsn) as con:
-        row = con.execute(
-            "SELECT count(*) FROM fetches WHERE finished_at >= %s AND finished_at < %s", (t0, t1)
-        ).fetchone()
+    """Fetch rows committed in the window."""
+    sql = "SELECT count(*) FROM fetches WHERE finished_at >= %s AND finished_at < %s"
+    with psycopg.connect(dsn) as con:  # sql-ok: the figures of a finished window
+        row = con.execute(sql, (t0, t1)).fetchone()  # sql-ok: the figures of a finished window
     return int(row[0]) if row else 0
 
 
