@@ -102,7 +102,7 @@ class Fencing:
 
     records: int  # fetch records of partitions no longer held at their epoch
     hosts: int  # host and robots.txt updates likewise
-    plans: int  # planned pages likewise
+    plans: int  # planned pages and documents' links and facts likewise
     inbox: int  # links written to other partitions' inboxes
     drained: int  # inbox rows taken by this node
 
