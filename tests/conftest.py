@@ -270,9 +270,11 @@ class PostgresServer:
             "--no-sync",
             "--no-instructions",
         )
+        # fsync=off: data survives the server's crash (halt), not the machine's; commits stay
+        # synchronous, so that an acknowledged batch survives a halt as in production
         options = (
             f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.dir} -c fsync=off "
-            "-c synchronous_commit=off -c full_page_writes=off -c max_connections=200"
+            "-c full_page_writes=off -c max_connections=200"
         )
         self.options = options
         self.start()

@@ -33,7 +33,17 @@ from refresher.store._captures import (
     file_ends,
     insert_captures,
 )
-from refresher.store._first_fetch import first_fetch_quiet
+from refresher.store._change_stats import (
+    ESTIMATOR_COLUMNS,
+    MIGRATION_SQL,
+    STAT_COLUMNS,
+    fill_from_history,
+    fold_records,
+    read_statistics,
+    stat_column,
+    state_of,
+    statistics_from_history,
+)
 from refresher.store._history import prune_history
 from refresher.store._hosts import host_summary
 from refresher.store._interface import (
@@ -188,7 +198,19 @@ _MIGRATIONS.append(_migrate_2)
 _MIGRATIONS.append("ALTER TABLE fetches ADD COLUMN last_modified_at DOUBLE;")
 # 4: the archive's index (refresher.store._captures).
 _MIGRATIONS.append(CAPTURES_MIGRATION)
+
+
+def _migrate_5(con: Any) -> None:
+    """Per-page change statistics (refresher.store._change_stats), folded from the history."""
+    con.execute(MIGRATION_SQL)
+    fill_from_history(con)
+
+
+_MIGRATIONS.append(_migrate_5)
+#: the first schema version with per-page change statistics
+STATISTICS_VERSION = 5
 SCHEMA_VERSION = len(_MIGRATIONS)
+_STAT_SETS = ", ".join(f"{c} = _p.{c}" for c in STAT_COLUMNS)
 
 
 def first_row(result: Any) -> tuple[Any, ...] | None:
@@ -567,9 +589,10 @@ class DuckDBStore:
         }
         # A page fetched twice within one batch: the later state wins, the counts add up.
         fold = fold_pages(records)
-        pages_ = fold.last
+        pages_ = sorted(fold.last, key=lambda r: r.page_id)
+        page_ids = np.array([r.page_id for r in pages_], dtype=np.int64)
         page_batch = {
-            "id": np.array([r.page_id for r in pages_], dtype=np.int64),
+            "id": page_ids,
             "last_fetch": np.array([r.finished_at for r in pages_], dtype=np.float64),
             "changed_at": np.array(
                 [fold.changed_at.get(r.page_id, math.nan) for r in pages_], dtype=np.float64
@@ -600,10 +623,12 @@ class DuckDBStore:
                 con.register("_f", fetches)
                 con.execute(f"INSERT INTO fetches ({', '.join(fetches)}) SELECT * FROM _f")
                 con.unregister("_f")
-                con.register("_p", page_batch)
+                # the change statistics, read and folded inside this transaction
+                stats = fold_records(state_of(con, page_ids), page_ids, records)
+                con.register("_p", page_batch | stats)
                 con.execute(
-                    """
-                    UPDATE pages SET last_fetch = _p.last_fetch,
+                    f"""
+                    UPDATE pages SET {_STAT_SETS}, last_fetch = _p.last_fetch,
                         last_change = coalesce(_p.changed_at, pages.last_change),
                         etag = _p.etag, last_modified = _p.last_modified, digest = _p.digest,
                         fetches = pages.fetches + _p.n, changes = pages.changes + _p.x,
@@ -691,54 +716,35 @@ class DuckDBStore:
         ).fetchall()
         return [r[0] for r in seeds], {r[0]: int(r[1]) for r in counts}
 
-    def estimator_inputs(self, *, meaningful: bool, history: int, links: bool) -> EstimatorInputs:
+    def estimator_inputs(self, *, meaningful: bool, links: bool) -> EstimatorInputs:
+        current = self.schema_version() >= STATISTICS_VERSION
+        columns = [stat_column(c, meaningful) for c in ESTIMATOR_COLUMNS]
+        stat_sql = (
+            "".join(f", coalesce(p.{c}, 'NaN'::DOUBLE) AS {c}" for c in columns) if current else ""
+        )
         pages = self._con.execute(
-            """
+            f"""
             SELECT p.id, p.host_id, coalesce(p.last_fetch, 'NaN'::DOUBLE) AS last_fetch,
-                   coalesce(h.delay, 0) AS delay
+                   coalesce(h.delay, 0) AS delay{stat_sql}
             FROM pages p JOIN hosts h ON h.id = p.host_id
             WHERE p.status NOT IN ('gone', 'denied') ORDER BY p.id
             """
         ).fetchnumpy()
-        change = "coalesce(meaningful, changed)" if meaningful else "changed"
-        obs = self._con.execute(
-            f"""
-            WITH obs AS (
-                SELECT page_id, finished_at, {change} AS changed,
-                       coalesce(last_modified_at, 'NaN'::DOUBLE) AS lm,
-                       lag(finished_at) OVER (PARTITION BY page_id ORDER BY finished_at) AS prev,
-                       coalesce(lag(last_modified_at) OVER (PARTITION BY page_id
-                                                            ORDER BY finished_at),
-                                'NaN'::DOUBLE) AS prev_lm,
-                       row_number() OVER (PARTITION BY page_id ORDER BY finished_at DESC) AS k
-                FROM fetches
-                WHERE {SUCCESS_SQL}
-            )
-            SELECT page_id, finished_at, prev, changed, lm, prev_lm
-            FROM obs
-            WHERE prev IS NOT NULL AND k <= ? AND finished_at > prev
-            """,
-            [history],
-        ).fetchnumpy()
-        first_page, first_quiet = first_fetch_quiet(self._con, history=history)
+        ids = np.asarray(pages["id"], dtype=np.int64)
+        stats: dict[str, Any] = pages
+        if not current:  # a store read-only before its migration: fold its history now
+            stats = statistics_from_history(self._con, ids)[1]
         edges: dict[str, Any] = {"src": (), "dst": ()}
         if links:
             edges = self._con.execute("SELECT DISTINCT src, dst FROM links").fetchnumpy()
         return EstimatorInputs(
-            page_ids=np.asarray(pages["id"], dtype=np.int64),
+            page_ids=ids,
             page_host=np.asarray(pages["host_id"], dtype=np.int64),
             last_fetch=np.asarray(pages["last_fetch"], dtype=np.float64),
             host_delay=np.asarray(pages["delay"], dtype=np.float64),
-            obs_page=np.asarray(obs["page_id"], dtype=np.int64),
-            obs_finished=np.asarray(obs["finished_at"], dtype=np.float64),
-            obs_previous=np.asarray(obs["prev"], dtype=np.float64),
-            obs_changed=np.asarray(obs["changed"], dtype=bool),
-            obs_last_modified=np.asarray(obs["lm"], dtype=np.float64),
-            obs_previous_last_modified=np.asarray(obs["prev_lm"], dtype=np.float64),
+            stats=read_statistics(stats, meaningful=meaningful),
             link_src=np.asarray(edges["src"], dtype=np.int64),
             link_dst=np.asarray(edges["dst"], dtype=np.int64),
-            first_page=first_page,
-            first_quiet=first_quiet,
         )
 
     def save_plan(self, plan: PlanUpdate, *, now: float) -> None:

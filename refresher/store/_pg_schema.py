@@ -13,7 +13,8 @@ The tables (v1):
   heartbeat (clock skew shows), stopping, its statistics (JSON).
 - ``partitions``: P rows (created here): the lease, i.e. owner, epoch (incremented at every
   grant, the fencing token), expires_at.
-- ``hosts`` and ``pages``: as the embedded store's, plus ``partition`` (the host's).
+- ``hosts`` and ``pages``: as the embedded store's, plus ``partition`` (the host's); v2 adds
+  the pages' change statistics (``stat_*``, as the embedded store's schema 5).
 - ``fetches``: as the embedded store's, plus node_id, epoch and partition; the tail of the
   history not yet published to Parquet.
 - ``links``, ``policy_periods``, ``warc_records``: as the embedded store's (warc_records with
@@ -35,6 +36,7 @@ from typing import Any
 import psycopg
 
 from refresher._errors import StoreError
+from refresher.store._change_stats import MIGRATION_SQL
 from refresher.store._pg_dsn import connect, describe, redact
 
 __all__ = [
@@ -197,6 +199,8 @@ _MIGRATIONS: list[str] = [
     );
     """,
 ]
+# 2: per-page change statistics (refresher.store._change_stats), kept by every batch
+_MIGRATIONS.append(MIGRATION_SQL.replace(" DOUBLE", " double precision"))
 PG_SCHEMA_VERSION = len(_MIGRATIONS)
 
 #: serialises concurrent `fleet init`s (an arbitrary, fixed advisory lock key)

@@ -42,6 +42,13 @@ from refresher.fleet._partition import partition_of
 from refresher.ops._logging import get_logger
 from refresher.store._batch import fold_pages, new_page_rows
 from refresher.store._captures import BatchArchive, CaptureRow
+from refresher.store._change_stats import (
+    ESTIMATOR_COLUMNS,
+    STAT_COLUMNS,
+    fold_records,
+    read_statistics,
+    stat_column,
+)
 from refresher.store._hosts import summaries, summary_sql_pg
 from refresher.store._interface import (
     NEVER,
@@ -68,6 +75,9 @@ T = TypeVar("T")
 log = get_logger("store.pg")
 
 _U64 = 1 << 64
+_STAT_READ = ", ".join(f"coalesce({c}, 'NaN'::float8)" for c in STAT_COLUMNS)
+_STAT_SETS = ", ".join(f"{c} = b.{c}" for c in STAT_COLUMNS)
+_STAT_ARRAYS = ", %s::float8[]" * len(STAT_COLUMNS)
 _SUCCESS = success_sql()
 
 
@@ -92,7 +102,7 @@ class Fencing:
 
     records: int  # fetch records of partitions no longer held at their epoch
     hosts: int  # host and robots.txt updates likewise
-    plans: int  # planned pages likewise
+    plans: int  # planned pages and documents' links and facts likewise
     inbox: int  # links written to other partitions' inboxes
     drained: int  # inbox rows taken by this node
 
@@ -137,8 +147,15 @@ class PgStore:
     """Synchronous access to the fleet's database for one node (its own connection). Use it
     through :class:`PostgresStore`, whose queue calls it from one thread at a time."""
 
-    def __init__(self, dsn: str, *, node_id: str, partitions: int) -> None:
+    def __init__(self, dsn: str, *, node_id: str, partitions: int, retry_for: float = 2.0) -> None:
         self.dsn = dsn
+        #: seconds a transaction is retried here while PostgreSQL is unreachable (a blip);
+        #: longer outages are the queue's to retry (BatchedService.transient)
+        self.retry_for = retry_for
+        #: transactions run again after a lost connection
+        self.retries = 0
+        #: the first record of a batch whose commit is unknown (the connection broke)
+        self._unsure: tuple[int, float] | None = None
         self.node_id = node_id
         self.partitions = partitions
         #: {partition: epoch} this node holds; replaced whole by set_owned (atomic)
@@ -172,23 +189,41 @@ class PgStore:
     # -- plumbing ----------------------------------------------------------------------------
 
     def _tx(self, what: str, fn: Callable[[Any], T]) -> T:
-        """``fn(cursor)`` in one transaction; psycopg's errors as :class:`StoreError`. A lost
-        connection is reopened once and the transaction run again (it never committed)."""
-        for attempt in (1, 2):
+        """``fn(cursor)`` in one transaction; psycopg's errors as :class:`StoreError`.
+
+        While PostgreSQL cannot be reached (or the transaction was rolled back by a deadlock
+        or a serialisation failure), the transaction is run again on a new connection, with a
+        backoff doubling from 0.1 s to 5 s, for at most ``retry_for`` seconds: the queue in
+        front stops taking fetches meanwhile, and nothing it holds is lost."""
+        delay = 0.1
+        deadline = time.monotonic() + self.retry_for
+        while True:
             try:
                 if self._con.closed:
                     self._con = self._connect()
                 with self._con.transaction(), self._con.cursor() as cur:
                     return fn(cur)
-            except psycopg.OperationalError as e:
-                if attempt == 2 or not self._con.closed:
+            except (psycopg.OperationalError, StoreError) as e:
+                lost = isinstance(e, psycopg.OperationalError) or isinstance(
+                    e.__cause__, psycopg.OperationalError
+                )
+                if not lost:
+                    raise  # a StoreError with another cause: no fleet here, another schema
+                if time.monotonic() + delay > deadline:
                     raise StoreError(
-                        f"{what} on {redact(self.dsn)!r}: {describe(e)}; is PostgreSQL up?"
+                        f"{what} on {redact(self.dsn)!r}: {describe(e)}; PostgreSQL unreachable "
+                        f"for {self.retry_for:g} s"
                     ) from e
-                log.warning("store connection lost, reconnecting", error=describe(e))
+                self.retries += 1
+                log.warning(
+                    "PostgreSQL unreachable, retrying", what=what, delay=delay, error=describe(e)
+                )
+                with contextlib.suppress(psycopg.Error):
+                    self._con.close()
+                time.sleep(delay)  # in the store's worker thread: the queue waits
+                delay = min(delay * 2, 5.0)
             except psycopg.Error as e:
                 raise StoreError(f"{what} on {redact(self.dsn)!r}: {describe(e)}") from e
-        raise AssertionError("unreachable")
 
     def _held(self, cur: Any, partitions: Iterable[int]) -> set[int]:
         """The fence: of ``partitions``, those this node still holds at its granted epoch,
@@ -475,7 +510,18 @@ class PgStore:
         if not records and not hosts and not robots and not captures:
             return 0
 
+        # A batch whose commit may have happened as the connection broke is checked first
+        # when it comes again (retried here or by the queue): it must not be added twice.
+        key = (records[0].page_id, records[0].finished_at) if records else None
+        unsure = key is not None and key == self._unsure
+
         def write(cur: Any) -> tuple[int, int, int]:
+            nonlocal unsure
+            check, unsure = unsure, True
+            if check and (already := self._committed(cur, records)):
+                # the connection broke as the batch committed: it is in, do not add it twice
+                log.info("batch found committed on retry", node=self.node_id, records=already)
+                return already, 0, 0
             host_ids = {r.host_id for r in records} | {h.host_id for h in hosts}
             host_ids |= {r.host_id for r in robots}
             cur.execute("SELECT id, partition FROM hosts WHERE id = ANY(%s)", (sorted(host_ids),))
@@ -554,7 +600,9 @@ class PgStore:
                 len(hosts) + len(robots) - len(keep_hosts) - len(keep_robots),
             )
 
+        self._unsure = key
         written, lost, lost_hosts = self._tx(f"writing {len(records)} fetch records", write)
+        self._unsure = None
         if lost or lost_hosts:
             self.dropped_records += lost
             self.dropped_hosts += lost_hosts
@@ -567,11 +615,31 @@ class PgStore:
             )
         return written
 
+    def _committed(self, cur: Any, records: Sequence[FetchRecord]) -> int:
+        """How many of ``records`` are in already: 0, or all those the batch kept (a batch
+        commits whole)."""
+        cur.execute(
+            "SELECT count(*) FROM fetches f"
+            " JOIN unnest(%s::bigint[], %s::float8[]) AS r(page_id, at)"
+            " ON f.page_id = r.page_id AND f.finished_at = r.at WHERE f.node_id = %s",
+            ([r.page_id for r in records], [r.finished_at for r in records], self.node_id),
+        )
+        return int(cur.fetchone()[0])
+
     def _update_pages(self, cur: Any, records: Sequence[FetchRecord]) -> None:
         fold = fold_pages(records)  # a page fetched twice: the later state, counts added
-        rows = fold.last
+        rows = sorted(fold.last, key=lambda r: r.page_id)
+        page_ids = np.array([r.page_id for r in rows], dtype=np.int64)
+        # the change statistics, read and folded inside this transaction
         cur.execute(
-            """
+            f"SELECT {_STAT_READ} FROM pages WHERE id = ANY(%s) ORDER BY id",
+            ([int(i) for i in page_ids],),
+        )
+        got = np.array(cur.fetchall(), dtype=np.float64).reshape(-1, len(STAT_COLUMNS))
+        state = {c: got[:, k].copy() for k, c in enumerate(STAT_COLUMNS)}
+        stats = fold_records(state, page_ids, records)
+        cur.execute(
+            f"""
             UPDATE pages SET last_fetch = b.last_fetch,
                 last_change = coalesce(b.changed_at, pages.last_change),
                 etag = b.etag, last_modified = b.last_modified, digest = b.digest,
@@ -579,12 +647,12 @@ class PgStore:
                 status = b.status, due_at = b.due_at,
                 meaningful_changes = pages.meaningful_changes + b.m,
                 fingerprint = coalesce(b.fingerprint, pages.fingerprint),
-                duplicate_of = b.duplicate_of
+                duplicate_of = b.duplicate_of, {_STAT_SETS}
             FROM unnest(%s::bigint[], %s::float8[], %s::float8[], %s::text[], %s::text[],
                         %s::bytea[], %s::int[], %s::int[], %s::text[], %s::float8[],
-                        %s::int[], %s::bigint[], %s::bigint[])
+                        %s::int[], %s::bigint[], %s::bigint[]{_STAT_ARRAYS})
                  AS b(id, last_fetch, changed_at, etag, last_modified, digest, n, x, status,
-                      due_at, m, fingerprint, duplicate_of)
+                      due_at, m, fingerprint, duplicate_of, {", ".join(STAT_COLUMNS)})
             WHERE pages.id = b.id
             """,
             (
@@ -601,6 +669,7 @@ class PgStore:
                 [fold.meaningful[r.page_id] for r in rows],
                 [_signed(r.fingerprint) for r in rows],
                 [r.duplicate_of for r in rows],
+                *([float(x) for x in stats[c]] for c in STAT_COLUMNS),
             ),
         )
 
@@ -656,62 +725,24 @@ class PgStore:
 
     # -- the allocation ----------------------------------------------------------------------
 
-    def estimator_inputs(self, *, meaningful: bool, history: int, links: bool) -> EstimatorInputs:
+    def estimator_inputs(self, *, meaningful: bool, links: bool) -> EstimatorInputs:
+        """The pages of this node's partitions and their change statistics."""
         owned = sorted(self.owned)
-        change = "coalesce(meaningful, changed)" if meaningful else "changed"
+        columns = [stat_column(c, meaningful) for c in ESTIMATOR_COLUMNS]
 
         def read(cur: Any) -> EstimatorInputs:
             cur.execute(
-                """
+                f"""
                 SELECT p.id, p.host_id, coalesce(p.last_fetch, 'NaN'::float8),
-                       coalesce(h.delay, 0)
+                       coalesce(h.delay, 0),
+                       {", ".join(f"coalesce(p.{c}, 'NaN'::float8)" for c in columns)}
                 FROM pages p JOIN hosts h ON h.id = p.host_id
                 WHERE p.partition = ANY(%s) AND p.status NOT IN ('gone', 'denied')
                 ORDER BY p.id
                 """,
                 (owned,),
             )
-            pages = np.array(cur.fetchall(), dtype=np.float64).reshape(-1, 4)
-            cur.execute(
-                f"""
-                WITH obs AS (
-                    SELECT page_id, finished_at, {change} AS changed,
-                           coalesce(last_modified_at, 'NaN'::float8) AS lm,
-                           lag(finished_at) OVER w AS prev,
-                           coalesce(lag(last_modified_at) OVER w, 'NaN'::float8) AS prev_lm,
-                           row_number() OVER (PARTITION BY page_id ORDER BY finished_at DESC)
-                               AS k
-                    FROM fetches
-                    WHERE partition = ANY(%s) AND {_SUCCESS}
-                    WINDOW w AS (PARTITION BY page_id ORDER BY finished_at)
-                )
-                SELECT page_id, finished_at, prev, changed::int, lm, prev_lm
-                FROM obs
-                WHERE prev IS NOT NULL AND k <= %s AND finished_at > prev
-                ORDER BY page_id, finished_at
-                """,
-                (owned, history),
-            )
-            obs = np.array(cur.fetchall(), dtype=np.float64).reshape(-1, 6)
-            cur.execute(
-                f"""
-                WITH ok AS (
-                    SELECT page_id, finished_at, last_modified_at,
-                           row_number() OVER (PARTITION BY page_id ORDER BY finished_at) AS first,
-                           count(*) OVER (PARTITION BY page_id) AS n
-                    FROM fetches
-                    WHERE partition = ANY(%s) AND {_SUCCESS}
-                )
-                SELECT page_id, finished_at - last_modified_at
-                FROM ok
-                WHERE first = 1 AND n <= %s + 1 AND last_modified_at IS NOT NULL
-                  AND last_modified_at NOT IN ('NaN', 'Infinity', '-Infinity')
-                  AND finished_at > last_modified_at
-                ORDER BY page_id
-                """,
-                (owned, history),
-            )
-            first = np.array(cur.fetchall(), dtype=np.float64).reshape(-1, 2)
+            pages = np.array(cur.fetchall(), dtype=np.float64).reshape(-1, 4 + len(columns))
             edges: NDArray[np.int64] = np.zeros((0, 2), dtype=np.int64)
             if links:
                 cur.execute(
@@ -720,21 +751,15 @@ class PgStore:
                     (owned,),
                 )
                 edges = np.array(cur.fetchall(), dtype=np.int64).reshape(-1, 2)
+            stats = {c: pages[:, 4 + k] for k, c in enumerate(columns)}
             return EstimatorInputs(
                 page_ids=pages[:, 0].astype(np.int64),
                 page_host=pages[:, 1].astype(np.int64),
                 last_fetch=pages[:, 2].copy(),
                 host_delay=pages[:, 3].copy(),
-                obs_page=obs[:, 0].astype(np.int64),
-                obs_finished=obs[:, 1].copy(),
-                obs_previous=obs[:, 2].copy(),
-                obs_changed=obs[:, 3].astype(bool),
-                obs_last_modified=obs[:, 4].copy(),
-                obs_previous_last_modified=obs[:, 5].copy(),
+                stats=read_statistics(stats, meaningful=meaningful),
                 link_src=edges[:, 0].astype(np.int64),
                 link_dst=edges[:, 1].astype(np.int64),
-                first_page=first[:, 0].astype(np.int64),
-                first_quiet=first[:, 1].copy(),
             )
 
         return self._tx("reading the estimator's inputs", read)

@@ -74,9 +74,7 @@ class SyncStore(Protocol):
 
     def discovery_scope(self) -> tuple[list[str], dict[str, int]]: ...
 
-    def estimator_inputs(
-        self, *, meaningful: bool, history: int, links: bool
-    ) -> EstimatorInputs: ...
+    def estimator_inputs(self, *, meaningful: bool, links: bool) -> EstimatorInputs: ...
 
     def save_plan(self, plan: PlanUpdate, *, now: float) -> None: ...
 
@@ -184,12 +182,8 @@ class BatchedService(Generic[S]):
     async def discovery_scope(self) -> tuple[list[str], dict[str, int]]:
         return await self._call(lambda s: s.discovery_scope())
 
-    async def estimator_inputs(
-        self, *, meaningful: bool, history: int, links: bool
-    ) -> EstimatorInputs:
-        return await self._call(
-            lambda s: s.estimator_inputs(meaningful=meaningful, history=history, links=links)
-        )
+    async def estimator_inputs(self, *, meaningful: bool, links: bool) -> EstimatorInputs:
+        return await self._call(lambda s: s.estimator_inputs(meaningful=meaningful, links=links))
 
     async def save_plan(self, plan: PlanUpdate, *, now: float) -> None:
         await self._call(lambda s: s.save_plan(plan, now=now))

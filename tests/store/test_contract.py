@@ -241,24 +241,17 @@ async def test_the_estimator_sees_pairs_of_successful_fetches_and_their_changes(
         fetch(b.id, h, NOW + 50, last_modified_at=NOW - 1000),
     ):
         await store.record(rec)
-    raw = await store.estimator_inputs(meaningful=False, history=32, links=False)
+    raw = await store.estimator_inputs(meaningful=False, links=False)
     assert raw.page_ids.tolist() == [a.id, b.id]
     assert raw.last_fetch.tolist() == [NOW + 40, NOW + 50]
-    obs = sorted(
-        zip(
-            raw.obs_page.tolist(),
-            raw.obs_previous.tolist(),
-            raw.obs_finished.tolist(),
-            raw.obs_changed.tolist(),
-            strict=True,
-        )
-    )
-    assert obs == [(a.id, NOW + 10, NOW + 30, True), (a.id, NOW + 30, NOW + 40, False)]
-    assert raw.first_page.tolist() == [b.id] and raw.first_quiet.tolist() == [1050.0]
-    meaningful = await store.estimator_inputs(meaningful=True, history=32, links=False)
-    assert not meaningful.obs_changed.any()
-    latest = await store.estimator_inputs(meaningful=False, history=1, links=False)
-    assert latest.obs_finished.tolist() == [NOW + 40]
+    # a: intervals 10→30 (changed) and 30→40 (a 304); the 500 between is no success
+    st = raw.stats
+    assert st.observations.tolist() == [2, 0] and st.time.tolist() == [30, 0]
+    assert st.changes.tolist() == [1, 0] and st.changed_time.tolist() == [20, 0]
+    assert np.isnan(st.first_quiet[0]) and st.first_quiet[1] == 1050.0
+    meaningful = await store.estimator_inputs(meaningful=True, links=False)
+    assert meaningful.stats.changes.tolist() == [0, 0]
+    assert meaningful.stats.observations.tolist() == [2, 0]
 
 
 async def test_a_plan_makes_pages_due_by_the_one_definition(store: Store) -> None:
@@ -310,7 +303,7 @@ async def test_a_document_adds_new_pages_links_and_facts_once(store: Store) -> N
     assert (await store.known_fingerprints(fps)).tolist() == [True, False]
     seeds, counts = await store.discovery_scope()
     assert seeds == ["a.example"] and counts == {"a.example": 2, "c.example": 1}
-    inputs = await store.estimator_inputs(meaningful=False, history=8, links=True)
+    inputs = await store.estimator_inputs(meaningful=False, links=True)
     assert sorted(zip(inputs.link_src.tolist(), inputs.link_dst.tolist(), strict=True)) == sorted(
         (src.id, r.id) for r in (await _pages(store)).values() if r.id != src.id
     )

@@ -299,3 +299,61 @@ async def test_writes_of_a_page_fetched_twice_in_a_batch_add_up(
     assert rows(dsn, "SELECT fetches, changes, last_change, due_at FROM pages") == [
         (3, 2, NOW + 3, NOW + 13)
     ]
+
+
+async def test_a_batch_written_while_postgresql_is_down_commits_once_it_is_back() -> None:
+    from conftest import PostgresServer, wait_for
+
+    server = PostgresServer()  # its own server: this test stops it
+    try:
+        dsn = server()
+        init_fleet(dsn, partitions=P)
+        leases = PgLeases(dsn, max_skew=None)
+        core = PgStore(dsn, node_id="a", partitions=P, retry_for=600)
+        core.owned = leases.claim_free("a", P, 1e12, T0)
+        leases.close()
+        (row,), _ = core.add_pages_with_hosts([page(host_in(0))], now=NOW)
+        server.halt()
+        result: list[int] = []
+
+        async def write() -> None:
+            record = fetch_record(row.id, row.host_id, NOW + 1)
+            result.append(await trio.to_thread.run_sync(core.write, [record], []))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(write)
+            await wait_for(lambda: core.retries >= 2, what="the store retrying")
+            assert result == []  # not acknowledged while PostgreSQL is down
+            await trio.to_thread.run_sync(server.start)
+        assert result == [1]
+        assert rows(dsn, "SELECT page_id FROM fetches") == [(row.id,)]
+        core.close()
+    finally:
+        server.stop()
+
+
+def test_postgresql_unreachable_at_start_is_a_clear_error_without_the_password() -> None:
+    from refresher._errors import StoreError
+
+    with pytest.raises(StoreError, match="cannot connect") as e:
+        PgStore("postgresql://u:pw-secret@127.0.0.1:1/f", node_id="a", partitions=P)
+    assert "pw-secret" not in str(e.value)
+
+
+def test_a_batch_whose_commit_was_not_confirmed_is_not_added_twice(dsn: str) -> None:
+    leases = PgLeases(dsn, max_skew=None)
+    core = PgStore(dsn, node_id="a", partitions=P)
+    core.owned = leases.claim_free("a", P, 1e12, T0)
+    rows_, _ = core.add_pages_with_hosts([page(host_in(0), f"/{i}") for i in range(3)], now=NOW)
+    batch = [fetch_record(r.id, r.host_id, NOW + 1) for r in rows_]
+    assert core.write(batch, []) == 3
+    # as if the connection broke while that commit went through: the queue sends it again
+    core._unsure = (batch[0].page_id, batch[0].finished_at)
+    assert core.write(batch, []) == 3
+    assert rows(dsn, "SELECT count(*) FROM fetches") == [(3,)]
+    assert rows(dsn, "SELECT sum(fetches) FROM pages") == [(3,)]
+    # a new batch is written as usual
+    assert core.write([fetch_record(rows_[0].id, rows_[0].host_id, NOW + 2)], []) == 1
+    assert rows(dsn, "SELECT count(*) FROM fetches") == [(4,)]
+    core.close()
+    leases.close()
