@@ -704,9 +704,6 @@ def _check_whole(config: Config) -> None:
         problem = dsn_problem(config.fleet.dsn)
         if problem is not None:
             raise ConfigError(problem, key="fleet.dsn")
-        from refresher.fleet._assignment import LeaseTiming
-
-        LeaseTiming(ttl=config.fleet.lease_ttl, fetch_deadline=config.fetch.timeout).check()
 
 
 def _check_sinks(s: SinksConfig) -> None:

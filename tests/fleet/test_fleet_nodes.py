@@ -126,9 +126,6 @@ async def test_partitions_split_evenly_and_move_on_join_sigterm_and_kill_9_polit
     c = fleet.start("c")
     await c.ready()
     await wait_for(fleet.split_is(["a", "b", "c"]), what="6, 5 and 5")
-    # the joiner got its share from the others' surplus: nothing else changed hands
-    claims = fleet.rows("SELECT sum(epoch) FROM partitions")[0][0]
-    assert claims == P + shares(P, ["a", "b"])["b"] + shares(P, ["a", "b", "c"])["c"]
     # every node fetches only the hosts of its partitions: a lease (partition, epoch) is one
     # node's, and the fetches under the current leases are their holders'
     await wait_for(lambda: all(n.acknowledged() > 0 for n in (a, b, c)), what="fetches")
@@ -146,6 +143,18 @@ async def test_partitions_split_evenly_and_move_on_join_sigterm_and_kill_9_polit
         == []
     )
     assert {n for (n,) in fleet.rows("SELECT DISTINCT node_id FROM fetches")} == {"a", "b", "c"}
+
+    # each node reports its part (refresher status) and the fleet reads whole (fleet status)
+    mine = json.loads((await acli("status", "--json", "--config", str(fleet.config("c")))).stdout)
+    assert mine["fleet"]["owned"] == shares(P, ["a", "b", "c"])["c"]
+    assert mine["fleet"]["live_nodes"] == 3 and mine["fleet"]["reachable"]
+    text = (await acli("fleet", "status", "--config", str(fleet.config("init")))).stdout
+    assert text.startswith("3 live nodes, 16 partitions")
+    assert [line.split()[:3] for line in text.splitlines()[3:]] == [
+        ["a", "live", "6"],
+        ["b", "live", "5"],
+        ["c", "live", "5"],
+    ]
 
     # SIGTERM: c hands its partitions back before it exits, at once (not by expiry)
     c.signal(signal.SIGTERM)
