@@ -232,9 +232,14 @@ class Membership:
     async def _settle(self, gone: Mapping[int, int]) -> None:
         """Wait until the fetches in flight to ``gone``'s hosts are queued and committed, then
         stop accepting their writes."""
-        await self._drain(frozenset(gone))
-        for p, e in gone.items():
-            if self._draining.get(p) == e:
+        try:
+            await self._drain(frozenset(gone))
+        except StoreError as error:
+            # Their writes stay accepted until then; the database still fences them.
+            log.warning("draining given-up partitions failed", error=str(error))
+            return
+        for p, epoch in gone.items():
+            if self._draining.get(p) == epoch:
                 del self._draining[p]
         self._fence({**self._draining, **self._held})
 
@@ -304,7 +309,10 @@ class Membership:
 
     async def _beat(self, *, first: bool) -> None:
         async with self._lock:
-            await self._beat_locked(first=first)
+            try:
+                await self._beat_locked(first=first)
+            except trio.TooSlowError as e:  # a claim the database did not answer in time
+                raise StoreError("the fleet database did not answer a claim in time") from e
 
     async def _beat_locked(self, *, first: bool) -> None:
         if self._stopping:
