@@ -117,7 +117,17 @@ def exchange(
 def owns_hosts(held: Collection[int], partitions: int) -> Callable[[str], bool]:
     """A predicate over host keys: the host's partition is in ``held``."""
     owned = frozenset(held)
-    return lambda host: partition_of(host, partitions) in owned
+    known: dict[str, bool] = {}  # the frontier asks once per page loaded: hash a host once
+
+    def owns(host: str) -> bool:
+        answer = known.get(host)
+        if answer is None:
+            if len(known) >= 100_000:
+                known.clear()
+            answer = known[host] = partition_of(host, partitions) in owned
+        return answer
+
+    return owns
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
