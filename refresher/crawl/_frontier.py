@@ -244,6 +244,9 @@ class Frontier:
         self.last_pass = math.inf
         self._owns: Callable[[str], bool] | None = None  # None: every host (a single node)
         self._unleased = trio.lowlevel.ParkingLot()  # woken whenever a host leaves a worker
+        #: next_allowed (unix s) of hosts let go while it was still ahead: a host row loaded
+        #: meanwhile may predate its last request's timing, which is still being committed
+        self._departed: dict[int, float] = {}
 
     # -- time ------------------------------------------------------------------------------
 
@@ -279,6 +282,9 @@ class Frontier:
                 continue
             if host is None:
                 host = HostState.from_row(hosts[page.host_id])
+                # A row read while this host's last request was being recorded is older
+                # than what the frontier knew when it let the host go.
+                host.next_allowed = max(host.next_allowed, self._departed.pop(host.id, 0.0))
                 self._hosts[page.host_id] = host
             host.in_memory += 1
             self._paged.add(page.id)
@@ -363,7 +369,7 @@ class Frontier:
         host = self._hosts[page.host_id]
         host.in_memory -= 1
         if host.in_memory == 0 and not host.leased:
-            del self._hosts[page.host_id]
+            self._forget_host(host)
 
     def set_budget(self, budget: float) -> None:
         self.pacer.set_rate(budget)
@@ -468,6 +474,15 @@ class Frontier:
             if self._timer_at == wake:
                 self._timer_at = math.inf
 
+    def _forget_host(self, host: HostState) -> None:
+        """Let ``host`` go (no page of it held), remembering until when it must be left alone."""
+        self._hosts.pop(host.id, None)
+        now = self._wall()
+        if host.next_allowed > now:
+            if len(self._departed) >= 10_000:
+                self._departed = {i: t for i, t in self._departed.items() if t > now}
+            self._departed[host.id] = host.next_allowed
+
     def _forget(self, page: PageRow, host: HostState) -> None:
         """``page`` (out of every queue, its host leased) is held no more."""
         self._paged.discard(page.id)
@@ -484,7 +499,7 @@ class Frontier:
             host.active = False
             self._active -= 1
         if host.in_memory == 0:
-            self._hosts.pop(host.id, None)
+            self._forget_host(host)
         self._poke(everyone=False)
 
     def release(

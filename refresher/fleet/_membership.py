@@ -65,13 +65,14 @@ class FleetView:
     live: frozenset[str]  # nodes with a heartbeat younger than the ttl, not stopping
     owners: Mapping[int, str]  # partition → holder, for unexpired leases only
     held: Mapping[int, int]  # this node's leases renewed now: partition → epoch
+    skew: float = 0.0  # seconds, the database's clock minus ours (± half the round trip)
 
 
 def exchange(
     leases: LeaseStore,
     node_id: str,
     *,
-    now: float,
+    clock: Callable[[], float],
     ttl: float,
     max_skew: float,
     held: Mapping[int, int],
@@ -80,34 +81,53 @@ def exchange(
 ) -> FleetView:
     """One heartbeat (synchronous, for a worker thread): write the node's row, check the
     clocks, renew ``held``, read the nodes and the leases. Raises ClockSkewError (after the
-    heartbeat, which then marks the node stopping) when the clocks disagree."""
-    leases.heartbeat(node_id, statistics, now, stopping=stopping)
-    nodes = leases.nodes(now)
+    heartbeat, which then marks the node stopping) when the clocks disagree.
+
+    The database stamps the heartbeat with its clock somewhere between the node's clock
+    readings before and after the statement: only a stamp outside that interval widened by
+    ``max_skew`` is a skew (a slow round trip is not)."""
+    before = clock()
+    leases.heartbeat(node_id, statistics, before, stopping=stopping)
+    after = clock()
+    nodes = leases.nodes(after)
     me = next((n for n in nodes if n.node_id == node_id), None)
-    db_now = me.heartbeat_at if me is not None else now
-    if abs(db_now - now) > max_skew:
+    db_now = me.heartbeat_at if me is not None else before
+    if not before - max_skew <= db_now <= after + max_skew:
         if not stopping:  # out of the live set at once: the others must not wait for it
-            leases.heartbeat(node_id, statistics, now, stopping=True)
+            leases.heartbeat(node_id, statistics, clock(), stopping=True)
+        off = before - db_now if db_now < before else after - db_now
         raise ClockSkewError(
-            f"this node's clock is {now - db_now:+.3f} s off the fleet database's; more than "
+            f"this node's clock is {off:+.3f} s off the fleet database's; more than "
             f"{max_skew:g} s (fleet.lease_ttl / 4) is refused: synchronise it (NTP)"
         )
-    renewed = leases.renew(node_id, held, ttl, now) if held and not stopping else {}
+    # Lease times are on the database's clock: ours, corrected by the skew just measured.
+    skew = db_now - (before + after) / 2
+    renewed = leases.renew(node_id, held, ttl, clock() + skew) if held and not stopping else {}
     live = frozenset(n.node_id for n in nodes if not n.stopping and n.heartbeat_at > db_now - ttl)
     if stopping:
         live -= {node_id}
     owners = {
         r.partition: r.owner
         for r in leases.partitions()
-        if r.owner is not None and r.expires_at > now
+        if r.owner is not None and r.expires_at > db_now  # expiries are the database's
     }
-    return FleetView(db_now=db_now, live=live, owners=owners, held=renewed)
+    return FleetView(db_now=db_now, live=live, owners=owners, held=renewed, skew=skew)
 
 
 def owns_hosts(held: Collection[int], partitions: int) -> Callable[[str], bool]:
     """A predicate over host keys: the host's partition is in ``held``."""
     owned = frozenset(held)
-    return lambda host: partition_of(host, partitions) in owned
+    known: dict[str, bool] = {}  # the frontier asks once per page loaded: hash a host once
+
+    def owns(host: str) -> bool:
+        answer = known.get(host)
+        if answer is None:
+            if len(known) >= 100_000:
+                known.clear()
+            answer = known[host] = partition_of(host, partitions) in owned
+        return answer
+
+    return owns
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -222,9 +242,14 @@ class Membership:
     async def _settle(self, gone: Mapping[int, int]) -> None:
         """Wait until the fetches in flight to ``gone``'s hosts are queued and committed, then
         stop accepting their writes."""
-        await self._drain(frozenset(gone))
-        for p, e in gone.items():
-            if self._draining.get(p) == e:
+        try:
+            await self._drain(frozenset(gone))
+        except StoreError as error:
+            # Their writes stay accepted until then; the database still fences them.
+            log.warning("draining given-up partitions failed", error=str(error))
+            return
+        for p, epoch in gone.items():
+            if self._draining.get(p) == epoch:
                 del self._draining[p]
         self._fence({**self._draining, **self._held})
 
@@ -294,19 +319,21 @@ class Membership:
 
     async def _beat(self, *, first: bool) -> None:
         async with self._lock:
-            await self._beat_locked(first=first)
+            try:
+                await self._beat_locked(first=first)
+            except trio.TooSlowError as e:  # a claim the database did not answer in time
+                raise StoreError("the fleet database did not answer a claim in time") from e
 
     async def _beat_locked(self, *, first: bool) -> None:
         if self._stopping:
             return
-        sent, now = trio.current_time(), self._wall()
-        self._last_sent = sent
+        sent = self._last_sent = trio.current_time()
         wait = max(self.timing.heartbeat, 0.1)
         call = partial(
             exchange,
             self._leases,
             self.node_id,
-            now=now,
+            clock=self._wall,
             ttl=self.timing.ttl,
             max_skew=self.timing.max_skew,
             held=dict(self._held),
@@ -332,7 +359,7 @@ class Membership:
             return
         self._c.heartbeats += 1
         self._reachable = True
-        self._skew = view.db_now - now
+        self._skew = view.skew
         if self._refused:
             log.info("clock agrees again; rejoining the fleet", skew=round(self._skew, 3))
             self._refused = False
@@ -356,9 +383,14 @@ class Membership:
         )
         if step.claim:
             sent = trio.current_time()
-            claim = partial(
-                self._leases.claim_free, self.node_id, step.claim, self.timing.ttl, self._wall()
-            )
+            leases, node, count, ttl = self._leases, self.node_id, step.claim, self.timing.ttl
+            wall = self._wall
+
+            skew = view.skew
+
+            def claim() -> dict[int, int]:
+                return leases.claim_free(node, count, ttl, wall() + skew)
+
             with trio.fail_after(wait):
                 granted: dict[int, int] = await self._run_sync(claim)
             if granted:

@@ -103,9 +103,9 @@ class FleetNode:
         if leases is None:
             from refresher.store._pg_leases import PgLeases
 
-            leases = await trio.to_thread.run_sync(
-                lambda: PgLeases(f.dsn, max_skew=self.timing.max_skew)
-            )
+            # Membership checks the clocks itself, allowing for the round trip (max_skew
+            # against one reading of ours would refuse a node for a slow thread hop).
+            leases = await trio.to_thread.run_sync(lambda: PgLeases(f.dsn, max_skew=None))
         try:
             self.membership = Membership(
                 leases=leases,

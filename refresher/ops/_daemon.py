@@ -507,12 +507,14 @@ class Daemon:
     async def _run_fleet(self, signals: Any) -> int:
         """:meth:`run` for a node of a fleet: the store is the fleet's PostgreSQL (no archive,
         snapshot or pruning of an embedded file), membership decides which hosts it fetches."""
+        from refresher.fleet._assignment import LeaseTiming
         from refresher.store._pg_dsn import redact
+        from refresher.store._pg_retry import unavailable
         from refresher.store._postgres import PostgresStore
 
         c = self.config
-        from refresher.store._pg_retry import unavailable
-
+        # Before anything is opened: the ttl must leave room for the longest fetch.
+        LeaseTiming(ttl=c.fleet.lease_ttl, fetch_deadline=c.fetch.timeout).check()
         service = await trio.to_thread.run_sync(PostgresStore.connect, c)
         # PostgreSQL away while running: the queue waits and retries, membership stops the
         # fetching; both resume when it is back.

@@ -386,3 +386,21 @@ async def test_a_worker_waiting_for_a_token_drops_a_host_given_up_meanwhile(auto
         frontier.close()
         await trio.sleep(0)
         nursery.cancel_scope.cancel()
+
+
+async def test_a_host_let_go_keeps_its_delay_when_a_stale_row_brings_it_back(autojump_clock):
+    frontier, _ = make([page(1, host=1, due=EPOCH)], window=1.0)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(frontier.run)
+        lease = await frontier.acquire()
+        assert lease is not None
+        end = wall()
+        timing = HostTiming(next_allowed=end + 5.0, delay=5.0, backoff=0.0, errors=0)
+        frontier.release(lease, next_due=None, timing=timing)  # the page and the host go
+        assert frontier.statistics().hosts_known == 0
+        # the store's row was read before this request's timing was committed
+        frontier.add([page(2, host=1, due=EPOCH)], {1: host_row(1)})
+        again = await frontier.acquire()
+        assert again is not None and wall() >= end + 5.0
+        frontier.close()
+        nursery.cancel_scope.cancel()

@@ -142,3 +142,19 @@ def test_the_stop_comes_one_heartbeat_and_one_fetch_before_the_expiry():
     t.check()
     with pytest.raises(ConfigError, match=r"fleet.lease_ttl.*fetch.timeout"):
         LeaseTiming(ttl=10.0, fetch_deadline=30.0).check()
+
+
+def test_a_node_refuses_to_run_with_a_lease_ttl_too_short_for_the_fetch_timeout(tmp_path):
+    from conftest import cli
+
+    config = tmp_path / "r.toml"
+    config.write_text(
+        f'[store]\npath = "{tmp_path}/r.duckdb"\n[fetch]\ntimeout = 30.0\n'
+        '[fleet]\ndsn = "postgresql://refresher@127.0.0.1:1/fleet"\nlease_ttl = 10.0\n'
+    )
+    done = cli("run", "--config", str(config))
+    assert done.returncode == 1
+    errors = [line for line in done.stdout.splitlines() if "cannot run" in line]
+    assert len(errors) == 1 and "fleet.lease_ttl" in errors[0] and "fetch.timeout" in errors[0]
+    assert "cannot connect" not in done.stdout  # refused before the database is tried
+    assert not list(tmp_path.glob("*.duckdb"))
