@@ -298,8 +298,9 @@ class FleetConfig:
     """Many nodes sharing one PostgreSQL store (all restart-only). An empty ``dsn``: a single
     node on the embedded DuckDB store, the default."""
 
-    #: libpq connection string or postgresql:// URL of the fleet's database; "" = single node
-    dsn: str = ""
+    #: libpq connection string or postgresql:// URL of the fleet's database; "" = single node.
+    #: Left out of the repr: it may hold a password
+    dsn: str = field(default="", repr=False)
     #: this node's name in the fleet, unique in it; default: the host name
     node_id: str = field(default_factory=socket.gethostname)
     #: P, the virtual partitions hosts are hashed to; fixed when the fleet is created

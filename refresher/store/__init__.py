@@ -12,6 +12,8 @@ inbox of links for other nodes), pg_leases (the leases' SQL), pg_schema (the fle
 ``refresher fleet init``), pg_dsn (the connection string, never shown with its password).
 """
 
+from typing import TYPE_CHECKING, Any
+
 from refresher.store._change_stats import fold_observations, last_modified_agrees
 from refresher.store._duckdb import SCHEMA_VERSION, DuckDBStore, StoreService
 from refresher.store._interface import (
@@ -36,8 +38,27 @@ from refresher.store._interface import (
     next_due,
 )
 from refresher.store._open import open_store
-from refresher.store._pg_leases import LeaseStore, PgLeases
-from refresher.store._postgres import Fencing, PostgresStore
+
+if TYPE_CHECKING:
+    from refresher.store._pg_leases import LeaseStore, PgLeases
+    from refresher.store._postgres import Fencing, PostgresStore
+
+#: the fleet's names, imported on first use: a single node never loads psycopg
+_FLEET = {
+    "Fencing": "refresher.store._postgres",
+    "LeaseStore": "refresher.store._pg_leases",
+    "PgLeases": "refresher.store._pg_leases",
+    "PostgresStore": "refresher.store._postgres",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _FLEET:
+        import importlib
+
+        return getattr(importlib.import_module(_FLEET[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "NEVER",

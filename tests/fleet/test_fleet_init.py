@@ -150,3 +150,24 @@ def test_good_dsns_pass() -> None:
     assert dsn_problem("postgresql://u:pw@db:5432/f") is None
     assert dsn_problem("postgres://db/f") is None
     assert dsn_problem("host=/run/postgresql dbname=f") is None
+
+
+def test_the_postgres_fixture_fails_with_what_to_install_when_the_binaries_are_absent(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import conftest
+
+    monkeypatch.setattr(conftest, "_pg_binary", lambda name: None)
+    with pytest.raises(pytest.fail.Exception, match="apt-get install postgresql"):
+        conftest.PostgresServer()
+
+
+def test_a_config_never_shows_the_dsns_password() -> None:
+    from refresher._config import load_config
+
+    config = load_config(
+        overrides={"fleet": {"dsn": "postgresql://u:pw-secret@db/f"}},
+        default_file=Path("/nonexistent"),
+    )
+    assert config.fleet.dsn.endswith("@db/f")
+    assert "pw-secret" not in repr(config) and "pw-secret" not in str(config.fleet)
