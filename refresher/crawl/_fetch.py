@@ -441,6 +441,8 @@ class Fetcher:
             verify if isinstance(verify, ssl.SSLContext) else None
         )
         self._keepalive_expiry = keepalive_expiry
+        # how a connection is opened; fuzz/fuzz.py puts in-memory connections here
+        self._connect = _http1.connect
         self._fields = self._fixed_fields()
         self._slots: OrderedDict[tuple[str, str, int], _Slot] = OrderedDict()
         self._closed = False
@@ -557,7 +559,7 @@ class Fetcher:
             slot.conn = None
             await conn.aclose()
         https = target.scheme == "https"
-        conn = await _http1.connect(
+        conn = await self._connect(
             *address,
             server_hostname=target.host if https else None,
             context=self._context() if https else None,
@@ -609,7 +611,7 @@ class Fetcher:
                 if own:
                     conn = await self._connection(slot, target, address)
                 else:
-                    conn = await _http1.connect(
+                    conn = await self._connect(
                         *address,
                         server_hostname=target.host if target.scheme == "https" else None,
                         context=self._context() if target.scheme == "https" else None,
