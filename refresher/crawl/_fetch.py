@@ -646,12 +646,12 @@ class Fetcher:
             )
             raise type(e)(f"{where}: {e}") from e
         finally:
+            slot.busy = slot.busy and not own
+            slot.users -= 1
             if conn is not None:  # broken, cancelled, or not to be reused
                 if own and slot.conn is conn:
                     slot.conn = None
                 await conn.aclose()
-            slot.busy = slot.busy and not own
-            slot.users -= 1
             await self._evict()
 
     async def _read_body(
