@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import email.utils
+import functools
 import gzip
 import socket
 import ssl
@@ -11,6 +12,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import brotli
 import pytest
 import trio
 import trustme
@@ -242,11 +244,13 @@ async def test_an_endless_body_is_too_large_and_the_connection_is_dropped() -> N
     assert result.bytes <= 1 << 20
 
 
-@pytest.mark.parametrize("encoding", ["gzip", "deflate", "raw-deflate"])
+@pytest.mark.parametrize("encoding", ["gzip", "deflate", "raw-deflate", "br"])
 async def test_a_compressed_body_is_decoded_and_digested_decoded(encoding: str) -> None:
     text = PAGE * 50
     if encoding == "gzip":
         data = gzip.compress(text)
+    elif encoding == "br":
+        data = brotli.compress(text)
     elif encoding == "deflate":
         data = zlib.compress(text)
     else:
@@ -286,11 +290,33 @@ async def test_an_endless_gzip_bomb_stops_at_the_decoded_cap() -> None:
     assert result.bytes <= 1 << 20
 
 
-def test_the_decoder_never_inflates_more_than_the_limit_plus_one() -> None:
-    bomb = gzip.compress(bytes(20 << 20))  # 20 MiB of zeros in about 20 KiB
-    decoder = _Decoder(["gzip"])
+@pytest.mark.parametrize(
+    ("encoding", "compress"),
+    [("gzip", gzip.compress), ("br", functools.partial(brotli.compress, quality=1))],
+)
+def test_the_decoder_never_inflates_more_than_the_limit_plus_one(
+    encoding: str, compress: Callable[[bytes], bytes]
+) -> None:
+    bomb = compress(bytes(20 << 20))  # 20 MiB of zeros in at most about 20 KiB
+    decoder = _Decoder([encoding])
     out = decoder.feed(bomb, 1000)
     assert len(out) == 1001
+
+
+async def test_a_brotli_bomb_stops_at_the_decoded_cap() -> None:
+    bomb = brotli.compress(bytes(16 << 20), quality=1)  # 16 MiB of zeros in a few KiB
+    reply = html(bomb, ("Content-Encoding", "br"))
+    async with site(http_handler(app_of({"/": reply})), max_body_bytes=1 << 20) as (_s, f):
+        result = await f.fetch("http://a.fetch.test/")
+    assert result.error_kind == "too_large"
+    assert result.bytes <= 1 << 20
+
+
+async def test_corrupt_brotli_is_a_protocol_error() -> None:
+    reply = html(b"\xff\xfenot brotli at all" * 10, ("Content-Encoding", "br"))
+    async with site(http_handler(app_of({"/": reply}))) as (_server, f):
+        result = await f.fetch("http://a.fetch.test/")
+    assert result.error_kind == "protocol"
 
 
 def test_concatenated_gzip_members_are_all_decoded_whatever_the_chunking() -> None:
