@@ -8,6 +8,8 @@ import json
 import zlib
 from pathlib import Path
 
+import brotli
+
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT / "fuzz" / "corpus"
 
@@ -78,6 +80,10 @@ def _http() -> list[bytes]:
         b"HTTP/1.1 200 OK\r\nX-Folded: a\r\n b\r\nContent-Type: text/html\r\n\r\nclose-delimited",
         b"HTTP/1.1 200 OK\nContent-Encoding: deflate\nContent-Length: 10\n\n"
         + zlib.compress(b"x")[:10],
+        b"HTTP/1.1 200 OK\r\nContent-Encoding: br\r\nTransfer-Encoding: chunked\r\n\r\n"
+        + f"{len(brotli.compress(b'<a href=x>x</a>')):x}\r\n".encode()
+        + brotli.compress(b"<a href=x>x</a>")
+        + b"\r\n0\r\n\r\n",
         b"HTTP/1.1 302 Found\r\nLocation: /p\r\nContent-Length: 0\r\n\r\n"
         b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
     ]
