@@ -586,14 +586,17 @@ class Fetcher:
                 return conn
             slot.conn = None
             await conn.aclose()
+        conn = slot.conn = await self._open(target, address)
+        return conn
+
+    async def _open(self, target: _Target, address: tuple[str, int]) -> _http1.Connection:
+        """A new connection to ``address`` for ``target`` (TLS for https, with its host name)."""
         https = target.scheme == "https"
-        conn = await self._connect(
+        return await self._connect(
             *address,
             server_hostname=target.host if https else None,
             context=self._context() if https else None,
         )
-        slot.conn = conn
-        return conn
 
     # -- one request ---------------------------------------------------------------------------
 
@@ -639,11 +642,7 @@ class Fetcher:
                 if own:
                     conn = await self._connection(slot, target, address)
                 else:
-                    conn = await self._connect(
-                        *address,
-                        server_hostname=target.host if target.scheme == "https" else None,
-                        context=self._context() if target.scheme == "https" else None,
-                    )
+                    conn = await self._open(target, address)
                 try:
                     response = await conn.exchange(head)
                 except _http1.Stale:
