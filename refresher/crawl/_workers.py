@@ -14,7 +14,8 @@ from __future__ import annotations
 import functools
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import trio
@@ -87,6 +88,7 @@ class CrawlerStatistics:
     duplicates: int  # fetches whose body another page served recently (processed once)
     # requests per second put on the wire (pages and robots.txt) over the last WIRE_WINDOW s
     wire_rate: float = 0.0
+    abandoned: int = 0  # requests cut on the wire (a fleet node lost their partition's lease)
 
 
 #: seconds of requests the wire rate is averaged over
@@ -138,6 +140,40 @@ class Crawler:
         # switching (bench/bench_parsers.py measures 1, 2, 8 and 20 threads).
         self._parsing = ParseThreads()
         self.idle = trio.Event()  # set when every worker has stopped
+        # host id → (host name, the cancel scope of its request on the wire): at most one each
+        self._on_wire_now: dict[int, tuple[str, trio.CancelScope]] = {}
+        self._abandoned = 0
+
+    def abandon(self, hosts: Callable[[str], bool]) -> int:
+        """Cut the requests on the wire to the hosts ``hosts`` accepts; how many were cut.
+
+        A fleet node calls this the moment it can no longer prove its lease on their partition,
+        so that its last request to them has ended before another node may take them: the
+        self-fencing margin then needs no room for a whole fetch. Nothing of a cut request is
+        recorded (its page keeps its due time in the store, for the partition's next owner);
+        the connection is closed, never reused."""
+        cut = 0
+        for name, scope in list(self._on_wire_now.values()):
+            if hosts(name):
+                scope.cancel()
+                cut += 1
+        self._abandoned += cut
+        return cut
+
+    @contextmanager
+    def _wire_scope(self, lease: Lease) -> Iterator[trio.CancelScope]:
+        scope = trio.CancelScope()
+        self._on_wire_now[lease.host.id] = (lease.host.name, scope)
+        try:
+            with scope:
+                yield scope
+        finally:
+            del self._on_wire_now[lease.host.id]
+
+    def _give_up(self, lease: Lease) -> None:
+        """Release the host of a request :meth:`abandon` cut: nothing recorded."""
+        log.info("request abandoned", url=lease.page.url)
+        self._frontier.release(lease, next_due=None, timing=self._fallback_timing(lease.host))
 
     def configure(self, config: Config) -> None:
         """Take new politeness, robots, user agent and link-extraction settings (SIGHUP)."""
@@ -200,7 +236,11 @@ class Crawler:
                     expires_at=host.robots_expires_at,
                 )
             else:
-                fetched = await self._fetch_robots(lease)
+                with self._wire_scope(lease) as scope:
+                    fetched = await self._fetch_robots(lease)
+                if scope.cancelled_caught:
+                    self._give_up(lease)
+                    return
                 if fetched is not None:
                     # The robots request counts against the host's politeness; the page waits.
                     timing, robots = fetched
@@ -211,9 +251,13 @@ class Crawler:
             await self._record_denied(lease, now, robots)
             return
         self._on_wire()
-        result = await self._fetcher.fetch(
-            page.url, etag=page.etag, last_modified=page.last_modified
-        )
+        with self._wire_scope(lease) as scope:
+            result = await self._fetcher.fetch(
+                page.url, etag=page.etag, last_modified=page.last_modified
+            )
+        if scope.cancelled_caught:
+            self._give_up(lease)
+            return
         await self._record(lease, result, robots)
 
     async def _fetch_robots(self, lease: Lease) -> tuple[HostTiming, HostRobots] | None:
@@ -507,6 +551,7 @@ class Crawler:
             meaningful=self._meaningful,
             duplicates=self._seen.statistics().duplicates,
             wire_rate=self.wire_rate(),
+            abandoned=self._abandoned,
         )
 
 

@@ -19,8 +19,9 @@ nodes never hold one; these functions only decide what to ask for.
 The timing (:class:`LeaseTiming`): a node renews its leases every ``ttl / 3`` and stops fetching
 a partition's hosts at ``granted_at + ttl − margin`` on its own monotonic clock, where
 ``granted_at`` is the moment it *sent* the statement that granted or renewed the lease and the
-margin covers one heartbeat plus the longest fetch: the last fetch it starts has finished before
-the database can give the partition to another node.
+margin covers one heartbeat plus :data:`CUT_ALLOWANCE`: at that moment the node also cuts its
+requests on the wire to the partition's hosts (:meth:`refresher.crawl.Crawler.abandon`), so its
+last request to them has ended before the database can give the partition to another node.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from dataclasses import dataclass
 
 from refresher._errors import ConfigError
 
-__all__ = ["LeaseTiming", "Step", "plan_step", "share", "shares"]
+__all__ = ["CUT_ALLOWANCE", "LeaseTiming", "Step", "plan_step", "share", "shares"]
 
 
 def shares(partitions: int, live: Collection[str]) -> dict[str, int]:
@@ -101,10 +102,19 @@ def plan_step(
     return Step(claim=0, shed=tuple(sorted(mine)[len(mine) - count :]))
 
 
+#: seconds allowed between a node's stop and its last request to the partition's hosts having
+#: ended: the requests are cut, not waited for (a cancel and a socket close take milliseconds;
+#: the rest is room for a loaded event loop)
+CUT_ALLOWANCE = 1.0
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LeaseTiming:
     """When to renew and when to stop, for a lease of ``ttl`` seconds and fetches that take at
-    most ``fetch_deadline`` seconds (``fetch.timeout``, the total deadline of one request)."""
+    most ``fetch_deadline`` seconds (``fetch.timeout``, the total deadline of one request).
+
+    A node stops a partition by cutting its requests on the wire, so the margin needs the
+    longest fetch only when it is shorter than :data:`CUT_ALLOWANCE`."""
 
     ttl: float
     fetch_deadline: float
@@ -117,7 +127,7 @@ class LeaseTiming:
     @property
     def margin(self) -> float:
         """Seconds before the lease's expiry at which the node stops fetching."""
-        return self.heartbeat + self.fetch_deadline
+        return self.heartbeat + min(self.fetch_deadline, CUT_ALLOWANCE)
 
     @property
     def max_skew(self) -> float:
@@ -133,11 +143,10 @@ class LeaseTiming:
         """Refuse a ttl that leaves no time to fetch between renewals (ConfigError)."""
         # Renewed every ttl/3, a lease must outlive one missed renewal before the stop.
         if self.ttl - self.margin <= self.heartbeat:
-            need = 3 * self.fetch_deadline
+            cut = min(self.fetch_deadline, CUT_ALLOWANCE)
             raise ConfigError(
-                f"{self.ttl:g} s is too short for fetch.timeout "
-                f"{self.fetch_deadline:g} s: a node must stop fetching one heartbeat plus the "
-                f"longest fetch before its lease expires; set lease_ttl above {need:g} s "
-                "(or lower fetch.timeout)",
+                f"{self.ttl:g} s is too short: a node must stop fetching (and cut its requests, "
+                f"allowed {cut:g} s) one heartbeat (ttl/3) before its lease expires and still "
+                f"fetch between renewals; set lease_ttl above {3 * cut:g} s",
                 key="fleet.lease_ttl",
             )

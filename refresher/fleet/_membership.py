@@ -18,10 +18,11 @@ resume from the stored state).
 
 Shedding and stopping (:meth:`Membership.stop`): the partitions leave the held set first (no
 new fetch starts), then ``drain`` waits until the fetches in flight to their hosts have finished
-and their batch has committed, and only then are the leases freed: the next owner resumes from
-state that includes them. A lease lost or run out of margin is drained the same way, in the
-background; the store keeps accepting its writes meanwhile, and the database refuses them once
-another node holds it (the epoch moved).
+(those still on the wire when the lease's margin runs out are cut) and their batch has
+committed, and only then are the leases freed: the next owner resumes from state that includes
+them. A lease lost or run out of margin is drained the same way, in the background, its
+requests on the wire cut at once; the store keeps accepting its writes meanwhile, and the
+database refuses them once another node holds it (the epoch moved).
 
 A node whose clock is further than ``lease_ttl / 4`` from the database's is refused: at start
 with an error, later by stepping out of the fleet (held set empty, marked stopping) until the
@@ -166,8 +167,9 @@ class Membership:
     ``serve(held)`` is called (in the trio thread) with the held set ``{partition: epoch}``
     whenever it changes: only those partitions' hosts may be fetched. ``fence(leases)`` gets
     the leases whose writes the store may commit: the held set, and leases given up while
-    fetches to their hosts may still be in flight. ``drain(partitions)`` must return once no
-    fetch of those partitions' hosts is in flight and their results are committed."""
+    fetches to their hosts may still be in flight. ``drain(partitions, until)`` must return once no
+    fetch of those partitions' hosts is in flight and their results are committed, cutting the
+    requests still on the wire at ``until`` (trio time: the earliest stop of those leases)."""
 
     def __init__(
         self,
@@ -178,7 +180,7 @@ class Membership:
         timing: LeaseTiming,
         serve: Callable[[Mapping[int, int]], None],
         fence: Callable[[Mapping[int, int]], None],
-        drain: Callable[[frozenset[int]], Awaitable[None]],
+        drain: Callable[[frozenset[int], float], Awaitable[None]],
         statistics: Callable[[], Mapping[str, Any]] = dict,
         wall_clock: Callable[[], float] = time.time,
         max_backoff: float | None = None,
@@ -218,7 +220,12 @@ class Membership:
         return dict(self._held)
 
     def _set(
-        self, held: dict[int, int], stop_at: dict[int, float], *, settle: bool = True
+        self,
+        held: dict[int, int],
+        stop_at: dict[int, float],
+        *,
+        settle: bool = True,
+        cut_now: bool = False,
     ) -> dict[int, int]:
         """Make ``held`` the held set; returns the leases given up, {partition: epoch}.
 
@@ -226,24 +233,30 @@ class Membership:
         it), and keeps accepting the writes of given-up leases until their in-flight fetches
         are drained (:meth:`_settle`, started here unless ``settle`` is False): the database
         still refuses any whose epoch moved on."""
-        old = self._held
+        old, old_stop = self._held, self._stop_at
         self._held, self._stop_at = held, stop_at
         self._deadline_changed.set()
         if held == old:
             return {}
         gone = {p: e for p, e in old.items() if held.get(p) != e}
+        # requests on the wire are cut at the earliest stop (at once for a lost lease)
+        until = (
+            -math.inf
+            if cut_now
+            else min((old_stop.get(p, -math.inf) for p in gone), default=-math.inf)
+        )
         self._draining.update(gone)
         self._fence({**self._draining, **held})
         self._serve(dict(held))
         if gone and settle and self._nursery is not None:
-            self._nursery.start_soon(self._settle, gone)
+            self._nursery.start_soon(self._settle, gone, until)
         return gone
 
-    async def _settle(self, gone: Mapping[int, int]) -> None:
-        """Wait until the fetches in flight to ``gone``'s hosts are queued and committed, then
-        stop accepting their writes."""
+    async def _settle(self, gone: Mapping[int, int], until: float) -> None:
+        """Wait until the fetches in flight to ``gone``'s hosts are queued and committed (those
+        on the wire at ``until``, trio time, cut), then stop accepting their writes."""
         try:
-            await self._drain(frozenset(gone))
+            await self._drain(frozenset(gone), until)
         except StoreError as error:
             # Their writes stay accepted until then; the database still fences them.
             log.warning("draining given-up partitions failed", error=str(error))
@@ -418,7 +431,7 @@ class Membership:
             self._c.lost += lost
             log.warning("leases lost to another node; stopped fetching them", partitions=lost)
         self._c.renewals += len(kept)
-        self._set(kept, dict.fromkeys(kept, stop))
+        self._set(kept, dict.fromkeys(kept, stop), cut_now=lost > 0)
 
     async def _shed(self, partitions: frozenset[int]) -> None:
         try:
@@ -435,10 +448,11 @@ class Membership:
     async def _hand_back(self, partitions: frozenset[int]) -> int:
         """Stop fetching ``partitions``, let their in-flight fetches finish and commit, then
         free their leases; returns how many were handed back."""
+        until = min((self._stop_at.get(p, -math.inf) for p in partitions), default=-math.inf)
         epochs = self._drop(partitions, settle=False)
         if not epochs:
             return 0
-        await self._settle(epochs)
+        await self._settle(epochs, until)
         try:
             with trio.fail_after(self.timing.ttl):
                 release = partial(self._leases.release, self.node_id, list(epochs))

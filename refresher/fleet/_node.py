@@ -20,7 +20,7 @@ import trio
 from refresher._config import Config
 from refresher._errors import StoreError
 from refresher.crawl._frontier import Frontier
-from refresher.fleet._assignment import LeaseTiming
+from refresher.fleet._assignment import CUT_ALLOWANCE, LeaseTiming
 from refresher.fleet._membership import Membership, MembershipStatistics, owns_hosts
 from refresher.ops._logging import get_logger
 from refresher.store._interface import HostRow, PageRow
@@ -80,6 +80,7 @@ class FleetNode:
         frontier: Frontier,
         rate: Callable[[], float],
         pages_added: Callable[[int], None],
+        abandon: Callable[[Callable[[str], bool]], int] = lambda hosts: 0,
         leases: Any = None,
     ) -> None:
         f = config.fleet
@@ -90,6 +91,7 @@ class FleetNode:
         self._frontier = frontier
         self._rate = rate
         self._pages_added = pages_added
+        self._abandon = abandon
         self._leases = leases
         self._interval = max(config.store.flush_interval, 0.2)
         self.membership: Membership | None = None
@@ -136,11 +138,20 @@ class FleetNode:
     def _serve(self, held: Mapping[int, int]) -> None:
         self._frontier.retain(owns_hosts(held, self.config.fleet.partitions))
 
-    async def _drain(self, partitions: frozenset[int]) -> None:
-        # A fetch ends within its deadline; a worker cancelled mid-fetch (drain timeout at
-        # shutdown) never releases its host, so the wait is bounded.
-        with trio.move_on_after(self.timing.fetch_deadline + self.timing.heartbeat):
-            await self._frontier.wait_released(owns_hosts(partitions, self.config.fleet.partitions))
+    async def _drain(self, partitions: frozenset[int], until: float) -> None:
+        # In-flight fetches may finish until the leases' stop (trio time ``until``); what is
+        # still on the wire then is cut (the margin has room for a cut, not for a whole fetch:
+        # LeaseTiming), so the last request has ended before the lease can expire.
+        hosts = owns_hosts(partitions, self.config.fleet.partitions)
+        with trio.move_on_at(until):
+            await self._frontier.wait_released(hosts)
+        cut = self._abandon(hosts)
+        if cut:
+            log.info("requests cut: their partitions' leases stop", requests=cut)
+        # A worker cancelled mid-fetch (drain timeout at shutdown) never releases its host,
+        # so the wait is bounded.
+        with trio.move_on_after(CUT_ALLOWANCE + self.timing.heartbeat):
+            await self._frontier.wait_released(hosts)
         await self._store.flush()
 
     async def _inbox(self) -> None:

@@ -402,6 +402,8 @@ class Daemon:
             frontier=frontier,
             rate=lambda: self._rate,
             pages_added=allocator.pages_added,
+            # the crawler starts after the node (the node's first claims come first)
+            abandon=lambda hosts: 0 if self._crawler is None else self._crawler.abandon(hosts),
         )
         return self._fleet
 

@@ -99,6 +99,7 @@ METRICS: Mapping[str, Mapping[str, MetricSpec]] = {
         "errors": _c("Fetches that ended in an error."),
         "denied": _c("Pages robots.txt kept the crawler from (robots denials)."),
         "robots_fetches": _c("robots.txt fetches."),
+        "abandoned": _c("Requests cut on the wire: a fleet node lost its lease on their host."),
         "bytes": _c("Decoded body bytes of page fetches."),
         "meaningful": _c("Changes beyond the near-duplicate (simhash) threshold."),
         "duplicates": _c("Fetches whose body another page served recently (content-seen)."),

@@ -9,8 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from refresher._config import Config
 from refresher._errors import ConfigError
-from refresher.fleet._assignment import LeaseTiming, plan_step, share, shares
+from refresher.fleet._assignment import CUT_ALLOWANCE, LeaseTiming, plan_step, share, shares
 
 
 class LeaseTable:
@@ -134,27 +135,36 @@ def test_a_node_sheds_nothing_while_the_newcomer_can_take_free_partitions():
     assert plan_step(partitions=8, node="a", live=["a", "b"], owners=owners).shed == ()
 
 
-def test_the_stop_comes_one_heartbeat_and_one_fetch_before_the_expiry():
+def test_the_stop_comes_one_heartbeat_and_one_cut_before_the_expiry():
     t = LeaseTiming(ttl=3.0, fetch_deadline=0.5)
     assert t.heartbeat == pytest.approx(1.0)
     assert t.stop_at(100.0) == pytest.approx(100.0 + 3.0 - 1.0 - 0.5)
     assert t.max_skew == pytest.approx(0.75)
     t.check()
-    with pytest.raises(ConfigError, match=r"fleet.lease_ttl.*fetch.timeout"):
-        LeaseTiming(ttl=10.0, fetch_deadline=30.0).check()
+    # requests are cut at the stop, not waited for: a long fetch timeout needs no longer lease
+    long = LeaseTiming(ttl=10.0, fetch_deadline=30.0)
+    long.check()
+    assert long.margin == pytest.approx(10.0 / 3 + CUT_ALLOWANCE)
+    with pytest.raises(ConfigError, match=r"fleet.lease_ttl.*above 3 s"):
+        LeaseTiming(ttl=2.5, fetch_deadline=30.0).check()
 
 
-def test_a_node_refuses_to_run_with_a_lease_ttl_too_short_for_the_fetch_timeout(tmp_path):
+def test_the_issues_default_lease_ttl_works_with_the_default_fetch_timeout():
+    assert Config().fleet.lease_ttl == 10.0
+    LeaseTiming(ttl=Config().fleet.lease_ttl, fetch_deadline=Config().fetch.timeout).check()
+
+
+def test_a_node_refuses_to_run_with_a_lease_ttl_too_short_to_stop_in_time(tmp_path):
     from conftest import cli
 
     config = tmp_path / "r.toml"
     config.write_text(
         f'[store]\npath = "{tmp_path}/r.duckdb"\n[fetch]\ntimeout = 30.0\n'
-        '[fleet]\ndsn = "postgresql://refresher@127.0.0.1:1/fleet"\nlease_ttl = 10.0\n'
+        '[fleet]\ndsn = "postgresql://refresher@127.0.0.1:1/fleet"\nlease_ttl = 2.0\n'
     )
     done = cli("run", "--config", str(config))
     assert done.returncode == 1
     errors = [line for line in done.stdout.splitlines() if "cannot run" in line]
-    assert len(errors) == 1 and "fleet.lease_ttl" in errors[0] and "fetch.timeout" in errors[0]
+    assert len(errors) == 1 and "fleet.lease_ttl" in errors[0]
     assert "cannot connect" not in done.stdout  # refused before the database is tried
     assert not list(tmp_path.glob("*.duckdb"))

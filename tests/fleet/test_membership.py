@@ -135,7 +135,7 @@ class Node:
         self.fenced: list[dict[int, int]] = []
         self.table = table
 
-        async def drain(parts: frozenset[int]) -> None:
+        async def drain(parts: frozenset[int], until: float) -> None:
             await trio.sleep(drain_time)
             self.drained.append(parts)
             table.log.append(("drained", sorted(parts)))
