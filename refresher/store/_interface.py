@@ -242,7 +242,7 @@ class DocumentUpdate:
 class EstimatorInputs:
     """The history an allocation pass reads: arrays, no estimate yet.
 
-    Pages not gone, sorted by id; observations are pairs of consecutive successful fetches of
+    Pages neither gone nor denied (those are out of the plan), sorted by id; observations are pairs of consecutive successful fetches of
     one page (at most ``history`` per page, the latest)."""
 
     page_ids: NDArray[np.int64]
@@ -329,8 +329,8 @@ class Store(Protocol):
         self, *, after: tuple[float, int], until: float, limit: int, known_hosts: frozenset[int]
     ) -> tuple[list[PageRow], dict[int, HostRow]]:
         """Pages with (due_at, id) > ``after`` and due_at ≤ ``until`` (earliest first, at most
-        ``limit``, none of a paused host or gone), and the rows of their hosts not in
-        ``known_hosts``."""
+        ``limit``, none of a paused host; a gone page only when its slow re-check is due), and
+        the rows of their hosts not in ``known_hosts``."""
         ...
 
     async def record(self, record: FetchRecord, capture: CaptureRow | None = None) -> None:

@@ -453,6 +453,22 @@ async def test_without_exploration_a_starved_page_is_due_alike_in_the_store_and_
     assert allocator.interval(starved[0]) == NEVER
 
 
+def test_gone_pages_leave_the_plan_until_they_answer_again(tmp_path: Path):
+    store = DuckDBStore(tmp_path / "s.duckdb")
+    try:
+        rows, ids = _three_pages(store)
+        host = rows[0].host_id
+        _history(store, ids[0], host, [NOW + 10, NOW + 20], [False, True])
+        gone = fetch_record(ids[1], host, NOW + 5, status=404, page_status="gone")
+        store.write([gone], [])
+        assert ids[1] not in inputs_of(store, min_delay=1.0).page_ids.tolist()
+        # its re-check a day later finds it again: back in the plan
+        _history(store, ids[1], host, [NOW + 86_405], [False])
+        assert ids[1] in inputs_of(store, min_delay=1.0).page_ids.tolist()
+    finally:
+        store.close()
+
+
 def test_pages_robots_txt_denies_leave_the_plan(tmp_path: Path):
     store = DuckDBStore(tmp_path / "s.duckdb")
     try:
