@@ -242,8 +242,9 @@ class DocumentUpdate:
 class EstimatorInputs:
     """The history an allocation pass reads: arrays, no estimate yet.
 
-    Pages neither gone nor denied (those are out of the plan), sorted by id; observations are pairs of consecutive successful fetches of
-    one page (at most ``history`` per page, the latest)."""
+    Pages neither gone nor denied (those are out of the plan), sorted by id; observations are
+    pairs of consecutive successful fetches of one page (at most ``history`` per page, the
+    latest)."""
 
     page_ids: NDArray[np.int64]
     page_host: NDArray[np.int64]  # host id per page
