@@ -247,9 +247,7 @@ def planned(db: Path, budget: float | None, *, decide: str = "expected") -> dict
     except RefresherError as e:
         raise StoreError(f"cannot read the plan inputs of {str(db)!r}: {e}") from e
     try:
-        raw = store.estimator_inputs(
-            meaningful=settings.meaningful, history=settings.history, links=True
-        )
+        raw = store.estimator_inputs(meaningful=settings.meaningful, links=True)
     finally:
         store.close()
     inputs = settings.estimate(raw)

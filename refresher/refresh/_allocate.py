@@ -3,10 +3,11 @@
 Every ``policy.resolve_interval`` seconds (and at once when the budget or the policy changes)
 the allocator
 
-1. reads each page's recent successful observations from the store (the intervals between
+1. reads each page's change statistics from the store (sums over the intervals between
    successful fetches, :func:`refresher.store.is_success`, and whether the body changed: raw
-   or meaningful, as ``estimate.change`` says; at most ``estimate.history`` per page) and
-   estimates λ̂ with a prior pooled per host, then globally (:mod:`refresher.refresh._estimate`);
+   or meaningful, as ``estimate.change`` says; kept as fetches are recorded, worth at most
+   ``estimate.history`` observations per page) and estimates λ̂ with a prior pooled per host,
+   then globally (:mod:`refresher.refresh._estimate_stats`);
 2. weights pages by PageRank over the stored link edges (mean weight 1), or not at all when
    ``policy.weights = "none"``;
 3. caps each host at one fetch per politeness delay and solves the policy
@@ -36,13 +37,8 @@ from numpy.typing import NDArray
 from refresher import policies
 from refresher.crawl._frontier import Frontier
 from refresher.ops._logging import get_logger
-from refresher.refresh._estimate import (
-    DEFAULT_SPREAD,
-    MODELS,
-    Estimate,
-    estimate_pages,
-    last_modified_consistent,
-)
+from refresher.refresh._estimate import DEFAULT_SPREAD, MODELS, Estimate
+from refresher.refresh._estimate_stats import estimate_statistics
 from refresher.refresh._static import static_probability
 from refresher.store._interface import (
     EstimatorInputs,
@@ -149,12 +145,15 @@ def load_inputs(
     weights: str = "pagerank",
     model: str = MODELS[0],
     spread: float = DEFAULT_SPREAD,
+    history: int = 32,
 ) -> PolicyInputs:
-    """Everything a plan needs, estimated from the store's raw history (pure; no I/O).
+    """Everything a plan needs, estimated from the store's per-page change statistics (pure;
+    no I/O).
 
     ``weights``: "pagerank" weighs pages by PageRank over the stored links (mean 1), "none"
-    gives every page weight 1. ``model`` and ``spread``: the estimator's prior
-    (:func:`refresher.refresh._estimate.estimate_pages`)."""
+    gives every page weight 1. ``model`` and ``spread``: the estimator's prior; ``history``:
+    the observations a page's estimate is worth at most
+    (:func:`refresher.refresh._estimate_stats.estimate_statistics`)."""
     if weights not in ("pagerank", "none"):
         raise ValueError(f"weights must be 'pagerank' or 'none', not {weights!r}")
     ids = raw.page_ids
@@ -165,48 +164,12 @@ def load_inputs(
     np.maximum.at(host_delay, host_index, delay)
     with np.errstate(divide="ignore"):
         caps = np.where(host_delay > 0, 1.0 / host_delay, np.inf)
-    page_index, known = _index_of(ids, raw.obs_page)
-    fetched, previous = raw.obs_finished[known], raw.obs_previous[known]
-    intervals = fetched - previous
-    changed = raw.obs_changed[known]
-    if n and intervals.size:
-        # Hosts whose Last-Modified moves exactly with the content give change times: the
-        # time since the last change bounds λ where "changed at every fetch" cannot.
-        obs_host = np.asarray(host_index)[page_index]
-        lm = raw.obs_last_modified[known]
-        trusted = last_modified_consistent(
-            obs_host,
-            fetched,
-            previous,
-            lm,
-            raw.obs_previous_last_modified[known],
-            changed,
-            hosts.size,
-        )
-        since = np.where(np.isfinite(lm), np.maximum(fetched - lm, 0.0), np.nan)
-        # The first copy's Last-Modified on a trusted host: quiet from then to the fetch.
-        first, known = _index_of(ids, raw.first_page)
-        use = trusted[host_index[first]]
-        first, quiet = first[use], raw.first_quiet[known][use]
-        page_index = np.concatenate((page_index, first))
-        intervals = np.concatenate((intervals, quiet))
-        changed = np.concatenate((changed, np.zeros(first.size, dtype=bool)))
-        since = np.concatenate((since, np.full(first.size, np.nan)))
-        est = estimate_pages(
-            page_index,
-            intervals,
-            changed,
-            n,
-            page_host=host_index,
-            n_hosts=hosts.size,
-            since_change=since,
-            trusted_hosts=trusted,
-            model=model,
-            spread=spread,
-            mixture=True,
+    if n and bool((raw.stats.observations > 0).any()):
+        est, static_p = estimate_statistics(
+            raw.stats, host_index, hosts.size, history=history, model=model, spread=spread
         )
         rates, rate_n = np.asarray(est.rate), np.asarray(est.n_eff)
-        rate_sd, static_p = uncertainty(est, page_index, intervals, changed, spread)
+        rate_sd = posterior_sd(est) if est.prior_mean is not None else None
     else:
         rates, rate_n = np.full(n, DEFAULT_PRIOR_RATE), np.zeros(n)
         rate_sd = np.full(n, spread) if model == "log-normal" else None
@@ -222,17 +185,6 @@ def load_inputs(
         rate_sd=rate_sd,
         static_p=static_p,
     )
-
-
-def _index_of(
-    ids: NDArray[np.int64], page_ids: NDArray[np.int64]
-) -> tuple[NDArray[np.intp], NDArray[np.bool_]]:
-    """Positions of ``page_ids`` in the sorted ``ids``, for those present (a page gone or
-    denied since has history but is not planned), and which were present."""
-    pos = np.searchsorted(ids, page_ids)
-    known = pos < ids.size
-    known[known] = ids[pos[known]] == page_ids[known]
-    return pos[known].astype(np.intp), known
 
 
 def uncertainty(
@@ -478,7 +430,7 @@ class InputSettings:
     async def load(self, store: Store) -> PolicyInputs:
         """The store's history, estimated with these settings (the estimate in a thread)."""
         raw = await store.estimator_inputs(
-            meaningful=self.meaningful, history=self.history, links=self.weights == "pagerank"
+            meaningful=self.meaningful, links=self.weights == "pagerank"
         )
         return await trio.to_thread.run_sync(self.estimate, raw)
 
@@ -490,6 +442,7 @@ class InputSettings:
             weights=self.weights,
             model=self.model,
             spread=self.spread,
+            history=self.history,
         )
 
 

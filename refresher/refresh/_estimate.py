@@ -464,16 +464,10 @@ def last_modified_consistent(
         raise ValueError("every argument but n_hosts needs one entry per observation")
     if h.size and (h.min() < 0 or h.max() >= n_hosts):
         raise ValueError(f"host_index must lie in [0, {n_hosts}) (n_hosts)")
-    present = np.isfinite(lm) & np.isfinite(lm_before)
-    with np.errstate(invalid="ignore"):
-        moved = np.abs(lm - lm_before) > 0.5  # HTTP dates have whole seconds
-        ok = (
-            present
-            & (lm <= now + tolerance)
-            & (lm_before <= before + tolerance)
-            & (moved == c)
-            & (~c | (lm > before - tolerance))
-        )
+    # imported here: the store's package imports the configuration, which imports this module
+    from refresher.store._change_stats import last_modified_agrees
+
+    ok = last_modified_agrees(now, before, lm, lm_before, c, tolerance=tolerance)
     bad = np.bincount(h, ~ok, minlength=n_hosts) > 0
     seen = np.bincount(h, minlength=n_hosts) > 0
     changes = np.bincount(h, c, minlength=n_hosts)

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 __all__ = [
     "NEVER",
     "SUCCESS_SQL",
+    "ChangeStatistics",
     "DocumentUpdate",
     "EstimatorInputs",
     "FetchRecord",
@@ -239,29 +240,48 @@ class DocumentUpdate:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class EstimatorInputs:
-    """The history an allocation pass reads: arrays, no estimate yet.
+class ChangeStatistics:
+    """Per page, the sufficient statistics of its change observations, which the store keeps up
+    to date as each fetch is recorded (in the fetch's batch transaction), so that a re-plan
+    reads one row per page instead of the history.
 
-    Pages neither gone nor denied (those are out of the plan), sorted by id; observations are
-    pairs of consecutive successful fetches of one page (at most ``history`` per page, the
-    latest)."""
+    An *observation* is a pair of consecutive successful fetches of a page (:func:`is_success`):
+    an interval of t seconds, changed or not (one change definition: raw or meaningful, as
+    asked), with each fetch's Last-Modified (unix seconds) when it had one. The sums run over
+    all of a page's observations (the estimator weighs them down to ``estimate.history``).
+    Arrays, one entry per page, in the order of :attr:`EstimatorInputs.page_ids`.
+    """
+
+    observations: NDArray[np.float64]  # n, intervals observed
+    time: NDArray[np.float64]  # Σ t, seconds
+    changes: NDArray[np.float64]  # X, intervals that saw a change
+    changed_time: NDArray[np.float64]  # Σ t over the changed intervals
+    #: Σ over changed intervals whose later fetch had a Last-Modified of
+    #: min(max(fetch − Last-Modified, 0), t): the quiet time after the change, seconds
+    quiet_after: NDArray[np.float64]
+    untimed: NDArray[np.float64]  # changed intervals whose later fetch had no Last-Modified
+    #: observations since the last whose Last-Modified did not move exactly with the content
+    #: (:func:`last_modified_agrees`); = ``observations`` when there was none
+    lm_run: NDArray[np.float64]
+    #: Σ ln t, Σ (ln t)², Σ (ln t)³ over the changed intervals (t in seconds), shape (3, pages)
+    log_moments: NDArray[np.float64]
+    #: seconds from the first copy's Last-Modified to its fetch (a quiet interval before the
+    #: first observation), NaN when the first successful fetch had no earlier Last-Modified
+    first_quiet: NDArray[np.float64]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EstimatorInputs:
+    """What an allocation pass reads: arrays over the pages not gone or denied, sorted by id,
+    and their change statistics; no estimate yet."""
 
     page_ids: NDArray[np.int64]
     page_host: NDArray[np.int64]  # host id per page
     last_fetch: NDArray[np.float64]  # unix seconds, NaN when never fetched
     host_delay: NDArray[np.float64]  # seconds, the host's last politeness delay (0: none yet)
-    obs_page: NDArray[np.int64]  # page id per observation
-    obs_finished: NDArray[np.float64]  # the later fetch's finished_at
-    obs_previous: NDArray[np.float64]  # the earlier fetch's finished_at
-    obs_changed: NDArray[np.bool_]  # the later fetch saw a change (raw or meaningful)
-    obs_last_modified: NDArray[np.float64]  # its Last-Modified, unix seconds, NaN if none
-    obs_previous_last_modified: NDArray[np.float64]
+    stats: ChangeStatistics
     link_src: NDArray[np.int64]  # distinct link edges (page ids); empty unless asked for
     link_dst: NDArray[np.int64]
-    #: pages whose first successful fetch is in the window and carried an earlier
-    #: Last-Modified, and the quiet seconds from that Last-Modified to the fetch
-    first_page: NDArray[np.int64]
-    first_quiet: NDArray[np.float64]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -336,7 +356,8 @@ class Store(Protocol):
 
     async def record(self, record: FetchRecord, capture: CaptureRow | None = None) -> None:
         """Queue one finished fetch (and the page state it leaves), with where the archive
-        wrote its copy (``capture``) if it did."""
+        wrote its copy (``capture``) if it did. Its batch also folds the fetch into its page's
+        :class:`ChangeStatistics` (both change definitions), in the same transaction."""
         ...
 
     async def update_host(self, update: HostUpdate | RobotsUpdate) -> None:
@@ -368,12 +389,12 @@ class Store(Protocol):
 
     # -- the allocation ----------------------------------------------------------------------
 
-    async def estimator_inputs(
-        self, *, meaningful: bool, history: int, links: bool
-    ) -> EstimatorInputs:
-        """The history an allocation pass estimates from. ``meaningful``: a change is a
-        meaningful one (``coalesce(meaningful, changed)``) instead of any new digest;
-        ``links``: read the link edges too (for PageRank weights)."""
+    async def estimator_inputs(self, *, meaningful: bool, links: bool) -> EstimatorInputs:
+        """The pages and their :class:`ChangeStatistics` (kept by :meth:`record`, see
+        :func:`refresher.store.fold_observations`) an allocation pass estimates from.
+        ``meaningful``: a change is a meaningful one (``coalesce(meaningful, changed)``)
+        instead of any new digest; ``links``: read the link edges too (for PageRank
+        weights)."""
         ...
 
     async def save_plan(self, plan: PlanUpdate, *, now: float) -> None:

@@ -108,7 +108,7 @@ def test_the_policy_table_ranks_optimal_over_uniform_over_proportional():
 def inputs_of(store: DuckDBStore, *, min_delay: float, **settings: str) -> PolicyInputs:
     """:func:`load_inputs` over the store's raw history, as the allocator reads it."""
     raw = store.estimator_inputs(
-        meaningful=False, history=32, links=settings.get("weights", "pagerank") == "pagerank"
+        meaningful=False, links=settings.get("weights", "pagerank") == "pagerank"
     )
     return load_inputs(raw, min_delay=min_delay, **settings)
 
@@ -523,8 +523,6 @@ async def test_an_empty_store_is_reported_as_no_pages_not_as_unplaced_budget(
 
 
 def test_the_first_copys_last_modified_on_an_honest_host_counts_as_quiet_time(tmp_path: Path):
-    from refresher.store._first_fetch import first_fetch_quiet
-
     store = DuckDBStore(tmp_path / "s.duckdb")
     try:
         rows, ids = _three_pages(store)
@@ -543,14 +541,14 @@ def test_the_first_copys_last_modified_on_an_honest_host_counts_as_quiet_time(tm
         # pages 1 and 2 were fetched once, unchanged for a day before that fetch (page 1)
         store.write([fetch_record(ids[1], host, NOW + 12, last_modified_at=NOW - day)], [])
         store.write([fetch_record(ids[2], host, NOW + 13)], [])
-        pages, quiet = first_fetch_quiet(store._con, history=32)
+        raw = store.estimator_inputs(meaningful=False, links=False)
         got = inputs_of(store, min_delay=1.0)
     finally:
         store.close()
-    assert dict(zip(pages.tolist(), quiet.tolist(), strict=True)) == {
-        ids[0]: pytest.approx(day + 10),
-        ids[1]: pytest.approx(day + 12),
-    }
+    quiet = dict(zip(raw.page_ids.tolist(), raw.stats.first_quiet.tolist(), strict=True))
+    assert quiet[ids[0]] == pytest.approx(day + 10)
+    assert quiet[ids[1]] == pytest.approx(day + 12)
+    assert math.isnan(quiet[ids[2]])
     rate = dict(zip(got.page_ids.tolist(), got.rates.tolist(), strict=True))
     assert rate[ids[1]] < rate[ids[2]] / 2  # a day without a change: slower
 

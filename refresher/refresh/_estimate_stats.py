@@ -1,0 +1,349 @@
+"""Change-rate estimates from per-page sufficient statistics, not the history.
+
+The store keeps, per page, the sums :class:`refresher.store.ChangeStatistics` lists, updated as
+each fetch is recorded; this module computes from them what :func:`refresher.refresh._estimate.
+estimate_pages` computes from the observations (the same MAP estimators, host and global
+priors, Last-Modified change times and the first copy's quiet time), and the probability of
+never changing (:func:`refresher.refresh._static.static_probability`). Dense arrays, one row
+per page: no observation arrays, no per-observation sums.
+
+Everything but one term is exact: the log-likelihood of an interval of t seconds that saw a
+change, ln(1 − e^(−λt)), does not reduce to sums. Its sum over a page's changed intervals is
+approximated by a **two-point rule matched to the first three moments of ln t** (the store
+keeps Σ ln t, Σ (ln t)², Σ (ln t)³ over the changed intervals): two nodes and weights that
+reproduce the count, mean, variance and skewness of ln t, so that the sum is exact when every
+interval has the same length (regular fetching, the daemon's usual case) and when the function
+is a cubic in ln t across the page's spread; ``tests/refresh/test_estimate_stats.py`` bounds
+the disagreement with the history on generated histories.
+
+The window: the history-based estimator reads a page's latest ``history`` observations. The
+statistics sum all of them; a page with n > ``history`` observations has its sums scaled by
+history/n, so that it is worth ``history`` observations, as in the window (the same n_eff and
+posterior width), centred on the whole history's mean instead of the latest part's. The
+Last-Modified consistency test keeps its window exactly (the store counts the observations
+since the last inconsistent one); the first copy's quiet time is used while n ≤ ``history``,
+as in the window.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+from scipy.special import gammaincinv
+
+from refresher.refresh._estimate import (
+    _NEWTON_STEPS,
+    _RTOL,
+    DEFAULT_SPREAD,
+    MODELS,
+    Estimate,
+    Method,
+    Prior,
+    _host_strength,
+    _log_interval,
+    _phi,
+    _psi,
+    _z,
+)
+from refresher.refresh._static import static_probability
+from refresher.store import ChangeStatistics
+
+__all__ = ["PageEvidence", "estimate_statistics", "evidence", "two_point_nodes"]
+
+Float = NDArray[np.float64]
+Mask = NDArray[np.bool_]
+Index = NDArray[np.intp]
+
+
+def two_point_nodes(count: Float, moments: Float) -> tuple[Float, Float]:
+    """Two interval lengths (seconds) per page and their shares (the first's; the second's is
+    1 − it) matching the mean, variance and skewness of ln t of ``count`` intervals with the
+    power sums ``moments`` (shape (3, pages)); shape (pages, 2) and (pages,)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        k = np.maximum(count, 1e-300)
+        m1, m2, m3 = moments[0] / k, moments[1] / k, moments[2] / k
+        var = np.maximum(m2 - m1 * m1, 0.0)
+        sd = np.sqrt(var)
+        third = m3 - 3.0 * m1 * m2 + 2.0 * m1**3
+        skew = np.where(sd > 1e-6, third / np.maximum(sd, 1e-300) ** 3, 0.0)
+    skew = np.clip(np.nan_to_num(skew), -20.0, 20.0)
+    root = np.sqrt(skew * skew + 4.0)
+    a, b = 0.5 * (skew - root), 0.5 * (skew + root)  # standardised nodes, a < 0 < b, ab = −1
+    share = b / (b - a)
+    u = np.where(count > 0, m1, 0.0)[:, None] + np.where(count > 0, sd, 0.0)[:, None] * np.stack(
+        (a, b), axis=1
+    )
+    return np.exp(np.clip(u, -700.0, 700.0)), share
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PageEvidence:
+    """A page's statistics as the estimators read them: weighted to the window, with the
+    Last-Modified choice made (arrays over pages)."""
+
+    fetches: Float  # observations (weighted), the first copy's quiet interval included
+    exposure: Float  # Σ t of those, seconds
+    changes: Float  # X (weighted)
+    changed_time: Float  # Σ t over changed intervals (weighted)
+    timed: Mask  # the page's change times are used (trusted host, every change timed)
+    quiet_after: Float  # Σ quiet time after the changes (weighted), seconds
+    node_t: Float  # (pages, 2): the changed intervals as two lengths, seconds
+    node_share: Float  # (pages,): the first node's share of the changes
+    trusted: Mask  # per host: Last-Modified is consistent
+
+
+def evidence(
+    stats: ChangeStatistics, host_index: Index, n_hosts: int, *, history: int
+) -> PageEvidence:
+    """:class:`PageEvidence` from the store's statistics (see the module docstring)."""
+    n = stats.observations
+    scale = np.where(n > history, history / np.maximum(n, 1.0), 1.0)
+    host = np.asarray(host_index, dtype=np.intp)
+    # A host is trusted when its pages' windows hold observations, none inconsistent, and
+    # one change at least (refresher.refresh._estimate.last_modified_consistent).
+    seen = np.bincount(host, n > 0, minlength=n_hosts) > 0
+    bad = np.bincount(host, stats.lm_run < np.minimum(n, history), minlength=n_hosts) > 0
+    changed = np.bincount(host, stats.changes, minlength=n_hosts) >= 1
+    trusted = seen & ~bad & changed
+    on_trusted = trusted[host]
+    first = on_trusted & np.isfinite(stats.first_quiet) & (n <= history)
+    first_quiet = np.where(first, stats.first_quiet, 0.0)
+    node_t, share = two_point_nodes(stats.changes, stats.log_moments)
+    return PageEvidence(
+        fetches=np.rint(n * scale) + first,
+        exposure=stats.time * scale + first_quiet,
+        changes=stats.changes * scale,
+        changed_time=stats.changed_time * scale,
+        timed=on_trusted & (stats.untimed == 0),
+        quiet_after=stats.quiet_after * scale,
+        node_t=node_t,
+        node_share=share,
+        trusted=trusted,
+    )
+
+
+def _node_weights(ev: PageEvidence, mask: Mask) -> Float:
+    """(pages, 2): the changes of the pages in ``mask`` spread over their two nodes."""
+    w = np.where(mask, ev.changes, 0.0)
+    return np.stack((w * ev.node_share, w * (1.0 - ev.node_share)), axis=1)
+
+
+def _log_normal_map(
+    ev: PageEvidence, mean: Float, sd: float, start: Float | None, z: float
+) -> Estimate:
+    """:func:`refresher.refresh._estimate.estimate_log_normal` over page evidence: the MAP
+    θ = ln λ under N(mean, sd²), by safeguarded Newton on the pages still moving."""
+    n_pages = ev.fetches.size
+    inv_var = 1.0 / sd**2
+    timed_changes = np.where(ev.timed, ev.changes, 0.0)
+    quiet = ev.exposure - ev.changed_time + np.where(ev.timed, ev.quiet_after, 0.0)
+    w = _node_weights(ev, ~ev.timed)
+    if start is None:
+        untimed_time = np.where(ev.timed, 0.0, ev.changed_time)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            start = (ev.changes + 0.5) / (quiet + 0.5 * untimed_time)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        guess = np.log(start)
+    live = ev.fetches > 0
+    theta = np.where(np.isfinite(guess) & live, np.clip(guess, -59.0, 24.0), mean)
+    lo, hi = np.full(n_pages, -60.0), np.full(n_pages, 25.0)
+    idx = np.flatnonzero(live)
+    for _ in range(_NEWTON_STEPS):
+        if idx.size == 0:
+            break
+        th = theta[idx]
+        grad, curv = _terms(th, ev.node_t[idx], w[idx], timed_changes[idx], quiet[idx])
+        grad -= (th - mean[idx]) * inv_var
+        curv -= inv_var
+        up = grad > 0.0
+        lo_i = np.where(up, th, lo[idx])
+        hi_i = np.where(up, hi[idx], th)
+        nxt = th + np.clip(-grad / curv, -4.0, 4.0)
+        nxt = np.where((nxt >= lo_i) & (nxt <= hi_i), nxt, 0.5 * (lo_i + hi_i))
+        lo[idx], hi[idx], theta[idx] = lo_i, hi_i, nxt
+        idx = idx[np.abs(nxt - th) > 1e-10]
+    _, curv = _terms(theta, ev.node_t, w, timed_changes, quiet)
+    n_eff = np.maximum(-curv, 0.0)
+    half = z / np.sqrt(n_eff + inv_var)
+    method = np.where(
+        ev.fetches == 0,
+        Method.PRIOR,
+        np.where(ev.timed & (ev.changes > 0), Method.LAST_MODIFIED, Method.IRREGULAR),
+    ).astype(np.uint8)
+    return Estimate(
+        rate=np.exp(theta),
+        lower=np.exp(theta - half),
+        upper=np.exp(theta + half),
+        n_eff=n_eff,
+        fetches=ev.fetches.astype(np.int64),
+        method=method,
+    )
+
+
+def _terms(
+    theta: Float, node_t: Float, w: Float, timed_changes: Float, quiet: Float
+) -> tuple[Float, Float]:
+    """The log-likelihood's first and second derivatives in θ, without the prior."""
+    lam = np.exp(theta)
+    u = lam[:, None] * node_t
+    phi, dphi = _phi(u)
+    grad = timed_changes - lam * quiet + (w * phi).sum(axis=1)
+    curv = -lam * quiet + (w * u * dphi).sum(axis=1)
+    return grad, curv
+
+
+def _log_normal(ev: PageEvidence, host: Index, n_hosts: int, spread: float, z: float) -> Estimate:
+    """:func:`refresher.refresh._estimate.estimate_pages` (log-normal): three rounds of
+    empirical Bayes host means, then the estimate under the last."""
+    n_pages = ev.fetches.size
+    pooled = (float(ev.changes.sum()) + 0.5) / (
+        float(ev.exposure.sum()) - 0.5 * float(ev.changed_time.sum())
+    )
+    means = np.full(n_pages, math.log(pooled))
+    observed = ev.fetches > 0
+    rates: Float | None = None
+    for _ in range(3):
+        est = _log_normal_map(ev, means, spread, rates, z)
+        rates = est.rate
+        theta = np.log(est.rate)
+        overall = float(theta[observed].mean())
+        total = np.bincount(host, np.where(observed, theta, 0.0), minlength=n_hosts).astype(
+            np.float64
+        )
+        count = np.bincount(host, observed, minlength=n_hosts).astype(np.float64)
+        strength = _host_strength(theta, observed.astype(np.float64), host, total, count, n_hosts)
+        means = ((total + strength * overall) / (count + strength))[host]
+    est = _log_normal_map(ev, means, spread, rates, z)
+    return Estimate(
+        rate=est.rate,
+        lower=est.lower,
+        upper=est.upper,
+        n_eff=est.n_eff,
+        fetches=est.fetches,
+        method=est.method,
+        prior_mean=means,
+    )
+
+
+def _gamma_map(
+    group: Index,
+    n_groups: int,
+    ev: PageEvidence,
+    a: Float,
+    b: Float,
+) -> tuple[Float, Float, Float, Float]:
+    """The gamma-prior MAP rates of groups of pages (``_map_rates`` over page evidence):
+    (λ̂, n_eff, X, quiet exposure + b) per group."""
+
+    def total_of(x: Float) -> Float:
+        return np.bincount(group, x, minlength=n_groups).astype(np.float64)
+
+    fetches, changes = total_of(ev.fetches), total_of(ev.changes)
+    total, changed_time = total_of(ev.exposure), total_of(ev.changed_time)
+    mean_interval = total / np.maximum(fetches, 1.0)
+    quiet = total - changed_time + 0.5 * mean_interval + b
+    evid = changes + a
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rate = np.where(evid > 0.0, evid / (quiet + 0.5 * changed_time), 0.0)
+    w = _node_weights(ev, ev.changes > 0).ravel()
+    g = np.repeat(group, 2)
+    t = ev.node_t.ravel()
+    keep = w > 0
+    g, t, w = g[keep], t[keep], w[keep]
+    live = evid > 0.0
+    for _ in range(_NEWTON_STEPS):
+        phi, dphi = _phi(rate[g] * t)
+        h = a - rate * quiet + np.bincount(g, w * phi, minlength=n_groups)
+        dh = -quiet + np.bincount(g, w * t * dphi, minlength=n_groups)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            step = np.where(live, -h / dh, 0.0)
+        step = np.where(np.isfinite(step), np.maximum(step, 0.0), 0.0)
+        rate = rate + step
+        live &= step > _RTOL * rate
+        if not live.any():
+            break
+    n_eff = a + np.bincount(g, w * _psi(rate[g] * t), minlength=n_groups)
+    return rate, np.where(rate > 0.0, n_eff, 0.0), changes, quiet
+
+
+def _gamma(ev: PageEvidence, host: Index, n_hosts: int, confidence: float) -> Estimate:
+    """:func:`refresher.refresh._estimate.estimate_pages` (gamma): the host prior, the MAP
+    from intervals, and the Last-Modified estimate where change times are used."""
+    z = _z(confidence)
+    n_pages = ev.fetches.size
+    one = np.zeros(n_pages, dtype=np.intp)
+    pooled, *_ = _gamma_map(one, 1, ev, np.array([0.5]), np.array([0.0]))
+    if not pooled[0] > 0.0:
+        raise ValueError("the pooled rate is 0: give the global prior some pseudo-changes")
+    hp = Prior.from_rate(float(pooled[0]), strength=2.0, pages=n_hosts)
+    host_rate, *_ = _gamma_map(host, n_hosts, ev, hp.changes, hp.exposure)
+    prior = Prior.from_rate(host_rate[host], strength=1.0)
+    a, b = prior.changes, prior.exposure
+    rate, n_eff, _, quiet = _gamma_map(np.arange(n_pages), n_pages, ev, a, b)
+    lower, upper = _log_interval(rate, n_eff, z, quiet, 1.0 - confidence)
+    method = np.where(ev.fetches > 0, Method.IRREGULAR, Method.PRIOR)
+    pick = ev.timed & (ev.fetches > 0)
+    if pick.any():
+        evid = ev.changes + a
+        exposure = ev.exposure - ev.changed_time + ev.quiet_after + b
+        alpha = 1.0 - confidence
+        with np.errstate(divide="ignore", invalid="ignore"):
+            lm_rate = np.where(evid > 0.0, evid / exposure, 0.0)
+            lm_lower = np.where(
+                evid > 0.0, gammaincinv(np.maximum(evid, 1e-300), alpha / 2.0) / exposure, 0.0
+            )
+            lm_upper = gammaincinv(evid + 1.0, 1.0 - alpha / 2.0) / exposure
+        rate = np.where(pick, lm_rate, rate)
+        lower = np.where(pick, lm_lower, lower)
+        upper = np.where(pick, lm_upper, upper)
+        n_eff = np.where(pick, evid, n_eff)
+        method = np.where(pick, Method.LAST_MODIFIED, method)
+    return Estimate(
+        rate=rate,
+        lower=lower,
+        upper=upper,
+        n_eff=n_eff,
+        fetches=ev.fetches.astype(np.int64),
+        method=method.astype(np.uint8),
+    )
+
+
+def estimate_statistics(
+    stats: ChangeStatistics,
+    host_index: Index,
+    n_hosts: int,
+    *,
+    history: int,
+    model: str = MODELS[0],
+    spread: float = DEFAULT_SPREAD,
+    confidence: float = 0.95,
+) -> tuple[Estimate, Float | None]:
+    """The estimate for every page (as :func:`refresher.refresh._estimate.estimate_pages`
+    with Last-Modified change times and the first copy's quiet time where the host is
+    trusted) and, for the log-normal model, each page's probability of never changing
+    (None for the gamma model). ``host_index``: dense host number per page."""
+    if model not in MODELS:
+        raise ValueError(f"model must be one of {', '.join(map(repr, MODELS))}, not {model!r}")
+    host = np.asarray(host_index, dtype=np.intp)
+    ev = evidence(stats, host, max(n_hosts, 1), history=history)
+    if model == "gamma":
+        return _gamma(ev, host, max(n_hosts, 1), confidence), None
+    est = _log_normal(ev, host, max(n_hosts, 1), spread, _z(confidence))
+    assert est.prior_mean is not None
+    # P(never changes) reads, per page, its exposure and whether it ever changed
+    seen = np.flatnonzero(ev.exposure > 0)
+    static_p, share = static_probability(
+        np.arange(seen.size),
+        ev.exposure[seen],
+        ev.changes[seen] > 0,
+        seen.size,
+        prior_mean=est.prior_mean[seen],
+        sd=spread,
+    )
+    p0 = np.full(ev.fetches.size, np.nan)
+    p0[seen] = static_p
+    p0[ev.exposure <= 0] = share
+    return est, p0
