@@ -141,6 +141,7 @@ def _log_normal_map(
     timed_changes = np.where(ev.timed, ev.changes, 0.0)
     quiet = ev.exposure - ev.changed_time + np.where(ev.timed, ev.quiet_after, 0.0)
     w = _node_weights(ev, ~ev.timed)
+    nodes = _Nodes(ev.node_t[:, 0].copy(), ev.node_t[:, 1].copy(), w[:, 0].copy(), w[:, 1].copy())
     if start is None:
         untimed_time = np.where(ev.timed, 0.0, ev.changed_time)
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -150,22 +151,28 @@ def _log_normal_map(
     live = ev.fetches > 0
     theta = np.where(np.isfinite(guess) & live, np.clip(guess, -59.0, 24.0), mean)
     lo, hi = np.full(n_pages, -60.0), np.full(n_pages, 25.0)
-    idx = np.flatnonzero(live)
+    idx: Index | None = None if live.all() else np.flatnonzero(live)
     for _ in range(_NEWTON_STEPS):
-        if idx.size == 0:
+        th = theta if idx is None else theta[idx]
+        if th.size == 0:
             break
-        th = theta[idx]
-        grad, curv = _terms(th, ev.node_t[idx], w[idx], timed_changes[idx], quiet[idx])
-        grad -= (th - mean[idx]) * inv_var
+        grad, curv = _terms(th, nodes.take(idx), _take(timed_changes, idx), _take(quiet, idx))
+        grad -= (th - _take(mean, idx)) * inv_var
         curv -= inv_var
         up = grad > 0.0
-        lo_i = np.where(up, th, lo[idx])
-        hi_i = np.where(up, hi[idx], th)
+        lo_i = np.where(up, th, _take(lo, idx))
+        hi_i = np.where(up, _take(hi, idx), th)
         nxt = th + np.clip(-grad / curv, -4.0, 4.0)
+        # inclusive: at the root θ is itself an end of the bracket
         nxt = np.where((nxt >= lo_i) & (nxt <= hi_i), nxt, 0.5 * (lo_i + hi_i))
-        lo[idx], hi[idx], theta[idx] = lo_i, hi_i, nxt
-        idx = idx[np.abs(nxt - th) > 1e-10]
-    _, curv = _terms(theta, ev.node_t, w, timed_changes, quiet)
+        moving = np.abs(nxt - th) > 1e-10
+        if idx is None:
+            lo, hi, theta = lo_i, hi_i, nxt
+            idx = np.flatnonzero(moving)
+        else:
+            lo[idx], hi[idx], theta[idx] = lo_i, hi_i, nxt
+            idx = idx[moving]
+    _, curv = _terms(theta, nodes, timed_changes, quiet)
     n_eff = np.maximum(-curv, 0.0)
     half = z / np.sqrt(n_eff + inv_var)
     method = np.where(
@@ -183,16 +190,50 @@ def _log_normal_map(
     )
 
 
-def _terms(
-    theta: Float, node_t: Float, w: Float, timed_changes: Float, quiet: Float
-) -> tuple[Float, Float]:
+def _take(a: Float, idx: Index | None) -> Float:
+    return a if idx is None else a[idx]
+
+
+@dataclass(frozen=True, slots=True)
+class _Nodes:
+    """Each page's changed intervals as two nodes: lengths (seconds) and weights (changes)."""
+
+    t0: Float
+    t1: Float
+    w0: Float
+    w1: Float
+
+    def take(self, idx: Index | None) -> _Nodes:
+        if idx is None:
+            return self
+        return _Nodes(self.t0[idx], self.t1[idx], self.w0[idx], self.w1[idx])
+
+
+def _phi_terms(u: Float, w: Float) -> tuple[Float, Float]:
+    """w·φ(u) and w·u·φ'(u) for φ(u) = u/(e^u − 1), u ≥ 0, in few passes over memory:
+    with e = e^u − 1, u·φ'(u) = φ − φ²·(e + 1); its series where that cancels (u < 10⁻³)."""
+    u = np.minimum(u, 700.0)  # φ(700) ≈ 1e-301: no overflow, no 0·∞
+    e = np.expm1(u)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        phi = u / e
+    ud = phi * (1.0 - phi * (e + 1.0))
+    small = u < 1e-3
+    if small.any():
+        us = u[small]
+        phi[small] = 1.0 - 0.5 * us + us * us / 12.0
+        ud[small] = -0.5 * us + us * us / 6.0
+    phi *= w
+    ud *= w
+    return phi, ud
+
+
+def _terms(theta: Float, nodes: _Nodes, timed_changes: Float, quiet: Float) -> tuple[Float, Float]:
     """The log-likelihood's first and second derivatives in θ, without the prior."""
     lam = np.exp(theta)
-    u = lam[:, None] * node_t
-    phi, dphi = _phi(u)
-    grad = timed_changes - lam * quiet + (w * phi).sum(axis=1)
-    curv = -lam * quiet + (w * u * dphi).sum(axis=1)
-    return grad, curv
+    g0, c0 = _phi_terms(lam * nodes.t0, nodes.w0)
+    g1, c1 = _phi_terms(lam * nodes.t1, nodes.w1)
+    lq = lam * quiet
+    return timed_changes - lq + g0 + g1, c0 + c1 - lq
 
 
 def _log_normal(ev: PageEvidence, host: Index, n_hosts: int, spread: float, z: float) -> Estimate:
