@@ -58,10 +58,19 @@ Mask = NDArray[np.bool_]
 Index = NDArray[np.intp]
 
 
-def two_point_nodes(count: Float, moments: Float) -> tuple[Float, Float]:
-    """Two interval lengths (seconds) per page and their shares (the first's; the second's is
-    1 − it) matching the mean, variance and skewness of ln t of ``count`` intervals with the
-    power sums ``moments`` (shape (3, pages)); shape (pages, 2) and (pages,)."""
+#: pages per block: the iteration runs block by block, so that its temporaries stay small
+#: (arrays of millions of entries cost more to fault in than to compute with)
+_BLOCK = 1 << 15
+
+
+def _blocks(n: int) -> list[slice]:
+    return [slice(start, min(start + _BLOCK, n)) for start in range(0, n, _BLOCK)]
+
+
+def two_point_nodes(count: Float, moments: Float) -> tuple[Float, Float, Float]:
+    """Two interval lengths (seconds) per page and the first's share (the second's is 1 − it)
+    matching the mean, variance and skewness of ln t of ``count`` intervals with the power
+    sums ``moments`` (shape (3, pages)): (t₀, t₁, share), each one entry per page."""
     with np.errstate(divide="ignore", invalid="ignore"):
         k = np.maximum(count, 1e-300)
         m1, m2, m3 = moments[0] / k, moments[1] / k, moments[2] / k
@@ -73,10 +82,11 @@ def two_point_nodes(count: Float, moments: Float) -> tuple[Float, Float]:
     root = np.sqrt(skew * skew + 4.0)
     a, b = 0.5 * (skew - root), 0.5 * (skew + root)  # standardised nodes, a < 0 < b, ab = −1
     share = b / (b - a)
-    u = np.where(count > 0, m1, 0.0)[:, None] + np.where(count > 0, sd, 0.0)[:, None] * np.stack(
-        (a, b), axis=1
-    )
-    return np.exp(np.clip(u, -700.0, 700.0)), share
+    some = count > 0
+    m1, sd = np.where(some, m1, 0.0), np.where(some, sd, 0.0)
+    t0 = np.exp(np.clip(m1 + sd * a, -700.0, 700.0))
+    t1 = np.exp(np.clip(m1 + sd * b, -700.0, 700.0))
+    return t0, t1, share
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -90,9 +100,17 @@ class PageEvidence:
     changed_time: Float  # Σ t over changed intervals (weighted)
     timed: Mask  # the page's change times are used (trusted host, every change timed)
     quiet_after: Float  # Σ quiet time after the changes (weighted), seconds
-    node_t: Float  # (pages, 2): the changed intervals as two lengths, seconds
-    node_share: Float  # (pages,): the first node's share of the changes
+    t0: Float  # the changed intervals as two lengths, seconds …
+    t1: Float
+    share: Float  # … and the first one's share of the changes
     trusted: Mask  # per host: Last-Modified is consistent
+
+    def nodes(self, block: slice, mask: Mask | None = None) -> _Nodes:
+        """The pages' changed intervals (of those in ``mask``, which is over the block) as
+        two weighted nodes."""
+        w = self.changes[block] if mask is None else np.where(mask, self.changes[block], 0.0)
+        share = self.share[block]
+        return _Nodes(self.t0[block], self.t1[block], w * share, w * (1.0 - share))
 
 
 def evidence(
@@ -100,7 +118,6 @@ def evidence(
 ) -> PageEvidence:
     """:class:`PageEvidence` from the store's statistics (see the module docstring)."""
     n = stats.observations
-    scale = np.where(n > history, history / np.maximum(n, 1.0), 1.0)
     host = np.asarray(host_index, dtype=np.intp)
     # A host is trusted when its pages' windows hold observations, none inconsistent, and
     # one change at least (refresher.refresh._estimate.last_modified_consistent).
@@ -108,72 +125,57 @@ def evidence(
     bad = np.bincount(host, stats.lm_run < np.minimum(n, history), minlength=n_hosts) > 0
     changed = np.bincount(host, stats.changes, minlength=n_hosts) >= 1
     trusted = seen & ~bad & changed
-    on_trusted = trusted[host]
-    first = on_trusted & np.isfinite(stats.first_quiet) & (n <= history)
-    first_quiet = np.where(first, stats.first_quiet, 0.0)
-    node_t, share = two_point_nodes(stats.changes, stats.log_moments)
-    return PageEvidence(
-        fetches=np.rint(n * scale) + first,
-        exposure=stats.time * scale + first_quiet,
-        changes=stats.changes * scale,
-        changed_time=stats.changed_time * scale,
-        timed=on_trusted & (stats.untimed == 0),
-        quiet_after=stats.quiet_after * scale,
-        node_t=node_t,
-        node_share=share,
-        trusted=trusted,
-    )
-
-
-def _node_weights(ev: PageEvidence, mask: Mask) -> Float:
-    """(pages, 2): the changes of the pages in ``mask`` spread over their two nodes."""
-    w = np.where(mask, ev.changes, 0.0)
-    return np.stack((w * ev.node_share, w * (1.0 - ev.node_share)), axis=1)
+    size = n.size
+    out = {
+        name: np.empty(size)
+        for name in ("fetches", "exposure", "changes", "changed_time", "quiet_after")
+    } | {name: np.empty(size) for name in ("t0", "t1", "share")}
+    timed = np.empty(size, dtype=bool)
+    for b in _blocks(size):
+        nb = n[b]
+        scale = np.where(nb > history, history / np.maximum(nb, 1.0), 1.0)
+        on_trusted = trusted[host[b]]
+        fq = stats.first_quiet[b]
+        first = on_trusted & np.isfinite(fq) & (nb <= history)
+        out["fetches"][b] = np.rint(nb * scale) + first
+        out["exposure"][b] = stats.time[b] * scale + np.where(first, fq, 0.0)
+        out["changes"][b] = stats.changes[b] * scale
+        out["changed_time"][b] = stats.changed_time[b] * scale
+        out["quiet_after"][b] = stats.quiet_after[b] * scale
+        timed[b] = on_trusted & (stats.untimed[b] == 0)
+        out["t0"][b], out["t1"][b], out["share"][b] = two_point_nodes(
+            stats.changes[b], stats.log_moments[:, b]
+        )
+    return PageEvidence(timed=timed, trusted=trusted, **out)
 
 
 def _log_normal_map(
     ev: PageEvidence, mean: Float, sd: float, start: Float | None, z: float
 ) -> Estimate:
     """:func:`refresher.refresh._estimate.estimate_log_normal` over page evidence: the MAP
-    θ = ln λ under N(mean, sd²), by safeguarded Newton on the pages still moving."""
+    θ = ln λ under N(mean, sd²), by safeguarded Newton, block by block of pages."""
     n_pages = ev.fetches.size
     inv_var = 1.0 / sd**2
-    timed_changes = np.where(ev.timed, ev.changes, 0.0)
-    quiet = ev.exposure - ev.changed_time + np.where(ev.timed, ev.quiet_after, 0.0)
-    w = _node_weights(ev, ~ev.timed)
-    nodes = _Nodes(ev.node_t[:, 0].copy(), ev.node_t[:, 1].copy(), w[:, 0].copy(), w[:, 1].copy())
-    if start is None:
-        untimed_time = np.where(ev.timed, 0.0, ev.changed_time)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            start = (ev.changes + 0.5) / (quiet + 0.5 * untimed_time)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        guess = np.log(start)
-    live = ev.fetches > 0
-    theta = np.where(np.isfinite(guess) & live, np.clip(guess, -59.0, 24.0), mean)
-    lo, hi = np.full(n_pages, -60.0), np.full(n_pages, 25.0)
-    idx: Index | None = None if live.all() else np.flatnonzero(live)
-    for _ in range(_NEWTON_STEPS):
-        th = theta if idx is None else theta[idx]
-        if th.size == 0:
-            break
-        grad, curv = _terms(th, nodes.take(idx), _take(timed_changes, idx), _take(quiet, idx))
-        grad -= (th - _take(mean, idx)) * inv_var
-        curv -= inv_var
-        up = grad > 0.0
-        lo_i = np.where(up, th, _take(lo, idx))
-        hi_i = np.where(up, _take(hi, idx), th)
-        nxt = th + np.clip(-grad / curv, -4.0, 4.0)
-        # inclusive: at the root θ is itself an end of the bracket
-        nxt = np.where((nxt >= lo_i) & (nxt <= hi_i), nxt, 0.5 * (lo_i + hi_i))
-        moving = np.abs(nxt - th) > 1e-10
-        if idx is None:
-            lo, hi, theta = lo_i, hi_i, nxt
-            idx = np.flatnonzero(moving)
+    theta, n_eff = np.empty(n_pages), np.empty(n_pages)
+    for b in _blocks(n_pages):
+        timed = ev.timed[b]
+        timed_changes = np.where(timed, ev.changes[b], 0.0)
+        quiet = ev.exposure[b] - ev.changed_time[b] + np.where(timed, ev.quiet_after[b], 0.0)
+        nodes = ev.nodes(b, ~timed)
+        if start is None:
+            untimed_time = np.where(timed, 0.0, ev.changed_time[b])
+            with np.errstate(divide="ignore", invalid="ignore"):
+                guess = np.log((ev.changes[b] + 0.5) / (quiet + 0.5 * untimed_time))
         else:
-            lo[idx], hi[idx], theta[idx] = lo_i, hi_i, nxt
-            idx = idx[moving]
-    _, curv = _terms(theta, nodes, timed_changes, quiet)
-    n_eff = np.maximum(-curv, 0.0)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                guess = np.log(start[b])
+        live = ev.fetches[b] > 0
+        m = mean[b]
+        th_b = np.where(np.isfinite(guess) & live, np.clip(guess, -59.0, 24.0), m)
+        _newton(th_b, live, nodes, timed_changes, quiet, m, inv_var)
+        theta[b] = th_b
+        _, curv = _terms(th_b, nodes, timed_changes, quiet)
+        n_eff[b] = np.maximum(-curv, 0.0)
     half = z / np.sqrt(n_eff + inv_var)
     method = np.where(
         ev.fetches == 0,
@@ -188,6 +190,42 @@ def _log_normal_map(
         fetches=ev.fetches.astype(np.int64),
         method=method,
     )
+
+
+def _newton(
+    theta: Float,
+    live: Mask,
+    nodes: _Nodes,
+    timed_changes: Float,
+    quiet: Float,
+    mean: Float,
+    inv_var: float,
+) -> None:
+    """Safeguarded Newton (bisection inside a bracket) on the pages in ``live``, in place:
+    the objective is concave in θ, so it converges for every page."""
+    lo, hi = np.full(theta.size, -60.0), np.full(theta.size, 25.0)  # λ from 1e-26 to 7e10 /s
+    idx: Index | None = None if live.all() else np.flatnonzero(live)
+    for _ in range(_NEWTON_STEPS):
+        th = theta if idx is None else theta[idx]
+        if th.size == 0:
+            return
+        grad, curv = _terms(th, nodes.take(idx), _take(timed_changes, idx), _take(quiet, idx))
+        grad -= (th - _take(mean, idx)) * inv_var
+        curv -= inv_var
+        up = grad > 0.0
+        lo_i = np.where(up, th, _take(lo, idx))
+        hi_i = np.where(up, _take(hi, idx), th)
+        nxt = th + np.clip(-grad / curv, -4.0, 4.0)
+        # inclusive: at the root θ is itself an end of the bracket
+        nxt = np.where((nxt >= lo_i) & (nxt <= hi_i), nxt, 0.5 * (lo_i + hi_i))
+        moving = np.abs(nxt - th) > 1e-10
+        if idx is None:
+            lo, hi = lo_i, hi_i
+            theta[:] = nxt
+            idx = np.flatnonzero(moving)
+        else:
+            lo[idx], hi[idx], theta[idx] = lo_i, hi_i, nxt
+            idx = idx[moving]
 
 
 def _take(a: Float, idx: Index | None) -> Float:
@@ -289,9 +327,10 @@ def _gamma_map(
     evid = changes + a
     with np.errstate(divide="ignore", invalid="ignore"):
         rate = np.where(evid > 0.0, evid / (quiet + 0.5 * changed_time), 0.0)
-    w = _node_weights(ev, ev.changes > 0).ravel()
-    g = np.repeat(group, 2)
-    t = ev.node_t.ravel()
+    nodes = ev.nodes(slice(None))
+    g = np.concatenate((group, group))
+    t = np.concatenate((nodes.t0, nodes.t1))
+    w = np.concatenate((nodes.w0, nodes.w1))
     keep = w > 0
     g, t, w = g[keep], t[keep], w[keep]
     live = evid > 0.0
