@@ -218,7 +218,9 @@ def _newton(
         nxt = th + np.clip(-grad / curv, -4.0, 4.0)
         # inclusive: at the root θ is itself an end of the bracket
         nxt = np.where((nxt >= lo_i) & (nxt <= hi_i), nxt, 0.5 * (lo_i + hi_i))
-        moving = np.abs(nxt - th) > 1e-10
+        # a Newton step of 1e-8 leaves an error of order 1e-16: done (one pass fewer than
+        # waiting for a step below 1e-10, the history-based iteration's test)
+        moving = np.abs(nxt - th) > 1e-8
         if idx is None:
             lo, hi = lo_i, hi_i
             theta[:] = nxt
