@@ -276,9 +276,12 @@ def _terms(theta: Float, nodes: _Nodes, timed_changes: Float, quiet: Float) -> t
     return timed_changes - lq + g0 + g1, c0 + c1 - lq
 
 
-def _log_normal(ev: PageEvidence, host: Index, n_hosts: int, spread: float, z: float) -> Estimate:
+def _log_normal(
+    ev: PageEvidence, host: Index, n_hosts: int, spread: float, z: float, mixture: bool
+) -> Estimate:
     """:func:`refresher.refresh._estimate.estimate_pages` (log-normal): three rounds of
-    empirical Bayes host means, then the estimate under the last."""
+    empirical Bayes host means, then the estimate under the last; ``mixture``: each page
+    counts towards its host's mean with its probability of changing at all."""
     n_pages = ev.fetches.size
     pooled = (float(ev.changes.sum()) + 0.5) / (
         float(ev.exposure.sum()) - 0.5 * float(ev.changed_time.sum())
@@ -290,12 +293,15 @@ def _log_normal(ev: PageEvidence, host: Index, n_hosts: int, spread: float, z: f
         est = _log_normal_map(ev, means, spread, rates, z)
         rates = est.rate
         theta = np.log(est.rate)
-        overall = float(theta[observed].mean())
-        total = np.bincount(host, np.where(observed, theta, 0.0), minlength=n_hosts).astype(
-            np.float64
-        )
-        count = np.bincount(host, observed, minlength=n_hosts).astype(np.float64)
-        strength = _host_strength(theta, observed, host, total, count, n_hosts)
+        member = observed.astype(np.float64)
+        if mixture:
+            member *= 1.0 - _static(ev, means, spread)
+        if not member.sum() > 0.0:
+            member = observed.astype(np.float64)
+        overall = float((theta * member).sum() / member.sum())
+        total = np.bincount(host, theta * member, minlength=n_hosts).astype(np.float64)
+        count = np.bincount(host, member, minlength=n_hosts).astype(np.float64)
+        strength = _host_strength(theta, member, host, total, count, n_hosts)
         means = ((total + strength * overall) / (count + strength))[host]
     est = _log_normal_map(ev, means, spread, rates, z)
     return Estimate(
@@ -402,30 +408,36 @@ def estimate_statistics(
     model: str = MODELS[0],
     spread: float = DEFAULT_SPREAD,
     confidence: float = 0.95,
+    mixture: bool = False,
 ) -> tuple[Estimate, Float | None]:
     """The estimate for every page (as :func:`refresher.refresh._estimate.estimate_pages`
     with Last-Modified change times and the first copy's quiet time where the host is
     trusted) and, for the log-normal model, each page's probability of never changing
-    (None for the gamma model). ``host_index``: dense host number per page."""
+    (None for the gamma model). ``host_index``: dense host number per page; ``mixture``: the
+    prior is centred on the pages that change at all (``estimate_pages(mixture=True)``)."""
     if model not in MODELS:
         raise ValueError(f"model must be one of {', '.join(map(repr, MODELS))}, not {model!r}")
     host = np.asarray(host_index, dtype=np.intp)
     ev = evidence(stats, host, max(n_hosts, 1), history=history)
     if model == "gamma":
         return _gamma(ev, host, max(n_hosts, 1), confidence), None
-    est = _log_normal(ev, host, max(n_hosts, 1), spread, _z(confidence))
+    est = _log_normal(ev, host, max(n_hosts, 1), spread, _z(confidence), mixture)
     assert est.prior_mean is not None
-    # P(never changes) reads, per page, its exposure and whether it ever changed
+    return est, _static(ev, est.prior_mean, spread)
+
+
+def _static(ev: PageEvidence, prior_mean: Float, spread: float) -> Float:
+    """P(never changes) per page (:func:`static_probability`, which reads per page only its
+    exposure and whether it ever changed)."""
     seen = np.flatnonzero(ev.exposure > 0)
     static_p, share = static_probability(
         np.arange(seen.size),
         ev.exposure[seen],
         ev.changes[seen] > 0,
         seen.size,
-        prior_mean=est.prior_mean[seen],
+        prior_mean=prior_mean[seen],
         sd=spread,
     )
-    p0 = np.full(ev.fetches.size, np.nan)
+    p0 = np.full(ev.fetches.size, share)
     p0[seen] = static_p
-    p0[ev.exposure <= 0] = share
-    return est, p0
+    return p0

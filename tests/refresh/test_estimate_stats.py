@@ -80,7 +80,7 @@ def statistics(f: Fetches) -> ChangeStatistics:
     return read_statistics(state, meaningful=False)
 
 
-def from_history(f: Fetches, *, history: int, model: str = "log-normal"):
+def from_history(f: Fetches, *, history: int, model: str = "log-normal", mixture: bool = True):
     """The allocator's estimate from the latest ``history`` observation pairs per page."""
     n = f.host.size
     order = np.lexsort((f.finished, f.page))
@@ -116,6 +116,7 @@ def from_history(f: Fetches, *, history: int, model: str = "log-normal"):
         since_change=since,
         trusted_hosts=trusted,
         model=model,
+        mixture=mixture and model == "log-normal",
     )
     p0 = None
     if est.prior_mean is not None:
@@ -123,19 +124,25 @@ def from_history(f: Fetches, *, history: int, model: str = "log-normal"):
     return est, p0
 
 
-def test_with_regular_intervals_the_statistics_give_the_historys_estimate_exactly() -> None:
+@pytest.mark.parametrize(
+    ("model", "mixture"), [("log-normal", True), ("log-normal", False), ("gamma", False)]
+)
+def test_with_regular_intervals_the_statistics_give_the_historys_estimate_exactly(
+    model: str, mixture: bool
+) -> None:
     f = generate(400, seed=1, regular=True)
-    for model in ("log-normal", "gamma"):
-        want, want_p0 = from_history(f, history=64, model=model)
-        got, got_p0 = estimate_statistics(statistics(f), f.host, f.n_hosts, history=64, model=model)
-        np.testing.assert_allclose(got.rate, want.rate, rtol=1e-6)
-        np.testing.assert_allclose(got.n_eff, want.n_eff, rtol=1e-6, atol=1e-9)
-        np.testing.assert_allclose(got.lower, want.lower, rtol=1e-6)
-        np.testing.assert_array_equal(got.method, want.method)
-        np.testing.assert_array_equal(got.fetches, want.fetches)
-        if model == "log-normal":
-            assert got_p0 is not None and want_p0 is not None
-            np.testing.assert_allclose(got_p0, want_p0, rtol=1e-6, atol=1e-12)
+    want, want_p0 = from_history(f, history=64, model=model, mixture=mixture)
+    got, got_p0 = estimate_statistics(
+        statistics(f), f.host, f.n_hosts, history=64, model=model, mixture=mixture
+    )
+    np.testing.assert_allclose(got.rate, want.rate, rtol=1e-6)
+    np.testing.assert_allclose(got.n_eff, want.n_eff, rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(got.lower, want.lower, rtol=1e-6)
+    np.testing.assert_array_equal(got.method, want.method)
+    np.testing.assert_array_equal(got.fetches, want.fetches)
+    if model == "log-normal":
+        assert got_p0 is not None and want_p0 is not None
+        np.testing.assert_allclose(got_p0, want_p0, rtol=1e-6, atol=1e-12)
 
 
 #: the agreement stated in README and the module docstring, on exponential intervals (the
@@ -154,7 +161,7 @@ def test_with_irregular_intervals_the_two_point_rule_agrees_with_the_history(
 ) -> None:
     f = generate(300, seed=seed, regular=False, honest=honest)
     want, want_p0 = from_history(f, history=64)
-    got, got_p0 = estimate_statistics(statistics(f), f.host, f.n_hosts, history=64)
+    got, got_p0 = estimate_statistics(statistics(f), f.host, f.n_hosts, history=64, mixture=True)
     err = np.log(got.rate / want.rate)
     of_sd = np.abs(err) / posterior_sd(want)
     assert np.median(np.abs(err)) < MEDIAN_LOG_ERROR
@@ -169,7 +176,7 @@ def test_with_irregular_intervals_the_two_point_rule_agrees_with_the_history(
 def test_a_long_history_is_worth_the_window_and_centred_on_all_of_it() -> None:
     f = generate(200, seed=5, regular=True, fetches=40)
     want, _ = from_history(f, history=8)
-    got, _ = estimate_statistics(statistics(f), f.host, f.n_hosts, history=8)
+    got, _ = estimate_statistics(statistics(f), f.host, f.n_hosts, history=8, mixture=True)
     assert got.fetches.max() == want.fetches.max() <= 8 + 1  # + the first copy's quiet time
     # the same evidence per page, within what the window's part of the history differs by
     ratio = got.n_eff[want.n_eff > 1] / want.n_eff[want.n_eff > 1]
