@@ -4,7 +4,8 @@ Run from the repository root: ``python bench/bench_replan.py [pages ...]``. Prin
 (median of ``--repeat``, wall and this process's CPU) per step; asserts nothing.
 
 The store (built with SQL in a temp dir, pages over N/100 hosts with a power-law size
-distribution, a third of the pages on hosts with a politeness delay of 100 s) has per-page
+distribution, the third of the hosts that the power law makes biggest, about three quarters of
+the pages, with a politeness delay of 100 s) has per-page
 change statistics as the store keeps them: 20 observations per page at a regular interval
 around an hour, rates log-uniform from one change a week to ten an hour, no Last-Modified.
 ``--history K`` instead writes K + 1 successful fetches per page into the history and lets
