@@ -166,7 +166,13 @@ def load_inputs(
         caps = np.where(host_delay > 0, 1.0 / host_delay, np.inf)
     if n and bool((raw.stats.observations > 0).any()):
         est, static_p = estimate_statistics(
-            raw.stats, host_index, hosts.size, history=history, model=model, spread=spread
+            raw.stats,
+            host_index,
+            hosts.size,
+            history=history,
+            model=model,
+            spread=spread,
+            mixture=True,
         )
         rates, rate_n = np.asarray(est.rate), np.asarray(est.n_eff)
         rate_sd = posterior_sd(est) if est.prior_mean is not None else None

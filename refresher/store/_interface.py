@@ -272,8 +272,8 @@ class ChangeStatistics:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EstimatorInputs:
-    """What an allocation pass reads: arrays over the pages not gone or denied, sorted by id,
-    and their change statistics; no estimate yet."""
+    """What an allocation pass reads: arrays over the pages neither gone nor denied (those are
+    out of the plan), sorted by id, and their change statistics; no estimate yet."""
 
     page_ids: NDArray[np.int64]
     page_host: NDArray[np.int64]  # host id per page
