@@ -167,6 +167,7 @@ def run_web(
     resolve_interval: float,
     static: bool = True,
     explore: float = 0.05,
+    mixture: bool = True,
 ) -> dict[str, Any]:
     """Every policy of ``RUNS`` on ``web``: per label, freshness and age per horizon per run."""
     horizons = [h for h in HORIZONS if h <= horizon]
@@ -178,6 +179,7 @@ def run_web(
         resolve_interval=resolve_interval,
         static=static,
         explore=explore,
+        mixture=mixture,
     )
     mweb: ModelWeb = model_web(web.simweb)
     out: dict[str, Any] = {"seed": web.seed, "label": web.label, "pages": int(mweb.rates.size)}
@@ -287,6 +289,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--no-static", action="store_true", help="plan without P(page never changes)"
     )
+    parser.add_argument(
+        "--no-mixture",
+        action="store_true",
+        help="centre the rate prior on every page, not only on those that change",
+    )
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument(
         "--replot",
@@ -317,6 +324,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             resolve_interval=args.resolve_interval,
             static=not args.no_static,
             explore=args.explore,
+            mixture=not args.no_mixture,
         )
         results.append(result)
         print(format_row(result, summarize(result)), flush=True)

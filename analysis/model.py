@@ -64,6 +64,7 @@ class ModelSettings:
     min_delay: float = 0.0  # seconds per host between fetches: caps of 1/min_delay (0: none)
     decide: str = "plug-in"  # how the plan treats uncertain rates (policy.decide)
     static: bool = True  # weigh pages by the probability that they change at all
+    mixture: bool = True  # centre the prior on the pages that change (estimate_pages)
 
     def __post_init__(self) -> None:
         if not (self.seconds > 0 and self.budget > 0 and self.resolve_interval > 0):
@@ -217,6 +218,7 @@ def replay(
                     trusted_hosts=web.honest,
                     model=settings.model,
                     spread=settings.spread,
+                    mixture=settings.mixture and settings.static,
                 )
                 rates = est.rate
                 sd, static_p = uncertainty(est, page, interval, changed, settings.spread)

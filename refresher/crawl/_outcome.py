@@ -17,12 +17,16 @@ from refresher.crawl._fetch import FetchResult
 from refresher.discover._parse import meaningful_change
 from refresher.store._interface import PageRow, is_change
 
-__all__ = ["Outcome", "PageStatus", "classify", "http_date", "meaningful"]
+__all__ = ["GONE_RECHECK", "Outcome", "PageStatus", "classify", "http_date", "meaningful"]
+
+#: seconds after a 404/410 before a gone page is requested again (a day)
+GONE_RECHECK = 86_400.0
 
 #: a page's status after a fetch, the store's ``pages.status`` vocabulary (besides "new"):
-#: "ok" a 2xx body; "not_modified" a 304; "error" no response or any other status (a 404 may
-#: come back, so it is fetched again); "denied" robots.txt forbids it; "gone" a guessed sitemap
-#: URL that answered 404/410, never fetched again
+#: "ok" a 2xx body; "not_modified" a 304; "error" no response or any other status; "denied"
+#: robots.txt forbids it; "gone" it answered 404 or 410 (a page removed, a guessed
+#: /sitemap.xml that is not there): out of the plan, looked at again only on a slow schedule
+#: of its own (:data:`GONE_RECHECK`), in case it comes back
 PageStatus = Literal["ok", "not_modified", "error", "denied", "gone"]
 
 
@@ -55,7 +59,8 @@ class Outcome:
     last_modified_at: float | None
     #: a 2xx body not seen on this page before: run the processors over it
     process: bool
-    #: the page stays due (False for "gone")
+    #: the page stays in the plan, due at its planned interval (False for "gone": due again
+    #: only after GONE_RECHECK)
     due: bool
 
 
@@ -77,8 +82,8 @@ def classify(page: PageRow, r: FetchResult) -> Outcome:
     else:
         etag, last_modified, digest = page.etag, page.last_modified, page.digest
         status = "error"
-    if page.source == "sitemap" and r.error_kind is None and r.status in (404, 410):
-        status = "gone"  # a guessed /sitemap.xml that is not there: not fetched again
+    if r.error_kind is None and r.status in (404, 410):
+        status = "gone"  # out of the plan; re-checked after GONE_RECHECK
     return Outcome(
         status=status,
         success=success,

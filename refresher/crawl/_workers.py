@@ -32,7 +32,7 @@ from refresher.crawl._frontier import (
     Lease,
     next_allowed_after,
 )
-from refresher.crawl._outcome import Outcome, classify, meaningful
+from refresher.crawl._outcome import GONE_RECHECK, Outcome, classify, meaningful
 from refresher.crawl._robots import RobotsRules, rules_for_response
 from refresher.discover._content import ContentSeen, document_key
 from refresher.discover._discovery import Discovery, Found, sitemap_links
@@ -406,7 +406,7 @@ class Crawler:
         duplicate_of = self._content_seen(page.id, r, o, extracted)
         change = meaningful(o, page.fingerprint, fingerprint)
         self._meaningful += bool(change)
-        due = r.finished_at + self._allocator.interval(page)
+        due = r.finished_at + (self._allocator.interval(page) if o.due else GONE_RECHECK)
         capture = None
         if self._keeper is not None:
             capture = await self._keeper.keep(
@@ -429,8 +429,9 @@ class Crawler:
             digest=o.digest,
             fingerprint=fingerprint if fingerprint is not None else page.fingerprint,
         )
-        # A gone page is not due again: the loader skips it too.
-        self._frontier.release(lease, next_due=due if o.due else None, timing=timing, robots=robots)
+        # A gone page is out of the plan (the allocator leaves it out) and due again only on
+        # its slow schedule: it may come back.
+        self._frontier.release(lease, next_due=due, timing=timing, robots=robots)
         self._discover(lease, r, extracted, duplicate_of)
 
     def _count(self, o: Outcome, r: FetchResult) -> None:

@@ -172,7 +172,13 @@ def load_inputs(
         caps = np.where(host_delay > 0, 1.0 / host_delay, np.inf)
     if n and bool((raw.stats.observations > 0).any()):
         est, static_p = estimate_statistics(
-            raw.stats, host_index, hosts.size, history=history, model=model, spread=spread
+            raw.stats,
+            host_index,
+            hosts.size,
+            history=history,
+            model=model,
+            spread=spread,
+            mixture=True,
         )
         rates, rate_n = np.asarray(est.rate), np.asarray(est.n_eff)
         rate_sd = posterior_sd(est) if est.prior_mean is not None else None
@@ -209,6 +215,49 @@ def uncertainty(
         page_index, intervals, changed, n, prior_mean=est.prior_mean, sd=spread
     )
     return posterior_sd(est), p0
+
+
+def _static_share(inputs: PolicyInputs) -> NDArray[np.float64]:
+    return np.zeros(inputs.rates.size) if inputs.static_p is None else inputs.static_p
+
+
+def page_freshness(inputs: PolicyInputs, target: NDArray[np.float64]) -> NDArray[np.float64]:
+    """Each page's expected time-averaged freshness under ``target``: P₀ + (1 − P₀)·F̄(λ̂, f),
+    a static page being always fresh (λ̂ is the rate of the page if it changes at all)."""
+    p0 = _static_share(inputs)
+    return np.asarray(p0 + (1.0 - p0) * policies.freshness(inputs.rates, target), np.float64)
+
+
+def page_age(inputs: PolicyInputs, target: NDArray[np.float64]) -> NDArray[np.float64]:
+    """Each page's expected mean age (seconds): (1 − P₀)·Ā(λ̂, f)."""
+    p0 = _static_share(inputs)
+    with np.errstate(invalid="ignore"):
+        a = (1.0 - p0) * policies.age(inputs.rates, target)
+    return np.asarray(np.where(p0 >= 1.0, 0.0, a), np.float64)
+
+
+def reported_rates(inputs: PolicyInputs, target: NDArray[np.float64]) -> NDArray[np.float64]:
+    """The rate stored as a page's λ̂ (``pages.rate``, which the views, ``refresher status``
+    and the metrics turn into freshness): the rate whose F̄ at the page's f equals
+    :func:`page_freshness`, so that the copy's estimated freshness counts the chance that a
+    page never changes; where f = 0, the mean rate (1 − P₀)·λ̂."""
+    p0 = _static_share(inputs)
+    lam = inputs.rates
+    if not p0.any():
+        return lam
+    goal = page_freshness(inputs, target)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        # F̄ is convex in λ, so F̄((1 − P₀)λ̂) ≤ goal: the root lies below the mean rate
+        hi = np.log(np.maximum((1.0 - p0) * lam, 1e-300))
+        lo = hi - 40.0
+        f = np.where(target > 0, target, 1.0)
+        for _ in range(60):  # bisection on ln λ: F̄ falls as λ grows
+            mid = 0.5 * (lo + hi)
+            above = policies.freshness(np.exp(mid), f) > goal
+            lo, hi = np.where(above, mid, lo), np.where(above, hi, mid)
+        out = np.exp(0.5 * (lo + hi))
+    out = np.where(target > 0, out, (1.0 - p0) * lam)
+    return np.asarray(np.where(p0 > 0, out, lam), np.float64)
 
 
 def _weights(raw: EstimatorInputs, weights: str) -> NDArray[np.float64]:
@@ -352,9 +401,10 @@ def worth_fetching(inputs: PolicyInputs, alloc: policies.Allocation) -> NDArray[
 #: what every freshness and age of :func:`policy_table`, the allocator's statistics and the
 #: metrics mean: one definition, printed with the table
 DEFINITION = (
-    "expected freshness and age per page at its estimated rate, under the plan made as the "
-    "daemon makes it (host politeness caps, policy.decide, page weights); 'freshness' and "
-    "'age' average pages equally, 'weighted' weighs them by the page weights"
+    "expected freshness and age per page at its estimated rate, counting the chance that it "
+    "never changes, under the plan made as the daemon makes it (host politeness caps, "
+    "policy.decide, page weights); 'freshness' and 'age' average pages equally, 'weighted' "
+    "weighs them by the page weights"
 )
 
 
@@ -365,10 +415,11 @@ def policy_table(inputs: PolicyInputs, budget: float, *, decide: str = "plug-in"
     weights = inputs.weights
     for name in policies.available():
         p = plan(inputs, name, budget, explore=0.0, decide=decide)
-        age = policies.mean_age(inputs.rates, p.target)
+        fresh = page_freshness(inputs, p.target)
+        age = float(np.mean(page_age(inputs, p.target)))
         table[name] = {
-            "freshness": policies.mean_freshness(inputs.rates, p.target),
-            "weighted": policies.mean_freshness(inputs.rates, p.target, weights),
+            "freshness": float(np.mean(fresh)),
+            "weighted": float(np.average(fresh, weights=weights)),
             "age": age if math.isfinite(age) else None,  # None: a changing page never fetched
             "unplaced": p.allocation.unplaced,
         }
@@ -532,7 +583,7 @@ class Allocator:
         )
         update = PlanUpdate(
             page_ids=inputs.page_ids,
-            rates=inputs.rates,
+            rates=reported_rates(inputs, result.target),
             rate_n=inputs.rate_n,
             weights=inputs.weights,
             target=result.target,
@@ -542,11 +593,11 @@ class Allocator:
         self._unplaced = float(result.allocation.unplaced)
         self._explored = result.explored
         if self._pages:
-            # F̄ at λ̂, not the posterior mean: in the offline model over the family the
-            # posterior mean under the Laplace posterior read 0.02–0.03 low at steady state
-            # (its symmetric tail towards fast rates), the value at λ̂ within 0.011.
-            self._freshness = policies.mean_freshness(inputs.rates, result.target)
-            self._age = policies.mean_age(inputs.rates, result.target)
+            # F̄ at λ̂ (with P₀), not the posterior mean: in the offline model over the family
+            # the posterior mean under the Laplace posterior read 0.02–0.03 low at steady
+            # state (its symmetric tail towards fast rates), the value at λ̂ within 0.02.
+            self._freshness = float(np.mean(page_freshness(inputs, result.target)))
+            self._age = float(np.mean(page_age(inputs, result.target)))
         self._solves += 1
         self._last_solve = time.perf_counter() - t0
         self._frontier.reset()

@@ -49,6 +49,8 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy.special import gammaincinv, ndtri
 
+from refresher.refresh._static import static_probability
+
 __all__ = [
     "DEFAULT_SPREAD",
     "MODELS",
@@ -655,16 +657,19 @@ def _log_terms(
 
 
 def _host_strength(
-    theta: Float, observed: Mask, host_of: Index, total: Float, count: Float, n_hosts: int
+    theta: Float, member: Float, host_of: Index, total: Float, count: Float, n_hosts: int
 ) -> float:
-    """Within-host over between-host variance of ln λ̂, in pseudo-pages (0.1 … 1000)."""
-    seen = count > 0
+    """Within-host over between-host variance of ln λ̂, in pseudo-pages (0.1 … 1000);
+    ``member``: how much each page counts (1 or 0 for observed or not, or the probability
+    that it changes at all)."""
+    seen = count > 0.5
     if seen.sum() < 2:
         return 0.1  # one host: nothing to borrow from, its own mean is the global one
-    host_mean = np.where(seen, total / np.maximum(count, 1), 0.0)
-    resid = np.where(observed, theta - host_mean[host_of], 0.0)
-    dof = max(float(count.sum() - seen.sum()), 1.0)
-    within = float(np.bincount(host_of, resid * resid, minlength=n_hosts).sum()) / dof
+    host_mean = np.where(seen, total / np.maximum(count, 0.5), 0.0)
+    resid = theta - host_mean[host_of]
+    dof = max(float(count[seen].sum() - seen.sum()), 1.0)
+    sq = np.where(seen[host_of], member * resid * resid, 0.0)
+    within = float(np.bincount(host_of, sq, minlength=n_hosts).sum()) / dof
     between = float(host_mean[seen].var(ddof=1)) - within * float(np.mean(1.0 / count[seen]))
     if not between > 0.0:
         return 1000.0
@@ -714,9 +719,17 @@ def _log_normal_rounds(
     host_strength: float | None,
     rounds: int,
     start: ArrayLike | None,
+    mixture: bool = False,
 ) -> tuple[LogNormalPrior, Float]:
     """:func:`log_normal_host_prior` on validated observations (see :func:`_timed`), and the
-    last round's rates (changes per second), a close start for the final estimate."""
+    last round's rates (changes per second), a close start for the final estimate.
+
+    ``mixture``: the prior is that of the pages that change at all. Each page's ln λ̂ counts
+    towards its host's mean with the probability that it changes, 1 − P₀
+    (:func:`refresher.refresh._static.static_probability` under the previous round's prior),
+    so that pages which never change, whose λ̂ only falls like 1/T, do not drag the centre
+    of the changing ones down (which in turn made a quiet page look like a slow changing one
+    rather than a static one)."""
     n_pages = host_of.size
     if host_of.size and (host_of.min() < 0 or host_of.max() >= n_hosts):
         raise ValueError(f"page_host must lie in [0, {n_hosts}) (n_hosts)")
@@ -735,12 +748,18 @@ def _log_normal_rounds(
         est = _log_normal_map(p, t, c, timed, quiet_after, n_pages, prior, rates, z)
         rates = est.rate
         theta = np.log(est.rate)
-        overall = float(theta[observed].mean())
-        total = _sum(host_of, np.where(observed, theta, 0.0), n_hosts)
-        count = _sum(host_of, observed, n_hosts)
+        member = observed.astype(np.float64)
+        if mixture:
+            p0, _ = static_probability(p, t, c, n_pages, prior_mean=means, sd=sd)
+            member *= 1.0 - p0
+        if not member.sum() > 0.0:
+            member = observed.astype(np.float64)
+        overall = float((theta * member).sum() / member.sum())
+        total = _sum(host_of, theta * member, n_hosts)
+        count = _sum(host_of, member, n_hosts)
         strength = host_strength
         if strength is None:
-            strength = _host_strength(theta, observed, host_of, total, count, n_hosts)
+            strength = _host_strength(theta, member, host_of, total, count, n_hosts)
         host_mean = (total + strength * overall) / (count + strength)
         means = host_mean[host_of]
     assert rates is not None  # rounds ≥ 1
@@ -761,6 +780,7 @@ def estimate_pages(
     model: str = MODELS[0],
     spread: float = DEFAULT_SPREAD,
     confidence: float = 0.95,
+    mixture: bool = False,
 ) -> Estimate:
     """The estimate for every page, choosing the method per page.
 
@@ -772,7 +792,11 @@ def estimate_pages(
     :func:`log_normal_host_prior` with sd ``spread`` (natural-log units). ``model="gamma"``:
     the gamma-prior MAP (:func:`estimate_irregular`, :func:`estimate_from_last_modified`)
     under ``prior``, which defaults to :func:`host_prior` when ``page_host`` is given, else
-    the pooled global rate."""
+    the pooled global rate.
+
+    ``mixture`` (log-normal only): centre the prior on the pages that change at all, each
+    page counting with its probability of changing (see :func:`_log_normal_rounds`); the
+    plan then weighs each page by that probability (:mod:`refresher.refresh._static`)."""
     if model not in MODELS:
         raise ValueError(f"model must be one of {', '.join(map(repr, MODELS))}, not {model!r}")
     if model == "log-normal":
@@ -786,7 +810,7 @@ def estimate_pages(
         timed, quiet_after = _timed(c, t, since)
         host_of = hosts.astype(np.intp, copy=False)
         ln_prior, rates = _log_normal_rounds(
-            p, t, c, timed, quiet_after, host_of, max(n_hosts, 1), spread, None, 3, None
+            p, t, c, timed, quiet_after, host_of, max(n_hosts, 1), spread, None, 3, None, mixture
         )
         z = _z(confidence)
         est = _log_normal_map(p, t, c, timed, quiet_after, n_pages, ln_prior, rates, z)

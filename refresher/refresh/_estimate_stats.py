@@ -58,10 +58,19 @@ Mask = NDArray[np.bool_]
 Index = NDArray[np.intp]
 
 
-def two_point_nodes(count: Float, moments: Float) -> tuple[Float, Float]:
-    """Two interval lengths (seconds) per page and their shares (the first's; the second's is
-    1 − it) matching the mean, variance and skewness of ln t of ``count`` intervals with the
-    power sums ``moments`` (shape (3, pages)); shape (pages, 2) and (pages,)."""
+#: pages per block: the iteration runs block by block, so that its temporaries stay small
+#: (arrays of millions of entries cost more to fault in than to compute with)
+_BLOCK = 1 << 15
+
+
+def _blocks(n: int) -> list[slice]:
+    return [slice(start, min(start + _BLOCK, n)) for start in range(0, n, _BLOCK)]
+
+
+def two_point_nodes(count: Float, moments: Float) -> tuple[Float, Float, Float]:
+    """Two interval lengths (seconds) per page and the first's share (the second's is 1 − it)
+    matching the mean, variance and skewness of ln t of ``count`` intervals with the power
+    sums ``moments`` (shape (3, pages)): (t₀, t₁, share), each one entry per page."""
     with np.errstate(divide="ignore", invalid="ignore"):
         k = np.maximum(count, 1e-300)
         m1, m2, m3 = moments[0] / k, moments[1] / k, moments[2] / k
@@ -73,10 +82,11 @@ def two_point_nodes(count: Float, moments: Float) -> tuple[Float, Float]:
     root = np.sqrt(skew * skew + 4.0)
     a, b = 0.5 * (skew - root), 0.5 * (skew + root)  # standardised nodes, a < 0 < b, ab = −1
     share = b / (b - a)
-    u = np.where(count > 0, m1, 0.0)[:, None] + np.where(count > 0, sd, 0.0)[:, None] * np.stack(
-        (a, b), axis=1
-    )
-    return np.exp(np.clip(u, -700.0, 700.0)), share
+    some = count > 0
+    m1, sd = np.where(some, m1, 0.0), np.where(some, sd, 0.0)
+    t0 = np.exp(np.clip(m1 + sd * a, -700.0, 700.0))
+    t1 = np.exp(np.clip(m1 + sd * b, -700.0, 700.0))
+    return t0, t1, share
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -90,9 +100,17 @@ class PageEvidence:
     changed_time: Float  # Σ t over changed intervals (weighted)
     timed: Mask  # the page's change times are used (trusted host, every change timed)
     quiet_after: Float  # Σ quiet time after the changes (weighted), seconds
-    node_t: Float  # (pages, 2): the changed intervals as two lengths, seconds
-    node_share: Float  # (pages,): the first node's share of the changes
+    t0: Float  # the changed intervals as two lengths, seconds …
+    t1: Float
+    share: Float  # … and the first one's share of the changes
     trusted: Mask  # per host: Last-Modified is consistent
+
+    def nodes(self, block: slice, mask: Mask | None = None) -> _Nodes:
+        """The pages' changed intervals (of those in ``mask``, which is over the block) as
+        two weighted nodes."""
+        w = self.changes[block] if mask is None else np.where(mask, self.changes[block], 0.0)
+        share = self.share[block]
+        return _Nodes(self.t0[block], self.t1[block], w * share, w * (1.0 - share))
 
 
 def evidence(
@@ -100,7 +118,6 @@ def evidence(
 ) -> PageEvidence:
     """:class:`PageEvidence` from the store's statistics (see the module docstring)."""
     n = stats.observations
-    scale = np.where(n > history, history / np.maximum(n, 1.0), 1.0)
     host = np.asarray(host_index, dtype=np.intp)
     # A host is trusted when its pages' windows hold observations, none inconsistent, and
     # one change at least (refresher.refresh._estimate.last_modified_consistent).
@@ -108,65 +125,57 @@ def evidence(
     bad = np.bincount(host, stats.lm_run < np.minimum(n, history), minlength=n_hosts) > 0
     changed = np.bincount(host, stats.changes, minlength=n_hosts) >= 1
     trusted = seen & ~bad & changed
-    on_trusted = trusted[host]
-    first = on_trusted & np.isfinite(stats.first_quiet) & (n <= history)
-    first_quiet = np.where(first, stats.first_quiet, 0.0)
-    node_t, share = two_point_nodes(stats.changes, stats.log_moments)
-    return PageEvidence(
-        fetches=np.rint(n * scale) + first,
-        exposure=stats.time * scale + first_quiet,
-        changes=stats.changes * scale,
-        changed_time=stats.changed_time * scale,
-        timed=on_trusted & (stats.untimed == 0),
-        quiet_after=stats.quiet_after * scale,
-        node_t=node_t,
-        node_share=share,
-        trusted=trusted,
-    )
-
-
-def _node_weights(ev: PageEvidence, mask: Mask) -> Float:
-    """(pages, 2): the changes of the pages in ``mask`` spread over their two nodes."""
-    w = np.where(mask, ev.changes, 0.0)
-    return np.stack((w * ev.node_share, w * (1.0 - ev.node_share)), axis=1)
+    size = n.size
+    out = {
+        name: np.empty(size)
+        for name in ("fetches", "exposure", "changes", "changed_time", "quiet_after")
+    } | {name: np.empty(size) for name in ("t0", "t1", "share")}
+    timed = np.empty(size, dtype=bool)
+    for b in _blocks(size):
+        nb = n[b]
+        scale = np.where(nb > history, history / np.maximum(nb, 1.0), 1.0)
+        on_trusted = trusted[host[b]]
+        fq = stats.first_quiet[b]
+        first = on_trusted & np.isfinite(fq) & (nb <= history)
+        out["fetches"][b] = np.rint(nb * scale) + first
+        out["exposure"][b] = stats.time[b] * scale + np.where(first, fq, 0.0)
+        out["changes"][b] = stats.changes[b] * scale
+        out["changed_time"][b] = stats.changed_time[b] * scale
+        out["quiet_after"][b] = stats.quiet_after[b] * scale
+        timed[b] = on_trusted & (stats.untimed[b] == 0)
+        out["t0"][b], out["t1"][b], out["share"][b] = two_point_nodes(
+            stats.changes[b], stats.log_moments[:, b]
+        )
+    return PageEvidence(timed=timed, trusted=trusted, **out)
 
 
 def _log_normal_map(
     ev: PageEvidence, mean: Float, sd: float, start: Float | None, z: float
 ) -> Estimate:
     """:func:`refresher.refresh._estimate.estimate_log_normal` over page evidence: the MAP
-    θ = ln λ under N(mean, sd²), by safeguarded Newton on the pages still moving."""
+    θ = ln λ under N(mean, sd²), by safeguarded Newton, block by block of pages."""
     n_pages = ev.fetches.size
     inv_var = 1.0 / sd**2
-    timed_changes = np.where(ev.timed, ev.changes, 0.0)
-    quiet = ev.exposure - ev.changed_time + np.where(ev.timed, ev.quiet_after, 0.0)
-    w = _node_weights(ev, ~ev.timed)
-    if start is None:
-        untimed_time = np.where(ev.timed, 0.0, ev.changed_time)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            start = (ev.changes + 0.5) / (quiet + 0.5 * untimed_time)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        guess = np.log(start)
-    live = ev.fetches > 0
-    theta = np.where(np.isfinite(guess) & live, np.clip(guess, -59.0, 24.0), mean)
-    lo, hi = np.full(n_pages, -60.0), np.full(n_pages, 25.0)
-    idx = np.flatnonzero(live)
-    for _ in range(_NEWTON_STEPS):
-        if idx.size == 0:
-            break
-        th = theta[idx]
-        grad, curv = _terms(th, ev.node_t[idx], w[idx], timed_changes[idx], quiet[idx])
-        grad -= (th - mean[idx]) * inv_var
-        curv -= inv_var
-        up = grad > 0.0
-        lo_i = np.where(up, th, lo[idx])
-        hi_i = np.where(up, hi[idx], th)
-        nxt = th + np.clip(-grad / curv, -4.0, 4.0)
-        nxt = np.where((nxt >= lo_i) & (nxt <= hi_i), nxt, 0.5 * (lo_i + hi_i))
-        lo[idx], hi[idx], theta[idx] = lo_i, hi_i, nxt
-        idx = idx[np.abs(nxt - th) > 1e-10]
-    _, curv = _terms(theta, ev.node_t, w, timed_changes, quiet)
-    n_eff = np.maximum(-curv, 0.0)
+    theta, n_eff = np.empty(n_pages), np.empty(n_pages)
+    for b in _blocks(n_pages):
+        timed = ev.timed[b]
+        timed_changes = np.where(timed, ev.changes[b], 0.0)
+        quiet = ev.exposure[b] - ev.changed_time[b] + np.where(timed, ev.quiet_after[b], 0.0)
+        nodes = ev.nodes(b, ~timed)
+        if start is None:
+            untimed_time = np.where(timed, 0.0, ev.changed_time[b])
+            with np.errstate(divide="ignore", invalid="ignore"):
+                guess = np.log((ev.changes[b] + 0.5) / (quiet + 0.5 * untimed_time))
+        else:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                guess = np.log(start[b])
+        live = ev.fetches[b] > 0
+        m = mean[b]
+        th_b = np.where(np.isfinite(guess) & live, np.clip(guess, -59.0, 24.0), m)
+        _newton(th_b, live, nodes, timed_changes, quiet, m, inv_var)
+        theta[b] = th_b
+        _, curv = _terms(th_b, nodes, timed_changes, quiet)
+        n_eff[b] = np.maximum(-curv, 0.0)
     half = z / np.sqrt(n_eff + inv_var)
     method = np.where(
         ev.fetches == 0,
@@ -183,21 +192,96 @@ def _log_normal_map(
     )
 
 
-def _terms(
-    theta: Float, node_t: Float, w: Float, timed_changes: Float, quiet: Float
-) -> tuple[Float, Float]:
+def _newton(
+    theta: Float,
+    live: Mask,
+    nodes: _Nodes,
+    timed_changes: Float,
+    quiet: Float,
+    mean: Float,
+    inv_var: float,
+) -> None:
+    """Safeguarded Newton (bisection inside a bracket) on the pages in ``live``, in place:
+    the objective is concave in θ, so it converges for every page."""
+    lo, hi = np.full(theta.size, -60.0), np.full(theta.size, 25.0)  # λ from 1e-26 to 7e10 /s
+    idx: Index | None = None if live.all() else np.flatnonzero(live)
+    for _ in range(_NEWTON_STEPS):
+        th = theta if idx is None else theta[idx]
+        if th.size == 0:
+            return
+        grad, curv = _terms(th, nodes.take(idx), _take(timed_changes, idx), _take(quiet, idx))
+        grad -= (th - _take(mean, idx)) * inv_var
+        curv -= inv_var
+        up = grad > 0.0
+        lo_i = np.where(up, th, _take(lo, idx))
+        hi_i = np.where(up, _take(hi, idx), th)
+        nxt = th + np.clip(-grad / curv, -4.0, 4.0)
+        # inclusive: at the root θ is itself an end of the bracket
+        nxt = np.where((nxt >= lo_i) & (nxt <= hi_i), nxt, 0.5 * (lo_i + hi_i))
+        # a Newton step of 1e-8 leaves an error of order 1e-16: done (one pass fewer than
+        # waiting for a step below 1e-10, the history-based iteration's test)
+        moving = np.abs(nxt - th) > 1e-8
+        if idx is None:
+            lo, hi = lo_i, hi_i
+            theta[:] = nxt
+            idx = np.flatnonzero(moving)
+        else:
+            lo[idx], hi[idx], theta[idx] = lo_i, hi_i, nxt
+            idx = idx[moving]
+
+
+def _take(a: Float, idx: Index | None) -> Float:
+    return a if idx is None else a[idx]
+
+
+@dataclass(frozen=True, slots=True)
+class _Nodes:
+    """Each page's changed intervals as two nodes: lengths (seconds) and weights (changes)."""
+
+    t0: Float
+    t1: Float
+    w0: Float
+    w1: Float
+
+    def take(self, idx: Index | None) -> _Nodes:
+        if idx is None:
+            return self
+        return _Nodes(self.t0[idx], self.t1[idx], self.w0[idx], self.w1[idx])
+
+
+def _phi_terms(u: Float, w: Float) -> tuple[Float, Float]:
+    """w·φ(u) and w·u·φ'(u) for φ(u) = u/(e^u − 1), u ≥ 0, in few passes over memory:
+    with e = e^u − 1, u·φ'(u) = φ − φ²·(e + 1); its series where that cancels (u < 10⁻³)."""
+    u = np.minimum(u, 700.0)  # φ(700) ≈ 1e-301: no overflow, no 0·∞
+    e = np.expm1(u)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        phi = u / e
+    ud = phi * (1.0 - phi * (e + 1.0))
+    small = u < 1e-3
+    if small.any():
+        us = u[small]
+        phi[small] = 1.0 - 0.5 * us + us * us / 12.0
+        ud[small] = -0.5 * us + us * us / 6.0
+    phi *= w
+    ud *= w
+    return phi, ud
+
+
+def _terms(theta: Float, nodes: _Nodes, timed_changes: Float, quiet: Float) -> tuple[Float, Float]:
     """The log-likelihood's first and second derivatives in θ, without the prior."""
     lam = np.exp(theta)
-    u = lam[:, None] * node_t
-    phi, dphi = _phi(u)
-    grad = timed_changes - lam * quiet + (w * phi).sum(axis=1)
-    curv = -lam * quiet + (w * u * dphi).sum(axis=1)
-    return grad, curv
+    g0, c0 = _phi_terms(lam * nodes.t0, nodes.w0)
+    g1, c1 = _phi_terms(lam * nodes.t1, nodes.w1)
+    lq = lam * quiet
+    return timed_changes - lq + g0 + g1, c0 + c1 - lq
 
 
-def _log_normal(ev: PageEvidence, host: Index, n_hosts: int, spread: float, z: float) -> Estimate:
+def _log_normal(
+    ev: PageEvidence, host: Index, n_hosts: int, spread: float, z: float, mixture: bool
+) -> Estimate:
     """:func:`refresher.refresh._estimate.estimate_pages` (log-normal): three rounds of
-    empirical Bayes host means, then the estimate under the last."""
+    empirical Bayes host means, then the estimate under the last; ``mixture``: each page
+    counts towards its host's mean with its probability of changing at all."""
     n_pages = ev.fetches.size
     pooled = (float(ev.changes.sum()) + 0.5) / (
         float(ev.exposure.sum()) - 0.5 * float(ev.changed_time.sum())
@@ -209,12 +293,15 @@ def _log_normal(ev: PageEvidence, host: Index, n_hosts: int, spread: float, z: f
         est = _log_normal_map(ev, means, spread, rates, z)
         rates = est.rate
         theta = np.log(est.rate)
-        overall = float(theta[observed].mean())
-        total = np.bincount(host, np.where(observed, theta, 0.0), minlength=n_hosts).astype(
-            np.float64
-        )
-        count = np.bincount(host, observed, minlength=n_hosts).astype(np.float64)
-        strength = _host_strength(theta, observed, host, total, count, n_hosts)
+        member = observed.astype(np.float64)
+        if mixture:
+            member *= 1.0 - _static(ev, means, spread)
+        if not member.sum() > 0.0:
+            member = observed.astype(np.float64)
+        overall = float((theta * member).sum() / member.sum())
+        total = np.bincount(host, theta * member, minlength=n_hosts).astype(np.float64)
+        count = np.bincount(host, member, minlength=n_hosts).astype(np.float64)
+        strength = _host_strength(theta, member, host, total, count, n_hosts)
         means = ((total + strength * overall) / (count + strength))[host]
     est = _log_normal_map(ev, means, spread, rates, z)
     return Estimate(
@@ -248,9 +335,10 @@ def _gamma_map(
     evid = changes + a
     with np.errstate(divide="ignore", invalid="ignore"):
         rate = np.where(evid > 0.0, evid / (quiet + 0.5 * changed_time), 0.0)
-    w = _node_weights(ev, ev.changes > 0).ravel()
-    g = np.repeat(group, 2)
-    t = ev.node_t.ravel()
+    nodes = ev.nodes(slice(None))
+    g = np.concatenate((group, group))
+    t = np.concatenate((nodes.t0, nodes.t1))
+    w = np.concatenate((nodes.w0, nodes.w1))
     keep = w > 0
     g, t, w = g[keep], t[keep], w[keep]
     live = evid > 0.0
@@ -320,30 +408,36 @@ def estimate_statistics(
     model: str = MODELS[0],
     spread: float = DEFAULT_SPREAD,
     confidence: float = 0.95,
+    mixture: bool = False,
 ) -> tuple[Estimate, Float | None]:
     """The estimate for every page (as :func:`refresher.refresh._estimate.estimate_pages`
     with Last-Modified change times and the first copy's quiet time where the host is
     trusted) and, for the log-normal model, each page's probability of never changing
-    (None for the gamma model). ``host_index``: dense host number per page."""
+    (None for the gamma model). ``host_index``: dense host number per page; ``mixture``: the
+    prior is centred on the pages that change at all (``estimate_pages(mixture=True)``)."""
     if model not in MODELS:
         raise ValueError(f"model must be one of {', '.join(map(repr, MODELS))}, not {model!r}")
     host = np.asarray(host_index, dtype=np.intp)
     ev = evidence(stats, host, max(n_hosts, 1), history=history)
     if model == "gamma":
         return _gamma(ev, host, max(n_hosts, 1), confidence), None
-    est = _log_normal(ev, host, max(n_hosts, 1), spread, _z(confidence))
+    est = _log_normal(ev, host, max(n_hosts, 1), spread, _z(confidence), mixture)
     assert est.prior_mean is not None
-    # P(never changes) reads, per page, its exposure and whether it ever changed
+    return est, _static(ev, est.prior_mean, spread)
+
+
+def _static(ev: PageEvidence, prior_mean: Float, spread: float) -> Float:
+    """P(never changes) per page (:func:`static_probability`, which reads per page only its
+    exposure and whether it ever changed)."""
     seen = np.flatnonzero(ev.exposure > 0)
     static_p, share = static_probability(
         np.arange(seen.size),
         ev.exposure[seen],
         ev.changes[seen] > 0,
         seen.size,
-        prior_mean=est.prior_mean[seen],
+        prior_mean=prior_mean[seen],
         sd=spread,
     )
-    p0 = np.full(ev.fetches.size, np.nan)
+    p0 = np.full(ev.fetches.size, share)
     p0[seen] = static_p
-    p0[ev.exposure <= 0] = share
-    return est, p0
+    return p0

@@ -134,15 +134,22 @@ def fold_observations(
     out = {c: v.copy() for c, v in state.items()}
     if page.size == 0:
         return out
-    order = np.lexsort((finished, page))
-    page, finished, lm = page[order], finished[order], last_modified[order]
-    variants = ((False, changed[order]), (True, meaningful[order]))
-    slot = np.searchsorted(page_ids, page)
+    step, later = page[1:] - page[:-1], finished[1:] >= finished[:-1]
+    ordered = bool(((step > 0) | ((step == 0) & later)).all())
+    if not ordered:  # by page, then time (the migration reads them so already)
+        order = np.lexsort((finished, page))
+        page, finished, last_modified = page[order], finished[order], last_modified[order]
+        changed, meaningful = changed[order], meaningful[order]
+    lm = last_modified
+    variants = ((False, changed), (True, meaningful))
+    same = np.zeros(page.size, dtype=bool)
+    same[1:] = page[1:] == page[:-1]
+    starts = np.flatnonzero(~same)  # each page's first fetch here
+    runs = np.diff(np.append(starts, page.size))
+    slot = np.repeat(np.searchsorted(page_ids, page[starts]), runs)
     if not (slot < page_ids.size).all() or not (page_ids[slot] == page).all():
         raise ValueError("every fetch's page must be among page_ids")
     k = page_ids.size
-    same = np.zeros(page.size, dtype=bool)
-    same[1:] = page[1:] == page[:-1]
     prev = np.where(same, np.roll(finished, 1), state["stat_last_ok"][slot])
     prev_lm = np.where(same, np.roll(lm, 1), state["stat_last_lm"][slot])
     # the first successful fetch ever: its Last-Modified opens a quiet interval
@@ -166,7 +173,11 @@ def fold_observations(
     timed = np.isfinite(lm_o)
     after = np.where(timed, np.minimum(np.maximum(at - np.where(timed, lm_o, 0.0), 0.0), t), 0.0)
     u = np.log(t)
-    rank = np.arange(s.size) - np.searchsorted(s, s)  # 0-based rank of the observation in its page
+    first_obs = np.ones(s.size, dtype=bool)
+    first_obs[1:] = s[1:] != s[:-1]
+    begin = np.flatnonzero(first_obs)
+    # 0-based rank of each observation among its page's
+    rank = np.arange(s.size) - np.repeat(begin, np.diff(np.append(begin, s.size)))
     count = np.bincount(s, minlength=k)
     for m, cc in variants:
         c = cc[obs]
@@ -249,6 +260,7 @@ def statistics_from_history(
                    changed, coalesce(meaningful, changed) AS meaningful
             FROM fetches SEMI JOIN _stat_ids ON fetches.page_id = _stat_ids.id
             WHERE {SUCCESS_SQL}
+            ORDER BY page_id, finished_at
             """
         ).fetchnumpy()
     finally:
@@ -277,16 +289,9 @@ def write_state(con: Any, page_ids: NDArray[np.int64], state: dict[str, Float]) 
 def fill_from_history(con: Any, *, chunk: int = 1 << 20) -> None:
     """The migration's second half: every page's statistics from its stored history, in
     chunks of pages holding about ``chunk`` fetches."""
-    ids = np.asarray(
-        con.execute("SELECT id FROM pages WHERE fetches > 0 ORDER BY id").fetchnumpy()["id"],
-        dtype=np.int64,
-    )
-    fetches = np.asarray(
-        con.execute("SELECT fetches FROM pages WHERE fetches > 0 ORDER BY id").fetchnumpy()[
-            "fetches"
-        ],
-        dtype=np.int64,
-    )
+    got = con.execute("SELECT id, fetches FROM pages WHERE fetches > 0 ORDER BY id").fetchnumpy()
+    ids = np.asarray(got["id"], dtype=np.int64)
+    fetches = np.asarray(got["fetches"], dtype=np.int64)
     start = 0
     cum = np.cumsum(fetches)
     while start < ids.size:

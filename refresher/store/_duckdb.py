@@ -437,14 +437,15 @@ class DuckDBStore:
                 self._con.unregister("_lm")
 
     def due_pages(self, *, after: tuple[float, int], until: float, limit: int) -> list[PageRow]:
-        """Pages with (due_at, id) > ``after`` and due_at ≤ ``until``, earliest first."""
+        """Pages with (due_at, id) > ``after`` and due_at ≤ ``until``, earliest first (a
+        gone or denied page is due at its re-check)."""
         rows = self._con.execute(
             """
             SELECT p.id, p.url, p.host_id, h.name, p.due_at, p.etag, p.last_modified,
                    p.digest, p.target_rate, p.depth, p.fingerprint, p.rate, p.weight,
                    p.source
             FROM pages p JOIN hosts h ON h.id = p.host_id
-            WHERE p.status <> 'gone' AND NOT h.paused
+            WHERE NOT h.paused
               AND (p.due_at, p.id) > (?, ?) AND p.due_at <= ?
             ORDER BY p.due_at, p.id
             LIMIT ?

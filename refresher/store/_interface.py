@@ -272,8 +272,8 @@ class ChangeStatistics:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EstimatorInputs:
-    """What an allocation pass reads: arrays over the pages not gone or denied, sorted by id,
-    and their change statistics; no estimate yet."""
+    """What an allocation pass reads: arrays over the pages neither gone nor denied (those are
+    out of the plan), sorted by id, and their change statistics; no estimate yet."""
 
     page_ids: NDArray[np.int64]
     page_host: NDArray[np.int64]  # host id per page
@@ -350,8 +350,8 @@ class Store(Protocol):
         self, *, after: tuple[float, int], until: float, limit: int, known_hosts: frozenset[int]
     ) -> tuple[list[PageRow], dict[int, HostRow]]:
         """Pages with (due_at, id) > ``after`` and due_at ≤ ``until`` (earliest first, at most
-        ``limit``, none of a paused host or gone), and the rows of their hosts not in
-        ``known_hosts``."""
+        ``limit``, none of a paused host; a gone page only when its slow re-check is due), and
+        the rows of their hosts not in ``known_hosts``."""
         ...
 
     async def record(self, record: FetchRecord, capture: CaptureRow | None = None) -> None:

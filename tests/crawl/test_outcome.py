@@ -145,14 +145,15 @@ def test_a_304_keeps_the_stored_validators_it_does_not_repeat() -> None:
     assert (o.etag, o.last_modified, o.digest) == ('"old"', r.last_modified, b"o" * 16)
 
 
-def test_http_errors_are_errors_in_the_schema_and_only_a_guessed_sitemap_is_gone() -> None:
-    for status in (403, 404, 410, 500):
+def test_http_errors_are_errors_in_the_schema_and_a_404_or_410_page_is_gone() -> None:
+    for status in (403, 500, 503):
         r = result(status=status, digest=None, body=None)
         assert classify(stored(), r).status == "error"
     for status in (404, 410):
         r = result(status=status, digest=None, body=None)
-        gone = classify(stored(source="sitemap"), r)
-        assert gone.status == "gone" and not gone.due
+        for source in ("seed", "link", "sitemap"):  # a guessed /sitemap.xml as any page
+            gone = classify(stored(source=source), r)
+            assert gone.status == "gone" and not gone.due
     assert classify(stored(source="sitemap"), result(status=500, body=None)).status == "error"
 
 

@@ -9,6 +9,7 @@ import pytest
 from _rawserver import Reply, Request, http_handler, raw_server
 from conftest import daemon_config, query_db, wait_for
 
+from refresher.crawl._outcome import GONE_RECHECK
 from refresher.ops._control import request
 from refresher.sim._site import HostSpec, PageSpec, Site, serve_site
 
@@ -136,6 +137,7 @@ async def test_sitemaps_from_robots_txt_bring_pages_no_link_reaches_and_their_la
                 sitemap=True,
             ),
             # no Sitemap line: /sitemap.xml is tried once, and a 404 is not fetched again
+            # (nor is /missing, a seed that answers 404): both leave the plan
             HostSpec(name="n.sim.test", pages=(PageSpec(path="/"),)),
         ]
     )
@@ -143,7 +145,7 @@ async def test_sitemaps_from_robots_txt_bring_pages_no_link_reaches_and_their_la
     config = daemon_config(
         short_dir,
         port=port,
-        seeds=["http://s.sim.test/", "http://n.sim.test/"],
+        seeds=["http://s.sim.test/", "http://n.sim.test/", "http://n.sim.test/missing"],
         discovery={"sitemaps": True},
     )
     d = daemons(config)
@@ -159,6 +161,7 @@ async def test_sitemaps_from_robots_txt_bring_pages_no_link_reaches_and_their_la
     d.signal(signal.SIGTERM)
     assert await d.wait_exit() == 0
     assert len(site.requests.entries(host="n.sim.test", path="/sitemap.xml")) == 1
+    assert len(site.requests.entries(host="n.sim.test", path="/missing")) == 1
     db = short_dir / "refresher.duckdb"
     pages = {
         u: (src, lm, status)
@@ -166,6 +169,10 @@ async def test_sitemaps_from_robots_txt_bring_pages_no_link_reaches_and_their_la
             db, "SELECT url, source, sitemap_lastmod, status FROM pages"
         )
     }
+    # gone pages are re-checked only on their own slow schedule
+    for url in ("http://n.sim.test/sitemap.xml", "http://n.sim.test/missing"):
+        ((due, last),) = query_db(db, f"SELECT due_at, last_fetch FROM pages WHERE url = '{url}'")
+        assert due >= last + GONE_RECHECK and pages[url][2] == "gone"
     assert pages["http://s.sim.test/sitemap.xml"][0] == "sitemap"
     assert pages["http://s.sim.test/hidden"][1] is not None  # <lastmod> kept as a change signal
     assert pages["http://n.sim.test/sitemap.xml"][2] == "gone"

@@ -20,9 +20,11 @@ from refresher.refresh._allocate import (
     Allocator,
     PolicyInputs,
     load_inputs,
+    page_freshness,
     plan,
     policy_table,
     priority_level,
+    reported_rates,
 )
 from refresher.refresh._estimate import estimate_pages
 from refresher.sim._simweb import SimwebConfig, plan_web
@@ -406,7 +408,7 @@ class _Frontier:
 async def test_without_exploration_a_starved_page_is_due_alike_in_the_store_and_after_a_fetch(
     tmp_path: Path,
 ) -> None:
-    # One page changes at every fetch, nine never do; at a tiny budget the optimal policy gives
+    # One page changes at every fetch, nine once in 30; at a tiny budget the optimal policy gives
     # the hopeless one nothing. Its due time saved with the plan and the one a worker sets
     # after fetching it (Allocator.interval) must agree: both come from due_interval.
     store = DuckDBStore(tmp_path / "s.duckdb")
@@ -420,7 +422,9 @@ async def test_without_exploration_a_starved_page_is_due_alike_in_the_store_and_
     rows.sort(key=lambda r: r.id)
     times = [NOW + 60.0 * k for k in range(30)]
     for i, row in enumerate(rows):
-        _history(store, row.id, row.host_id, times, [i == 0 and k > 0 for k in range(30)])
+        _history(
+            store, row.id, row.host_id, times, [(i == 0 and k > 0) or k == 15 for k in range(30)]
+        )
     service = StoreService(store)
     frontier = _Frontier()
     try:
@@ -447,6 +451,22 @@ async def test_without_exploration_a_starved_page_is_due_alike_in_the_store_and_
     for p in pages:
         assert p.due_at == pytest.approx(times[-1] + allocator.interval(p))
     assert allocator.interval(starved[0]) == NEVER
+
+
+def test_gone_pages_leave_the_plan_until_they_answer_again(tmp_path: Path):
+    store = DuckDBStore(tmp_path / "s.duckdb")
+    try:
+        rows, ids = _three_pages(store)
+        host = rows[0].host_id
+        _history(store, ids[0], host, [NOW + 10, NOW + 20], [False, True])
+        gone = fetch_record(ids[1], host, NOW + 5, status=404, page_status="gone")
+        store.write([gone], [])
+        assert ids[1] not in inputs_of(store, min_delay=1.0).page_ids.tolist()
+        # its re-check a day later finds it again: back in the plan
+        _history(store, ids[1], host, [NOW + 86_405], [False])
+        assert ids[1] in inputs_of(store, min_delay=1.0).page_ids.tolist()
+    finally:
+        store.close()
 
 
 def test_pages_robots_txt_denies_leave_the_plan(tmp_path: Path):
@@ -554,3 +574,21 @@ def test_the_policy_table_uses_the_allocators_definition_and_shows_weighted_fres
     assert rows["optimal"]["weighted"] != pytest.approx(rows["optimal"]["freshness"])
     assert table["decide"] == "expected" and "host politeness caps" in table["definition"]
     json.dumps(table, allow_nan=False)
+
+
+def test_a_page_likely_never_to_change_reads_fresh_and_its_stored_rate_says_so():
+    from dataclasses import replace
+
+    rates = np.array([0.05, 0.05, 0.05, 0.05])
+    given = replace(inputs(rates), static_p=np.array([0.0, 0.5, 0.99, 1.0]))
+    target = np.array([0.02, 0.02, 0.02, 0.0])
+    fresh = page_freshness(given, target)
+    plain = policies.freshness(0.05, 0.02)
+    assert fresh[0] == pytest.approx(plain)  # sure to change: F̄ at λ̂
+    assert fresh[1] == pytest.approx(0.5 + 0.5 * plain)
+    assert fresh[3] == 1.0  # sure to be static: always fresh, even never fetched
+    # the stored rate turns into the same freshness (the views and the live line read it)
+    stored = reported_rates(given, target)
+    assert stored[0] == 0.05
+    assert policies.freshness(stored[:3], target[:3]) == pytest.approx(fresh[:3], rel=1e-6)
+    assert stored[1] < stored[0] and stored[2] < stored[1] and stored[3] == 0.0

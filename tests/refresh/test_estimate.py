@@ -439,3 +439,19 @@ def test_malformed_histories_are_refused_with_what_to_fix() -> None:
         )
     with pytest.raises(ValueError, match="needs observations"):
         log_normal_host_prior(np.zeros(0, np.intp), np.zeros(0), np.zeros(0, bool), [0], 1)
+
+
+def test_with_the_mixture_pages_that_never_change_do_not_drag_the_changing_pages_centre_down() -> (
+    None
+):
+    # 20 pages change hourly, 80 never: averaged over every page the centre falls 20-fold;
+    # counted by their probability of changing, the quiet pages leave it near the changing ones.
+    rates = np.array([1.0 / HOUR] * 20 + [1e-12] * 80)
+    page, t, changed, _ = history(rates, pages=100, fetches=8, seed=31)
+    host = np.zeros(100, np.intp)
+    plain = estimate_pages(page, t, changed, 100, page_host=host, n_hosts=1)
+    mixed = estimate_pages(page, t, changed, 100, page_host=host, n_hosts=1, mixture=True)
+    assert plain.prior_mean is not None and mixed.prior_mean is not None
+    assert math.exp(plain.prior_mean[0]) < 0.1 / HOUR
+    assert math.exp(mixed.prior_mean[0]) > 0.3 / HOUR
+    assert float(np.median(mixed.rate[:20])) == pytest.approx(1.0 / HOUR, rel=0.3)

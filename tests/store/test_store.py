@@ -406,11 +406,15 @@ def test_due_pages_pages_through_by_due_time_then_id(store: DuckDBStore) -> None
     assert seen == [1, 2, 3, 5, 4]
 
 
-def test_due_pages_stops_at_until_and_skips_gone_pages(store: DuckDBStore) -> None:
+def test_due_pages_stops_at_until_and_holds_gone_pages_back_until_their_re_check(
+    store: DuckDBStore,
+) -> None:
     store.add_pages([page(f"http://a.example/{i}") for i in range(3)], now=NOW)
-    store.write([fetch(2, due_at=NOW + 50), fetch(3, page_status="gone")], [])
+    store.write([fetch(2, due_at=NOW + 50), fetch(3, page_status="gone", due_at=NOW + 86_400)], [])
     due = store.due_pages(after=(float("-inf"), 0), until=NOW + 49, limit=10)
     assert [p.id for p in due] == [1]
+    later = store.due_pages(after=(float("-inf"), 0), until=NOW + 86_400, limit=10)
+    assert [p.id for p in later] == [1, 2, 3]
     assert [p.id for p in store.due_pages(after=(NOW, 1), until=NOW + 50, limit=10)] == [2]
     row = store.due_pages(after=(NOW, 1), until=NOW + 50, limit=10)[0]
     assert (row.url, row.host, row.etag, row.digest) == (
