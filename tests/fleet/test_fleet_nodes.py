@@ -301,3 +301,44 @@ async def test_a_node_stops_fetching_while_the_database_is_away_and_resumes_afte
     (recorded,) = fleet.rows("SELECT count(*) FROM fetches")[0]
     assert recorded >= a.acknowledged()
     assert_polite(s, fleet)
+
+
+async def test_the_fleet_spends_its_budget_within_5_percent_over_a_minute(fleet, web):
+    budget = 10.0  # the fleet's B (Fleet.config), shared by both nodes through one μ
+    a = fleet.start("a")
+    await a.ready()
+    b = fleet.start("b")
+    await b.ready()
+    await wait_for(fleet.split_is(["a", "b"]), what="8 and 8")
+
+    def solved_over_both() -> bool:
+        rows = fleet.rows("SELECT solution FROM coordinator WHERE solution IS NOT NULL")
+        return bool(rows) and rows[0][0].get("nodes") == 2
+
+    await wait_for(solved_over_both, what="a solution over both nodes")
+    (start,) = fleet.rows("SELECT extract(epoch FROM clock_timestamp())::float8")[0]
+    window = 60.0
+
+    def window_over() -> bool:
+        (last,) = fleet.rows("SELECT coalesce(max(started_at), 0) FROM fetches")[0]
+        return last >= start + window
+
+    await wait_for(window_over, timeout=3 * window, what="a minute of the fleet's fetches")
+    (fetches,) = fleet.rows(
+        "SELECT count(*) FROM fetches WHERE started_at >= %s AND started_at < %s",
+        start,
+        start + window,
+    )[0]
+    per_node = dict(
+        fleet.rows(
+            "SELECT node_id, count(*) FROM fetches WHERE started_at >= %s AND started_at < %s "
+            "GROUP BY 1",
+            start,
+            start + window,
+        )
+    )
+    assert set(per_node) == {"a", "b"}  # both nodes spend their part
+    assert abs(fetches / window - budget) <= 0.05 * budget, (fetches / window, per_node)
+    a.signal(signal.SIGTERM)
+    b.signal(signal.SIGTERM)
+    assert await a.wait_exit() == 0 and await b.wait_exit() == 0
