@@ -354,7 +354,7 @@ def test_a_plan_saved_in_slices_reaches_every_page(tmp_path: Path, monkeypatch):
     monkeypatch.setattr(_duckdb, "_PLAN_SLICE", 2)  # three pages: two slices
     store = DuckDBStore(tmp_path / "s.duckdb")
     try:
-        rows, ids = _three_pages(store)
+        _three_pages(store)
         got = inputs_of(store, min_delay=1.0)
         target = np.array([0.1, 0.2, 0.3])
         update = PlanUpdate(
