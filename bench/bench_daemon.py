@@ -430,6 +430,8 @@ def start_py_spy(
     out.parent.mkdir(parents=True, exist_ok=True)
     command = [exe, "record", "--pid", str(pid), "--duration", str(max(1, round(args.seconds)))]
     command += ["--rate", "100", "--nonblocking", "--format", "raw", "--output", str(out)]
+    if args.gil:
+        command.append("--gil")
     return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
@@ -633,6 +635,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="DIR",
         help="profile the daemon with py-spy during each measured window; stacks go to DIR "
         "(the sampler takes CPU too: profiled figures run slower)",
+    )
+    parser.add_argument(
+        "--gil", action="store_true", help="with --py-spy: only samples holding the GIL"
     )
     args = parser.parse_args(argv)
     configure_logging(format="console", level="warning")  # the store's own log lines are noise

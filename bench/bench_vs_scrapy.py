@@ -32,6 +32,7 @@ import contextlib
 import os
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -202,6 +203,7 @@ def run_refresher(
         dns={"static": {pattern: f"127.0.0.1:{port}"}},
         discovery={"sitemaps": False},
         frontier={"window": 5.0},
+        archive={"enabled": args.archive == "on"},
     )
     daemon = Daemon(config)
     try:
@@ -274,19 +276,29 @@ def load_average() -> str:
 
 def both(name: str, args: argparse.Namespace, starts: list[str], pattern: str, port: int) -> None:
     print(f"{name}: {len(starts)} hosts, warmup {args.warmup:.0f} s, window {args.seconds:.0f} s")
-    runs = []
-    for crawler in args.crawlers.split(","):
-        with tempfile.TemporaryDirectory(prefix=f"vs-{crawler}-", dir=args.tmp) as tmp:
-            before = load_average()
-            if crawler == "refresher":
-                run = run_refresher(Path(tmp), starts, pattern, port, args)
-            else:
-                run = run_scrapy(Path(tmp), starts, name == "sim", args)
-            runs.append(run)
-            print(run.line() + f"  (load average before: {before})")
-    if len(runs) == 2 and runs[1].pages:
-        ratio = (runs[0].pages / runs[0].seconds) / (runs[1].pages / runs[1].seconds)
-        print(f"  ratio {runs[0].crawler}/{runs[1].crawler}: {ratio:.2f}")
+    crawlers = args.crawlers.split(",")
+    ratios = []
+    for round_ in range(args.rounds):
+        # alternate who goes first, so a change in the machine's load hits both alike
+        order = crawlers if round_ % 2 == 0 else crawlers[::-1]
+        runs: dict[str, Run] = {}
+        for crawler in order:
+            with tempfile.TemporaryDirectory(prefix=f"vs-{crawler}-", dir=args.tmp) as tmp:
+                before = load_average()
+                if crawler == "refresher":
+                    run = run_refresher(Path(tmp), starts, pattern, port, args)
+                else:
+                    run = run_scrapy(Path(tmp), starts, name == "sim", args)
+                runs[crawler] = run
+                print(run.line() + f"  (load average before: {before})")
+        if len(runs) == 2 and runs["scrapy"].pages:
+            mine, theirs = runs["refresher"], runs["scrapy"]
+            ratio = (mine.pages / mine.seconds) / (theirs.pages / theirs.seconds)
+            ratios.append(ratio)
+            print(f"  round {round_ + 1}: ratio refresher/Scrapy {ratio:.2f}")
+    if len(ratios) > 1:
+        listed = ", ".join(f"{r:.2f}" for r in ratios)
+        print(f"  ratios {listed}; median {statistics.median(ratios):.2f}")
 
 
 def main() -> None:
@@ -301,11 +313,21 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=256, help="refresher's workers")
     parser.add_argument("--warmup", type=float, default=5.0)
     parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument(
+        "--archive",
+        choices=("on", "off"),
+        default="on",
+        help="refresher's WARC copy of every new version (on by default in the daemon; Scrapy "
+        "keeps nothing)",
+    )
+    parser.add_argument("--rounds", type=int, default=1, help="pairs of runs, order alternating")
     parser.add_argument("--tmp", default=None)
     args = parser.parse_args()
     if "scrapy" in args.crawlers and not Path(args.scrapy).exists():
         sys.exit(f"no Scrapy python at {args.scrapy}: make the venv (see the docstring)")
-    print(f"{os.cpu_count()} cores, load average {load_average()}")
+    print(
+        f"{os.cpu_count()} cores, load average {load_average()}, refresher archive {args.archive}"
+    )
     webs = args.web.split(",")
     if "docs" in webs:
         if shutil.which("nginx") is None or not (args.docs / "index.html").exists():

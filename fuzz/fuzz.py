@@ -11,7 +11,6 @@ for ``FUZZ_SECONDS``, with the corpus seeded from the tests by ``fuzz/seed.py``.
 from __future__ import annotations
 
 import contextlib
-import functools
 import math
 import sys
 import tomllib
@@ -81,67 +80,92 @@ def config(data: bytes) -> None:
 
 
 def _http() -> Callable[[bytes], None]:
-    """The fetcher against a loopback server that answers each request with the input.
+    """The fetcher's response handling on the input as the server's bytes, in memory.
 
-    One trio loop in a thread keeps the server and the Fetcher (building an httpx client per
-    input would cost more than the fetch); each input goes to a new virtual host, so no
-    connection is reused across inputs."""
-    # Imported here: only this target needs trio, httpx and a loopback socket.
+    The Fetcher runs as in the daemon (resolver, request, ``refresher.crawl._http1``'s parser
+    and connection, body reading, decoding, caps, redirects, the result), except that its
+    connections are in-memory streams: each connection it opens receives the input, cut into
+    pieces whose sizes are drawn from the input's checksum, and the request it sends is
+    dropped. No socket: one trio loop in a thread runs every input (a ``trio.run`` per input
+    would cost ten times the fetch). Odd checksums fetch a page (conditional, so a 304
+    counts), even ones robots.txt."""
     with atheris.instrument_imports(include=["refresher"]):
+        import random
         import threading
+        import zlib
 
         import trio
 
+        from refresher.crawl import _http1
         from refresher.crawl._dns import Resolver
-        from refresher.crawl._fetch import Fetcher
+        from refresher.crawl._fetch import ROBOTS_MAX_BYTES, Fetcher
 
-    answer = [b""]
+    max_body = 64 * 1024
+
+    class Replay(trio.abc.Stream):
+        """A connection whose server sends ``data`` in pieces and then closes."""
+
+        def __init__(self, data: bytes, sizes: random.Random) -> None:
+            self._data = memoryview(data)
+            self._sizes = sizes
+
+        async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+            await trio.lowlevel.checkpoint()
+
+        async def wait_send_all_might_not_block(self) -> None:
+            await trio.lowlevel.checkpoint()
+
+        async def receive_some(self, max_bytes: int | None = None) -> bytes:
+            await trio.lowlevel.checkpoint()
+            size = min(self._sizes.choice((1, 7, 512, 65536)), max_bytes or 65536)
+            piece, self._data = self._data[:size], self._data[size:]
+            return bytes(piece)
+
+        async def aclose(self) -> None:
+            await trio.lowlevel.checkpoint()
+
+    resolver = Resolver(static={"*.a.test": "127.0.0.1:9"})
     ready = threading.Event()
-    loop: dict[str, object] = {}
+    loop: dict[str, trio.lowlevel.TrioToken] = {}
 
-    async def serve(stream: trio.SocketStream) -> None:
-        head = b""
-        # the client may hang up first: that is the fetcher's business, not the server's
-        with trio.move_on_after(2), contextlib.suppress(trio.BrokenResourceError):
-            while b"\r\n\r\n" not in head:
-                chunk = await stream.receive_some(65536)
-                if not chunk:
-                    return
-                head += chunk
-            await stream.send_all(answer[0])
-        await stream.aclose()
+    async def keep_loop() -> None:
+        loop["token"] = trio.lowlevel.current_trio_token()
+        ready.set()
+        await trio.sleep_forever()
 
-    async def run_loop() -> None:
-        async with trio.open_nursery() as nursery:
-            (listener,) = await nursery.start(
-                functools.partial(trio.serve_tcp, serve, 0, host="127.0.0.1")
-            )
-            port = listener.socket.getsockname()[1]
-            resolver = Resolver(static={"*.a.test": f"127.0.0.1:{port}"})
-            async with Fetcher(
-                user_agent=_UA, resolver=resolver, timeout=2.0, max_open_hosts=8
-            ) as fetcher:
-                loop["fetcher"] = fetcher
-                loop["token"] = trio.lowlevel.current_trio_token()
-                ready.set()
-                await trio.sleep_forever()
-
-    threading.Thread(target=trio.run, args=(run_loop,), daemon=True).start()
+    threading.Thread(target=trio.run, args=(keep_loop,), daemon=True).start()
     ready.wait()
-    fetcher = loop["fetcher"]
-    assert isinstance(fetcher, Fetcher)
-    count = [0]
 
     def http(data: bytes) -> None:
-        answer[0] = data
-        count[0] += 1
-        url = f"http://h{count[0]}.a.test/"
-        result = trio.from_thread.run(
-            lambda: fetcher.fetch(url, etag='"e"'),
-            trio_token=loop["token"],  # type: ignore[arg-type]
-        )
-        # the property: fetch() returns a result for any bytes; it never raises
-        assert result.bytes >= 0
+        checksum = zlib.crc32(data)
+        sizes = random.Random(checksum)
+
+        async def connect(
+            ip: str, port: int, *, server_hostname: str | None, context: object
+        ) -> _http1.Connection:
+            await trio.lowlevel.checkpoint()
+            return _http1.Connection(Replay(data, sizes), (ip, port))
+
+        async def run() -> None:
+            fetcher = Fetcher(
+                user_agent=_UA, resolver=resolver, timeout=5.0, max_body_bytes=max_body
+            )
+            fetcher._connect = connect  # type: ignore[method-assign]
+            async with fetcher:
+                if checksum & 1:
+                    result = await fetcher.fetch("http://h.a.test/p", etag='"e"')
+                    # the property: a result for any bytes, never an exception, within the cap
+                    assert result.bytes <= max_body, result
+                    assert result.payload is None or len(result.payload) <= max_body
+                    assert (result.error_kind is None) == (result.error is None)
+                    assert result.status is None or 200 <= result.status <= 999, result
+                else:
+                    _status, body, _error = await fetcher.fetch_robots_or_error(
+                        "http", "h.a.test", None
+                    )
+                    assert len(body) <= ROBOTS_MAX_BYTES
+
+        trio.from_thread.run(run, trio_token=loop["token"])
 
     return http
 

@@ -5,7 +5,10 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import zlib
 from pathlib import Path
+
+import brotli
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT / "fuzz" / "corpus"
@@ -72,6 +75,17 @@ def _http() -> list[bytes]:
         + b"\r\n0\r\n\r\n",
         b"HTTP/1.1 301 Moved\r\nLocation: /elsewhere\r\nContent-Length: 0\r\n\r\n",
         b"HTTP/1.1 503 Busy\r\nRetry-After: 120\r\nContent-Length: 0\r\n\r\n",
+        b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2;x=y\r\nok\r\n0\r\nX-T: 1\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nX-Folded: a\r\n b\r\nContent-Type: text/html\r\n\r\nclose-delimited",
+        b"HTTP/1.1 200 OK\nContent-Encoding: deflate\nContent-Length: 10\n\n"
+        + zlib.compress(b"x")[:10],
+        b"HTTP/1.1 200 OK\r\nContent-Encoding: br\r\nTransfer-Encoding: chunked\r\n\r\n"
+        + f"{len(brotli.compress(b'<a href=x>x</a>')):x}\r\n".encode()
+        + brotli.compress(b"<a href=x>x</a>")
+        + b"\r\n0\r\n\r\n",
+        b"HTTP/1.1 302 Found\r\nLocation: /p\r\nContent-Length: 0\r\n\r\n"
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
     ]
 
 

@@ -14,6 +14,7 @@ import ipaddress
 import json
 import math
 import re
+import socket
 import tomllib
 import types
 import typing
@@ -39,6 +40,7 @@ __all__ = [
     "DiscoveryConfig",
     "EstimateConfig",
     "FetchConfig",
+    "FleetConfig",
     "FrontierConfig",
     "LogConfig",
     "MetricsConfig",
@@ -292,6 +294,29 @@ class DaemonConfig:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class FleetConfig:
+    """Many nodes sharing one PostgreSQL store (all restart-only). An empty ``dsn``: a single
+    node on the embedded DuckDB store, the default."""
+
+    #: libpq connection string or postgresql:// URL of the fleet's database; "" = single node.
+    #: Left out of the repr: it may hold a password
+    dsn: str = field(default="", repr=False)
+    #: this node's name in the fleet, unique in it; default: the host name
+    node_id: str = field(default_factory=socket.gethostname)
+    #: P, the virtual partitions hosts are hashed to; fixed when the fleet is created
+    partitions: int = 1024
+    #: seconds a partition lease lasts unless renewed
+    lease_ttl: float = 10.0
+    #: shared directory of the fleet's Parquet history (and archives); "" = none
+    history_dir: str = ""
+
+    @property
+    def enabled(self) -> bool:
+        """Fleet mode: a PostgreSQL store is configured."""
+        return bool(self.dsn)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Config:
     store: StoreConfig = field(default_factory=StoreConfig)
     crawl: CrawlConfig = field(default_factory=CrawlConfig)
@@ -311,6 +336,7 @@ class Config:
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     log: LogConfig = field(default_factory=LogConfig)
     daemon: DaemonConfig = field(default_factory=DaemonConfig)
+    fleet: FleetConfig = field(default_factory=FleetConfig)
 
     @property
     def archive_dir(self) -> Path:
@@ -367,6 +393,10 @@ def _known_policy(v: Any) -> str | None:
     # The registry is the one list: built-ins, register()-ed and entry-point policies.
     known = policies.available()
     return None if v in known else f"must be one of {', '.join(map(repr, known))}"
+
+
+#: a node id names files (Parquet history, logs): no separators, no leading dot
+_NODE_ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
 
 
 def _port(v: Any) -> str | None:
@@ -434,6 +464,15 @@ _CHECKS: dict[str, Callable[[Any], str | None]] = {
     "log.level": _one_of("debug", "info", "warning", "error"),
     "log.progress_interval": _positive,
     "daemon.drain_timeout": _non_negative,
+    # fleet.dsn is checked in _check_whole: its problem must not repeat a password
+    "fleet.node_id": lambda v: (
+        None
+        if _NODE_ID.match(v)
+        else "must be 1 to 64 letters, digits, '_', '-' or '.', not starting with '.' or '-' "
+        "(it names the node's files)"
+    ),
+    "fleet.partitions": _positive,
+    "fleet.lease_ttl": _positive,
 }
 
 _TYPE_WORDS = {
@@ -659,6 +698,13 @@ def _check_whole(config: Config) -> None:
             raise ConfigError(problem, key="metrics.host")
     parse_static(config.dns.static)
     _check_sinks(config.sinks)
+    if config.fleet.dsn:
+        # psycopg only when a fleet is configured; the problem never repeats a password
+        from refresher.store._pg_dsn import dsn_problem
+
+        problem = dsn_problem(config.fleet.dsn)
+        if problem is not None:
+            raise ConfigError(problem, key="fleet.dsn")
 
 
 def _check_sinks(s: SinksConfig) -> None:
@@ -698,6 +744,7 @@ _PATH_KEYS = (
     ("snapshot", "path"),
     ("archive", "dir"),
     ("sinks", "jsonl_path"),
+    ("fleet", "history_dir"),
 )
 
 

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import glob
 import inspect
+import itertools
 import os
+import pwd
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -209,3 +213,131 @@ async def site(nursery: trio.Nursery) -> tuple[Site, int]:
     s = small_site()
     port = await nursery.start(serve_site, s)
     return s, port
+
+
+# -- PostgreSQL ------------------------------------------------------------------------------
+
+PG_MISSING = "PostgreSQL server binaries not found: apt-get install postgresql"
+
+
+def _pg_binary(name: str) -> str | None:
+    found = shutil.which(name)
+    if found:
+        return found
+    candidates = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"), reverse=True)
+    return candidates[0] if candidates else None
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class PostgresServer:
+    """A throw-away PostgreSQL cluster: ``initdb`` and ``pg_ctl`` in a temporary directory,
+    listening on a free loopback port and on a unix socket in that directory. Calling it
+    creates a fresh database and returns its DSN."""
+
+    def __init__(self) -> None:
+        initdb, pg_ctl = _pg_binary("initdb"), _pg_binary("pg_ctl")
+        if initdb is None or pg_ctl is None:
+            pytest.fail(PG_MISSING, pytrace=False)
+        self.pg_ctl = pg_ctl
+        self.dir = Path(tempfile.mkdtemp(prefix="rfpg", dir="/tmp"))
+        self.data = self.dir / "data"
+        self.port = _free_port()
+        self._names = itertools.count()
+        # The server refuses to run as root: run it as an unprivileged user then.
+        self.user: int | None = None
+        if os.geteuid() == 0:
+            try:
+                self.user = pwd.getpwnam("postgres").pw_uid
+            except KeyError:
+                self.user = pwd.getpwnam("nobody").pw_uid
+            os.chown(self.dir, self.user, -1)
+        self._run(
+            initdb,
+            "-D",
+            str(self.data),
+            "-A",
+            "trust",
+            "-U",
+            "postgres",
+            "-E",
+            "UTF8",
+            "--no-sync",
+            "--no-instructions",
+        )
+        # fsync=off: data survives the server's crash (halt), not the machine's; commits stay
+        # synchronous, so that an acknowledged batch survives a halt as in production
+        options = (
+            f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.dir} -c fsync=off "
+            "-c full_page_writes=off -c max_connections=200"
+        )
+        self.options = options
+        self.start()
+
+    def start(self) -> None:
+        """Start the server (again, after :meth:`halt`)."""
+        self._run(
+            self.pg_ctl,
+            "-D",
+            str(self.data),
+            "-l",
+            str(self.dir / "server.log"),
+            "-o",
+            self.options,
+            "-w",
+            "-t",
+            "60",
+            "start",
+        )
+
+    def halt(self) -> None:
+        """Stop the server as a crash would (``-m immediate``), keeping its data."""
+        self._run(self.pg_ctl, "-D", str(self.data), "-m", "immediate", "-w", "stop")
+
+    def _run(self, *argv: str) -> None:
+        done = subprocess.run(argv, capture_output=True, text=True, user=self.user, timeout=120)
+        if done.returncode:
+            log = self.dir / "server.log"
+            tail = log.read_text()[-2000:] if log.exists() else ""
+            pytest.fail(f"{' '.join(argv[:2])} failed: {done.stderr}{done.stdout}{tail}")
+
+    @property
+    def admin_dsn(self) -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    def __call__(self, *, unix: bool = False) -> str:
+        """A new, empty database; its DSN (over TCP, or the unix socket with ``unix``)."""
+        import psycopg
+
+        name = f"t{os.getpid()}_{next(self._names)}"
+        with psycopg.connect(self.admin_dsn, autocommit=True) as con:
+            con.execute(f"CREATE DATABASE {name}")
+        if unix:
+            return f"host={self.dir} port={self.port} user=postgres dbname={name}"
+        return f"postgresql://postgres@127.0.0.1:{self.port}/{name}"
+
+    def stop(self) -> None:
+        subprocess.run(
+            [self.pg_ctl, "-D", str(self.data), "-m", "immediate", "-w", "stop"],
+            capture_output=True,
+            user=self.user,
+            timeout=60,
+        )
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresServer]:
+    """The session's PostgreSQL (initdb + pg_ctl in a temporary directory; fails, never
+    skips, without the binaries), stopped at the end. Call it for a fresh database's DSN:
+    ``dsn = postgres()`` (TCP on 127.0.0.1) or ``postgres(unix=True)`` (the unix socket)."""
+    server = PostgresServer()
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -1,19 +1,22 @@
 """The crawler's HTTP side: one fetch of one page, never raising for what the network does.
 
-Each host gets its own small httpx transport holding one keep-alive connection. Politeness
-already allows at most one request in flight per host, so a per-host transport costs nothing
-and sidesteps the shared connection pool, whose per-request scan slows down sharply as the
-number of connections grows (encode/httpx#3215). Transports live in an LRU bounded by
-``max_open_hosts``; an evicted host's connection is closed.
+Each host gets at most one kept-alive HTTP/1.1 connection (:mod:`refresher.crawl._http1`):
+politeness already allows at most one request in flight per host, so there is no pool to
+scan, and a request is written from bytes computed once (the fixed header fields when the
+fetcher is configured, the request line and ``Host`` once per URL). The response is parsed by
+httptools (llhttp). Connections live in an LRU bounded by ``max_open_hosts``; an evicted
+host's connection is closed. A kept connection the server has closed meanwhile is replaced,
+and a request it fails before any answer is sent once more on a new one (a GET is idempotent).
 
-Names are resolved by :class:`~refresher.crawl._dns.Resolver` (cache, static overrides). The request
-goes to the resolved IP and port with the original ``Host`` header, and for https the original
-name as TLS SNI and certificate name (httpcore's ``sni_hostname`` request extension).
+Names are resolved by :class:`~refresher.crawl._dns.Resolver` (cache, static overrides). The
+request goes to the resolved IP and port with the original ``Host`` header, and for https the
+original name as TLS SNI and certificate name.
 
-Bodies are read raw and decoded here rather than by httpx, so that the size cap counts
-*decoded* bytes and a decompression bomb stops at the cap without ever inflating more than
-the cap (zlib's ``max_length``). Everything a hostile server can do (stall, reset, garbage
-headers, endless bodies, redirect loops) ends as a :class:`FetchResult` with an ``error_kind``.
+Bodies are decoded here, so that the size cap counts *decoded* bytes and a decompression bomb
+stops at the cap without ever inflating more than the cap (zlib's ``max_length``). Everything
+a hostile server can do (stall, reset, garbage headers, endless bodies, redirect loops) ends
+as a :class:`FetchResult` with an ``error_kind``. httpx serves for what is rare: joining a
+redirect's ``Location``, encoding a URL that is not plain ASCII, and the CA bundle (certifi).
 """
 
 from __future__ import annotations
@@ -21,18 +24,19 @@ from __future__ import annotations
 import builtins
 import email.utils
 import hashlib
-import ipaddress
 import ssl
+import string
 import time
 import zlib
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC
 from types import TracebackType
 from typing import Any
+from urllib.parse import urlsplit
 
+import brotli
 import httpx
 import trio
 
@@ -40,7 +44,6 @@ from refresher._config import FetchConfig
 from refresher._errors import (
     BodyTooLarge,
     ConfigError,
-    ConnectFailure,
     FetchError,
     FetchTimeout,
     InvalidURL,
@@ -48,6 +51,7 @@ from refresher._errors import (
     ReadFailure,
     TooManyRedirects,
 )
+from refresher.crawl import _http1
 from refresher.crawl._dns import Resolver
 from refresher.store._interface import is_success
 
@@ -62,8 +66,8 @@ __all__ = [
     "parse_retry_after",
 ]
 
-#: Only what :class:`_Decoder` can decode is advertised (no br/zstd: not installed).
-ACCEPT_ENCODING = "gzip, deflate"
+#: Only what :class:`_Decoder` can decode is advertised (no zstd: not installed).
+ACCEPT_ENCODING = "gzip, deflate, br"
 ACCEPT = "text/html,application/xhtml+xml;q=0.9,*/*;q=0.8"
 #: RFC 9309 §2.5: crawlers parse at least 500 KiB; more is ignored, not an error.
 ROBOTS_MAX_BYTES = 500 * 1024
@@ -174,7 +178,10 @@ class _Decoder:
 
     def __init__(self, encodings: list[str]) -> None:
         # Encodings are listed in the order they were applied; undo them in reverse.
-        self._stages = [_ZlibStage(name == "gzip") for name in reversed(encodings)]
+        self._stages = [
+            _BrotliStage() if name == "br" else _ZlibStage(name == "gzip")
+            for name in reversed(encodings)
+        ]
 
     def feed(self, data: bytes, limit: int) -> bytes:
         for stage in self._stages:
@@ -186,6 +193,28 @@ class _Decoder:
         for stage in self._stages:
             data = stage.feed(data, limit) + stage.flush()
         return data
+
+
+class _BrotliStage:
+    """Brotli (RFC 7932), its output bounded per call by the decompressor's own limit; a corrupt
+    stream raises ``zlib.error``, as the other stages do."""
+
+    def __init__(self) -> None:
+        self._obj = brotli.Decompressor()
+
+    def feed(self, data: bytes, limit: int) -> bytes:
+        if not data or self._obj.is_finished():
+            return b""  # trailing bytes after the stream are ignored, as for gzip
+        try:
+            # the output stops growing once it reaches the limit (it may pass it by a block);
+            # past the limit the caller stops, so the rest is never asked for
+            out: bytes = self._obj.process(data, output_buffer_limit=limit + 1)
+        except brotli.error as e:
+            raise zlib.error(f"brotli: {e}") from e
+        return out[: limit + 1]
+
+    def flush(self) -> bytes:
+        return b""
 
 
 class _ZlibStage:
@@ -233,28 +262,42 @@ class _ZlibStage:
         return b"" if self._done or self._between else self._obj.flush()
 
 
-def _content_encodings(headers: httpx.Headers) -> list[str] | None:
+Headers = list[tuple[bytes, bytes]]
+
+
+def _content_encodings(headers: Headers) -> list[str] | None:
     """The Content-Encoding chain, or None if it has an encoding this module cannot decode."""
     names: list[str] = []
-    for value in headers.get_list("content-encoding", split_commas=True):
-        name = value.strip().lower()
-        if name in ("", "identity"):
-            continue
-        if name in ("gzip", "x-gzip"):
-            names.append("gzip")
-        elif name == "deflate":
-            names.append("deflate")
-        else:
-            return None
+    for field_value in _http1.field_values(headers, b"content-encoding"):
+        for value in field_value.split(b","):
+            name = value.strip().lower()
+            if name in (b"", b"identity"):
+                continue
+            if name in (b"gzip", b"x-gzip"):
+                names.append("gzip")
+            elif name == b"deflate":
+                names.append("deflate")
+            elif name == b"br":
+                names.append("br")
+            else:
+                return None
     return names
 
 
-def _raw_header(headers: httpx.Headers, name: bytes) -> str | None:
+def _raw_header(headers: Headers, name: bytes) -> str | None:
     # Latin-1 round-trips any bytes, so a validator is sent back exactly as it came.
-    for key, value in headers.raw:
+    for key, value in headers:
         if key.lower() == name:
             return value.decode("latin-1")
     return None
+
+
+def _joined_header(headers: Headers, name: bytes) -> str | None:
+    """Every value of a header field, joined with ", " (as httpx's ``Headers.get``)."""
+    values = _http1.field_values(headers, name)
+    if not values:
+        return None
+    return (values[0] if len(values) == 1 else b", ".join(values)).decode("latin-1")
 
 
 def _header_bytes(value: str | None) -> bytes | None:
@@ -266,87 +309,72 @@ def _header_bytes(value: str | None) -> bytes | None:
         return None
 
 
-def _is_ip(host: str) -> bool:
+@dataclass(frozen=True, slots=True)
+class _Target:
+    """A URL taken apart once: what a request to it needs."""
+
+    url: str  # without its fragment
+    scheme: str
+    host: str  # lower case; an IPv6 address without brackets
+    port: int
+    key: str  # the politeness unit: host, or host:port for a non-default port
+    netloc: bytes  # the Host header
+    path: bytes  # the request target: path and query
+
+
+# What may stand in a URL as it is sent (RFC 3986's characters, "%" included); anything else
+# (non-ASCII, spaces, quotes) is encoded by httpx first.
+_PLAIN = frozenset(string.ascii_letters + string.digits + "-._~:/?#[]@!$&'()*+,;=%")
+
+
+def _parse_url(url: str) -> _Target:
+    if not _PLAIN.issuperset(url):
+        try:
+            url = str(httpx.URL(url))
+        except (httpx.InvalidURL, UnicodeError, ValueError) as e:
+            raise InvalidURL(url, f"cannot be parsed ({e}); give an absolute http(s) URL") from e
     try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return True
-
-
-def _host_key(url: httpx.URL) -> str:
-    """The politeness unit of a URL: ``host``, or ``host:port`` for a non-default port."""
-    host = url.raw_host.decode("ascii").lower()
-    port = url.port
-    return host if port is None or port == _DEFAULT_PORTS.get(url.scheme) else f"{host}:{port}"
-
-
-def _parse_url(url: str) -> httpx.URL:
-    try:
-        parsed = httpx.URL(url)
-    except httpx.InvalidURL as e:
+        parts = urlsplit(url)
+        host = parts.hostname
+        port = parts.port
+    except ValueError as e:
         raise InvalidURL(url, f"cannot be parsed ({e}); give an absolute http(s) URL") from e
-    if parsed.scheme not in _DEFAULT_PORTS or not parsed.raw_host:
+    scheme = parts.scheme
+    default = _DEFAULT_PORTS.get(scheme)
+    if default is None or not host:
         raise InvalidURL(url, "only absolute http:// and https:// URLs with a host are fetched")
-    return parsed
-
-
-def _redirect_target(current: httpx.URL, location: str) -> httpx.URL | None:
-    try:
-        target = current.join(location.strip())
-    except (httpx.InvalidURL, UnicodeError, ValueError):
-        return None
-    if target.scheme not in _DEFAULT_PORTS or not target.raw_host:
-        return None
-    return target.copy_with(fragment=None)
-
-
-def _translate(e: Exception, where: str) -> FetchError:
-    """Map an httpx/OS error to the FetchError kind recorded in the history."""
-    if isinstance(e, httpx.TimeoutException):
-        return FetchTimeout(f"{where}: timed out ({e}); the host is slow, it is retried later")
-    if isinstance(e, httpx.ConnectError | httpx.UnsupportedProtocol | httpx.ProxyError):
-        return ConnectFailure(
-            f"{where}: could not connect ({e or type(e).__name__}); check that the host is "
-            "up, the port is right, and for https that its certificate is valid"
-        )
-    if isinstance(e, httpx.RemoteProtocolError):
-        text = str(e)
-        # h11/httpcore say this when the peer closes early: a broken connection, not garbage.
-        if "disconnected" in text or "peer closed" in text:
-            return ReadFailure(f"{where}: the server closed the connection early ({text})")
-        return ProtocolFailure(
-            f"{where}: the server's answer is not valid HTTP/1.1 ({text}); nothing to do "
-            "but retry later"
-        )
-    if isinstance(e, httpx.LocalProtocolError | httpx.DecodingError | zlib.error):
-        return ProtocolFailure(f"{where}: the response could not be processed ({e})")
-    return ReadFailure(
-        f"{where}: the connection broke ({e or type(e).__name__}); the server reset or "
-        "closed it, it is retried later"
+    name = f"[{host}]" if ":" in host else host
+    netloc = name if port is None or port == default else f"{name}:{port}"
+    path = parts.path or "/"
+    if parts.query:
+        path = f"{path}?{parts.query}"
+    return _Target(
+        url=url.partition("#")[0],
+        scheme=scheme,
+        host=host,
+        port=default if port is None else port,
+        key=host if port is None or port == default else f"{host}:{port}",
+        netloc=netloc.encode("ascii"),
+        path=path.encode("ascii"),
     )
 
 
-async def _abandon(response: httpx.Response, chunks: AsyncIterator[bytes]) -> None:
-    """Stop reading a body before its end.
-
-    The body iterator is a chain of async generators (httpx over httpcore); merely dropping it
-    leaves them to the garbage collector, which trio reports as a ResourceWarning. Closing the
-    response first drops the connection, so the next step fails at the bottom of the chain and
-    every generator finishes. What is still buffered (at most one network read) is discarded.
-    """
-    with trio.CancelScope(shield=True, deadline=trio.current_time() + _CLOSE_GRACE):
-        await response.aclose()
-        try:
-            async for _ in chunks:
-                pass
-        except (httpx.HTTPError, httpx.StreamError, OSError):
-            pass
+def _redirect_target(current: _Target, location: str) -> _Target | None:
+    try:
+        joined = httpx.URL(current.url).join(location.strip()).copy_with(fragment=None)
+        if joined.scheme not in _DEFAULT_PORTS or not joined.raw_host:
+            return None
+        return _parse_url(str(joined))
+    except (httpx.InvalidURL, InvalidURL, UnicodeError, ValueError):
+        return None
 
 
 @dataclass(slots=True)
 class _Slot:
-    transport: httpx.AsyncHTTPTransport
+    """A host's kept connection (None while there is none)."""
+
+    conn: _http1.Connection | None = None
+    busy: bool = False  # a request is on the connection
     users: int = 0
 
 
@@ -356,7 +384,7 @@ class _Progress:
 
     final_url: str
     status: int | None = None
-    headers: httpx.Headers | None = None
+    headers: Headers | None = None
     bytes: int = 0
     redirects: list[str] = field(default_factory=list)
     location: str | None = None
@@ -368,7 +396,7 @@ class _Progress:
 @dataclass(slots=True, kw_only=True)
 class _Reply:
     status: int
-    headers: httpx.Headers
+    headers: Headers
     size: int
     digest: bytes | None
     body: bytes | None
@@ -440,9 +468,10 @@ class Fetcher:
         self._ssl_context: ssl.SSLContext | None = (
             verify if isinstance(verify, ssl.SSLContext) else None
         )
-        self._limits = httpx.Limits(
-            max_connections=4, max_keepalive_connections=1, keepalive_expiry=keepalive_expiry
-        )
+        self._keepalive_expiry = keepalive_expiry
+        # how a connection is opened; fuzz/fuzz.py puts in-memory connections here
+        self._connect = _http1.connect
+        self._fields = self._fixed_fields()
         self._slots: OrderedDict[tuple[str, str, int], _Slot] = OrderedDict()
         self._closed = False
         self._fetches = 0
@@ -464,9 +493,24 @@ class Fetcher:
             max_open_hosts=self._max_open_hosts,
         )
         self._user_agent = user_agent.encode("latin-1", errors="replace")
+        self._fields = self._fixed_fields()
         self._timeout = fetch.timeout
         self._max_body = fetch.max_body_bytes
         self._max_redirects = fetch.max_redirects
+
+    def _fixed_fields(self) -> bytes:
+        """The header fields every request carries after ``Host``, as sent."""
+        return b"".join(
+            (
+                b"User-Agent: ",
+                self._user_agent,
+                b"\r\nAccept: ",
+                ACCEPT.encode(),
+                b"\r\nAccept-Encoding: ",
+                ACCEPT_ENCODING.encode(),
+                b"\r\n",
+            )
+        )
 
     async def __aenter__(self) -> Fetcher:
         return self
@@ -483,9 +527,9 @@ class Fetcher:
         """Close every open connection. Fetching afterwards opens new ones."""
         slots = list(self._slots.values())
         self._slots.clear()
-        with trio.CancelScope(shield=True):
-            for slot in slots:
-                await slot.transport.aclose()
+        for slot in slots:
+            if slot.conn is not None:
+                await slot.conn.aclose()
 
     def statistics(self) -> FetcherStatistics:
         """A snapshot of the counters."""
@@ -507,22 +551,13 @@ class Fetcher:
             self._ssl_context = httpx.create_ssl_context(verify=self._verify is not False)
         return self._ssl_context
 
-    @asynccontextmanager
-    async def _transport(
-        self, key: tuple[str, str, int]
-    ) -> AsyncIterator[httpx.AsyncHTTPTransport]:
+    def _slot(self, key: tuple[str, str, int]) -> _Slot:
         slot = self._slots.get(key)
         if slot is None:
-            transport = httpx.AsyncHTTPTransport(verify=self._context(), limits=self._limits)
-            slot = self._slots[key] = _Slot(transport)
-        self._slots.move_to_end(key)
-        slot.users += 1
-        try:
-            await self._evict()
-            yield slot.transport
-        finally:
-            slot.users -= 1
-            await self._evict()
+            slot = self._slots[key] = _Slot()
+        else:
+            self._slots.move_to_end(key)
+        return slot
 
     async def _evict(self) -> None:
         # Hosts in use are skipped (closing would break their request); the cap may be passed
@@ -531,20 +566,46 @@ class Fetcher:
         if excess <= 0:
             return
         victims = [key for key, slot in self._slots.items() if slot.users == 0][:excess]
-        closing = [self._slots.pop(key).transport for key in victims]
+        closing = [self._slots.pop(key).conn for key in victims]
         self._evictions += len(closing)
-        with trio.CancelScope(shield=True, deadline=trio.current_time() + _CLOSE_GRACE):
-            for transport in closing:
-                await transport.aclose()
+        for conn in closing:
+            if conn is not None:
+                await conn.aclose()
+
+    async def _connection(
+        self, slot: _Slot, target: _Target, address: tuple[str, int]
+    ) -> _http1.Connection:
+        """The slot's kept connection if it can still carry a request, else a new one."""
+        conn = slot.conn
+        if conn is not None:
+            if (
+                conn.address == address
+                and trio.current_time() - conn.idle_since <= self._keepalive_expiry
+                and not conn.looks_closed()
+            ):
+                return conn
+            slot.conn = None
+            await conn.aclose()
+        conn = slot.conn = await self._open(target, address)
+        return conn
+
+    async def _open(self, target: _Target, address: tuple[str, int]) -> _http1.Connection:
+        """A new connection to ``address`` for ``target`` (TLS for https, with its host name)."""
+        https = target.scheme == "https"
+        return await self._connect(
+            *address,
+            server_hostname=target.host if https else None,
+            context=self._context() if https else None,
+        )
 
     # -- one request ---------------------------------------------------------------------------
 
     async def _exchange(
         self,
-        url: httpx.URL,
+        target: _Target,
         progress: _Progress,
         *,
-        extra_headers: list[tuple[bytes, bytes]],
+        extra_fields: bytes,
         limit: int,
         truncate: bool,
     ) -> _Reply:
@@ -552,75 +613,101 @@ class Fetcher:
 
         Over the limit: BodyTooLarge, or with ``truncate`` the body is cut at the limit.
         """
-        host = url.raw_host.decode("ascii").lower()
-        port = url.port or _DEFAULT_PORTS[url.scheme]
-        ip, connect_port = await self._resolver.resolve(host, port)
-        where = f"GET {url} ({ip}:{connect_port})" if ip != host else f"GET {url}"
-        headers = [
-            (b"Host", url.netloc),
-            (b"User-Agent", self._user_agent),
-            (b"Accept", ACCEPT.encode()),
-            (b"Accept-Encoding", ACCEPT_ENCODING.encode()),
-            *extra_headers,
-        ]
-        extensions: dict[str, str] = {}
-        if url.scheme == "https" and not _is_ip(host):
-            extensions["sni_hostname"] = host
-        request = httpx.Request(
-            "GET",
-            url.copy_with(host=ip, port=connect_port, fragment=None),
-            headers=headers,
-            extensions=extensions,
+        address = await self._resolver.resolve(target.host, target.port)
+        head = b"".join(
+            (
+                b"GET ",
+                target.path,
+                b" HTTP/1.1\r\nHost: ",
+                target.netloc,
+                b"\r\n",
+                self._fields,
+                extra_fields,
+                b"\r\n",
+            )
         )
-        progress.final_url = str(url.copy_with(fragment=None))
+        progress.final_url = target.url
         progress.status = None
         progress.headers = None
         progress.bytes = 0
         progress.partial = None
-        async with self._transport((url.scheme, host, port)) as transport:
-            self._requests += 1
-            try:
-                response = await transport.handle_async_request(request)
-            except (httpx.HTTPError, OSError) as e:
-                raise _translate(e, where) from e
-            response.request = request
-            try:
-                progress.status = response.status_code
-                progress.headers = response.headers
-                progress.http_version = response.http_version
-                progress.reason = response.reason_phrase
-                return await self._read_body(response, progress, where, limit, truncate)
-            except (httpx.HTTPError, OSError, zlib.error) as e:
-                raise _translate(e, where) from e
-            finally:
-                with trio.CancelScope(shield=True, deadline=trio.current_time() + _CLOSE_GRACE):
-                    await response.aclose()
+        slot = self._slot((target.scheme, target.host, target.port))
+        slot.users += 1
+        own = not slot.busy  # else: a second request to a busy host gets a connection of its own
+        slot.busy = slot.busy or own
+        conn: _http1.Connection | None = None
+        response: _http1.Response | None = None
+        try:
+            for attempt in (1, 2):
+                if own:
+                    conn = await self._connection(slot, target, address)
+                else:
+                    conn = await self._open(target, address)
+                try:
+                    response = await conn.exchange(head)
+                except _http1.Stale:
+                    # the server closed the kept connection while it was idle: once more anew
+                    if own:
+                        slot.conn = None
+                    await conn.aclose()
+                    conn = None
+                    if attempt == 2:
+                        raise ReadFailure("the server closed the connection twice") from None
+                    continue
+                finally:
+                    self._requests += conn is not None
+                break
+            assert response is not None and conn is not None
+            progress.status = response.status
+            progress.headers = response.headers
+            progress.http_version = response.http_version
+            progress.reason = response.reason.decode("latin-1")
+            reply, complete = await self._read_body(response, progress, limit, truncate)
+            if complete and response.reusable and own:
+                conn.idle_since = trio.current_time()
+                conn = None  # kept
+            return reply
+        except FetchError as e:
+            where = f"GET {target.url}" + (
+                f" ({address[0]}:{address[1]})" if address[0] != target.host else ""
+            )
+            raise type(e)(f"{where}: {e}") from e
+        finally:
+            slot.busy = slot.busy and not own
+            slot.users -= 1
+            if conn is not None:  # broken, cancelled, or not to be reused
+                if own and slot.conn is conn:
+                    slot.conn = None
+                await conn.aclose()
+            await self._evict()
 
     async def _read_body(
         self,
-        response: httpx.Response,
+        response: _http1.Response,
         progress: _Progress,
-        where: str,
         limit: int,
         truncate: bool,
-    ) -> _Reply:
-        """Read, decode and hash the body. ``truncate`` (robots.txt): stop quietly at ``limit``
-        and keep whatever the body is; otherwise passing ``limit`` raises BodyTooLarge and only
-        a text/html-ish body is kept (for the parser)."""
-        status = response.status_code
+    ) -> tuple[_Reply, bool]:
+        """Read, decode and hash the body; and whether it was read to its end.
+
+        ``truncate`` (robots.txt): stop quietly at ``limit`` and keep whatever the body is;
+        otherwise passing ``limit`` raises BodyTooLarge and only a text/html-ish body is kept
+        (for the parser)."""
+        status = response.status
+        headers = response.headers
         success = 200 <= status < 300
         if not success:
             # Read only to reuse the connection; a big error page just closes it.
             limit, truncate = min(limit, _DRAIN_BYTES), True
-        encodings = _content_encodings(response.headers)
-        media = response.headers.get("content-type", "").split(";")[0].strip().lower()
+        encodings = _content_encodings(headers)
+        media = (_joined_header(headers, b"content-type") or "").split(";")[0].strip().lower()
         # Every 2xx body is kept for the archive; the parser gets the text/html-ish ones.
         keep = success and encodings is not None
         parseable = truncate or media in _PARSEABLE_TYPES or not media
-        declared = response.headers.get("content-length", "")
+        declared = _joined_header(headers, b"content-length") or ""
         if not truncate and not encodings and declared.isdigit() and int(declared) > limit:
             raise BodyTooLarge(
-                f"{where}: Content-Length {declared} is over the {limit}-byte cap "
+                f"Content-Length {declared} is over the {limit}-byte cap "
                 "(fetch.max_body_bytes); raise the cap to fetch this page"
             )
         decoder = _Decoder(encodings) if encodings else None
@@ -631,7 +718,7 @@ class Fetcher:
 
         def too_large(what: str) -> BodyTooLarge:
             return BodyTooLarge(
-                f"{where}: the {what} is over the {limit}-byte cap (fetch.max_body_bytes); "
+                f"the {what} is over the {limit}-byte cap (fetch.max_body_bytes); "
                 "raise the cap to fetch this page"
             )
 
@@ -651,9 +738,8 @@ class Fetcher:
                 if keep:
                     parts.append(data)
 
-        chunks = response.aiter_raw()
         try:
-            async for raw in chunks:
+            while raw := await response.read():
                 raw_count += len(raw)
                 take(decoder.feed(raw, limit - count) if decoder else raw)
                 # The encoded stream is capped too: a compressed stream that inflates to
@@ -666,20 +752,18 @@ class Fetcher:
             else:
                 if decoder:
                     take(decoder.flush(limit - count))
-        except (BodyTooLarge, zlib.error):
-            await _abandon(response, chunks)
-            raise
-        if not complete:
-            await _abandon(response, chunks)
+        except zlib.error as e:
+            raise ProtocolFailure(f"the body could not be decoded ({e})") from e
         payload = b"".join(parts) if keep and (complete or truncate) else None
-        return _Reply(
+        reply = _Reply(
             status=status,
-            headers=response.headers,
+            headers=headers,
             size=count,
             digest=hasher.digest() if success and complete else None,
             body=payload if parseable else None,
             payload=payload,
         )
+        return reply, complete
 
     # -- fetches -------------------------------------------------------------------------------
 
@@ -694,12 +778,12 @@ class Fetcher:
         start = _parse_url(url)
         started_at = time.time()
         t0 = trio.current_time()
-        progress = _Progress(final_url=str(start.copy_with(fragment=None)))
-        conditional: list[tuple[bytes, bytes]] = []
+        progress = _Progress(final_url=start.url)
+        conditional = b""
         if (value := _header_bytes(etag)) is not None:
-            conditional.append((b"If-None-Match", value))
+            conditional += b"If-None-Match: " + value + b"\r\n"
         if (value := _header_bytes(last_modified)) is not None:
-            conditional.append((b"If-Modified-Since", value))
+            conditional += b"If-Modified-Since: " + value + b"\r\n"
         reply: _Reply | None = None
         failure: FetchError | None = None
         with trio.move_on_after(self._timeout) as deadline:
@@ -725,7 +809,7 @@ class Fetcher:
             result_modified = result_modified or last_modified
         retry_after = None
         if headers is not None and status in (429, 503):
-            value_text = headers.get("retry-after")
+            value_text = _joined_header(headers, b"retry-after")
             if value_text is not None:
                 retry_after = parse_retry_after(value_text, now=finished_at)
         result = FetchResult(
@@ -738,8 +822,8 @@ class Fetcher:
             bytes=progress.bytes if reply is None else reply.size,
             digest=reply.digest if reply is not None else None,
             body=reply.body if reply is not None else None,
-            content_type=headers.get("content-type") if headers is not None else None,
-            robots_tag=headers.get("x-robots-tag") if headers is not None else None,
+            content_type=_joined_header(headers, b"content-type") if headers else None,
+            robots_tag=_joined_header(headers, b"x-robots-tag") if headers else None,
             etag=result_etag,
             last_modified=result_modified,
             not_modified=not_modified,
@@ -755,29 +839,26 @@ class Fetcher:
         self._outcomes[outcome] = self._outcomes.get(outcome, 0) + 1
         return result
 
-    async def _follow(
-        self, start: httpx.URL, progress: _Progress, conditional: list[tuple[bytes, bytes]]
-    ) -> _Reply:
-        origin = _host_key(start)
+    async def _follow(self, start: _Target, progress: _Progress, conditional: bytes) -> _Reply:
         current = start
         while True:
             reply = await self._exchange(
-                current, progress, extra_headers=conditional, limit=self._max_body, truncate=False
+                current, progress, extra_fields=conditional, limit=self._max_body, truncate=False
             )
             location = _raw_header(reply.headers, b"location")
             if reply.status not in _REDIRECT_STATUSES or location is None:
                 return reply
             target = _redirect_target(current, location)
-            progress.location = str(target) if target is not None else location
+            progress.location = target.url if target is not None else location
             # Politeness is per host: another host's page waits for that host's turn.
-            if target is None or _host_key(target) != origin:
+            if target is None or target.key != start.key:
                 return reply
             if len(progress.redirects) >= self._max_redirects:
                 raise TooManyRedirects(
-                    f"GET {start}: more than {self._max_redirects} redirects "
-                    f"(fetch.max_redirects), the last to {target}; the site may loop"
+                    f"GET {start.url}: more than {self._max_redirects} redirects "
+                    f"(fetch.max_redirects), the last to {target.url}; the site may loop"
                 )
-            progress.redirects.append(str(target))
+            progress.redirects.append(target.url)
             progress.location = None
             current = target
 
@@ -801,14 +882,14 @@ class Fetcher:
         if port is not None and port != _DEFAULT_PORTS.get(scheme):
             netloc = f"{netloc}:{port}"
         url = _parse_url(f"{scheme}://{netloc}/robots.txt")
-        progress = _Progress(final_url=str(url))
+        progress = _Progress(final_url=url.url)
         answer: tuple[int | None, bytes] = (None, b"")
         error: FetchError | None = None
         with trio.move_on_after(self._timeout) as deadline:
             try:
                 for _hop in range(ROBOTS_MAX_REDIRECTS + 1):
                     reply = await self._exchange(
-                        url, progress, extra_headers=[], limit=ROBOTS_MAX_BYTES, truncate=True
+                        url, progress, extra_fields=b"", limit=ROBOTS_MAX_BYTES, truncate=True
                     )
                     location = _raw_header(reply.headers, b"location")
                     target = None if location is None else _redirect_target(url, location)
@@ -825,12 +906,10 @@ class Fetcher:
 
 
 def _as_received(
-    reply: _Reply | None, progress: _Progress, headers: httpx.Headers | None
+    reply: _Reply | None, progress: _Progress, headers: Headers | None
 ) -> dict[str, Any]:
     """The FetchResult fields the archive needs: the last response as received."""
-    raw = (
-        tuple((k.decode("latin-1"), v.decode("latin-1")) for k, v in headers.raw) if headers else ()
-    )
+    raw = tuple((k.decode("latin-1"), v.decode("latin-1")) for k, v in headers) if headers else ()
     payload = reply.payload if reply is not None else progress.partial
     return {
         "headers": raw,

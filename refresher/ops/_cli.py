@@ -190,6 +190,21 @@ def _parser() -> argparse.ArgumentParser:
 
     archive_commands(sub, _common)
 
+    fleet = sub.add_parser(
+        "fleet",
+        help="a fleet of nodes on one PostgreSQL database: create it, see it",
+        description="Commands for a fleet: nodes sharing one PostgreSQL database (fleet.dsn).",
+    )
+    fleet_sub = fleet.add_subparsers(dest="fleet_command", required=True)
+    fleet_init = fleet_sub.add_parser(
+        "init",
+        help="create or migrate the fleet's schema and its partitions (idempotent)",
+        description="Create the fleet's tables in the database fleet.dsn names, or migrate them "
+        "to this version, and the fleet.partitions partition rows. Safe to run again; refuses "
+        "a database from a newer refresher and a partition count other than the fleet's.",
+    )
+    _common(fleet_init)
+
     demo = sub.add_parser("demo", help="run the daemon against the local demo web (make run)")
     _common(demo)
     demo.add_argument("--hosts", type=int, default=5)
@@ -210,7 +225,7 @@ def _offline(config: Config, op: Callable[[Store], Awaitable[T]], *, existing: b
 
     from refresher.store import open_store
 
-    if existing and not config.store.path.exists():
+    if existing and not config.fleet.enabled and not config.store.path.exists():
         raise StoreError(
             f"no daemon runs and there is no store at {str(config.store.path)!r}; "
             "give the daemon's --store FILE or --config FILE"
@@ -242,6 +257,8 @@ def _cmd_seed(args: argparse.Namespace) -> int:
         where = "running daemon"
     except ControlError:
         pages, rejected = check_seeds(urls, strip_params=config.discovery.strip_tracking_params)
+        if config.fleet.enabled:
+            return _seed_fleet(config, pages, rejected)
         added, _ = _offline(config, lambda store: store.add_pages(pages, now=time.time()))
         answer = {"added": len(added), "known": len(pages) - len(added), "rejected": rejected}
         where = str(config.store.path)
@@ -249,6 +266,22 @@ def _cmd_seed(args: argparse.Namespace) -> int:
         print(f"rejected {r['url']!r}: {r['reason']}", file=sys.stderr)
     print(f"{answer['added']} added, {answer['known']} already known ({where})")
     return 1 if answer["rejected"] and not answer["added"] and not answer["known"] else 0
+
+
+def _seed_fleet(config: Config, pages: Any, rejected: list[dict[str, str]]) -> int:
+    """Seeds into a fleet with no daemon here: to the inbox of the node that holds a seed's
+    partition, else straight into the shared pages (the next owner loads them)."""
+    from refresher.store._pg_dsn import redact
+    from refresher.store._postgres import seed_fleet
+
+    routed = seed_fleet(config, pages, now=time.time())
+    for r in rejected:
+        print(f"rejected {r['url']!r}: {r['reason']}", file=sys.stderr)
+    print(
+        f"{routed.elsewhere} added, {routed.inboxed} sent to their owners' inboxes, "
+        f"{routed.known} already known (fleet {redact(config.fleet.dsn)})"
+    )
+    return 1 if rejected and not pages else 0
 
 
 def _offline_status(config: Config, *, hosts_limit: int | None) -> dict[str, Any]:
@@ -423,6 +456,34 @@ def _cmd_backup(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_fleet(args: argparse.Namespace) -> int:
+    from refresher._errors import ConfigError
+
+    config = _loader(args)()
+    if not config.fleet.enabled:
+        raise ConfigError(
+            "is empty; set it to the fleet's PostgreSQL, e.g. postgresql://refresher@db/refresher",
+            key="fleet.dsn",
+        )
+    if args.fleet_command == "init":
+        from refresher.store._pg_dsn import redact
+        from refresher.store._pg_schema import init_fleet
+
+        info = init_fleet(config.fleet.dsn, partitions=config.fleet.partitions)
+        if info.migrated_from == info.schema_version:
+            what = "already at schema version"
+        elif info.migrated_from == 0:
+            what = "created at schema version"
+        else:
+            what = f"migrated from {info.migrated_from} to schema version"
+        print(
+            f"fleet {redact(config.fleet.dsn)}: {what} {info.schema_version}, "
+            f"{info.partitions} partitions"
+        )
+        return 0
+    return 2
+
+
 def _cmd_reload(args: argparse.Namespace) -> int:
     config = _loader(args)()
     request(config.control_socket, {"op": "reload"})
@@ -475,6 +536,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _cmd_reload(args)
         if args.command == "backup":
             return _cmd_backup(args)
+        if args.command == "fleet":
+            return _cmd_fleet(args)
         if args.command == "simweb":
             from refresher.sim._simweb import run as run_simweb
 

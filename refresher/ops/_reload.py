@@ -128,6 +128,13 @@ RELOAD: Mapping[str, Apply] = {
     "log.level": _LIVE,
     "log.progress_interval": _LIVE,
     "daemon.drain_timeout": _LIVE,
+    # the fleet: the database, the node's identity, the partitioning and the leases are fixed
+    # for the life of the process (P for the life of the fleet)
+    "fleet.dsn": _RESTART,
+    "fleet.node_id": _RESTART,
+    "fleet.partitions": _RESTART,
+    "fleet.lease_ttl": _RESTART,
+    "fleet.history_dir": _RESTART,
 }
 
 

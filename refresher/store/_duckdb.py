@@ -16,23 +16,19 @@ from __future__ import annotations
 
 import contextlib
 import math
-import time
 from collections.abc import Callable, Collection, Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import duckdb
 import numpy as np
-import trio
-from numpy.typing import NDArray
 
 from refresher._errors import StoreError
 from refresher.discover._seen import fingerprints
 from refresher.ops._logging import get_logger
+from refresher.store._batch import fold_pages, new_page_rows
 from refresher.store._captures import (
     CAPTURES_MIGRATION,
-    BatchArchive,
     CaptureRow,
     file_ends,
     insert_captures,
@@ -63,10 +59,10 @@ from refresher.store._interface import (
     PageRow,
     PlanUpdate,
     RobotsUpdate,
-    StoreStatistics,
     StoreStatus,
 )
 from refresher.store._prune import PrunePlan, apply_plan, plan_prune
+from refresher.store._service import BatchedService
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -375,23 +371,7 @@ class DuckDBStore:
                 with contextlib.suppress(duckdb.Error):
                     self._con.unregister(view)
         self._next_page += len(rows)
-        by_url = {p.url: p for p in unique}
-        return [
-            PageRow(
-                id=int(i),
-                url=u,
-                host_id=int(h),
-                host=by_url[u].host,
-                due_at=now,
-                etag=None,
-                last_modified=None,
-                digest=None,
-                target_rate=None,
-                depth=by_url[u].depth,
-                source=by_url[u].source,
-            )
-            for i, u, h in rows
-        ]
+        return new_page_rows(rows, unique, now=now)
 
     def known_fingerprints(self, fps: np.ndarray) -> np.ndarray:
         """Which of these URL fingerprints the store has (bool mask, same order)."""
@@ -582,9 +562,10 @@ class DuckDBStore:
         hosts: Sequence[HostUpdate],
         robots: Sequence[RobotsUpdate] = (),
         captures: Sequence[CaptureRow] = (),
-    ) -> None:
+    ) -> int:
         """Append ``records`` and update pages, hosts and robots.txt, in one transaction, with
-        the index rows of the archived records (synced to disk before)."""
+        the index rows of the archived records (synced to disk before); returns how many
+        records."""
         n = len(records)
         fetches = {
             "id": np.arange(self._next_fetch, self._next_fetch + n, dtype=np.int64),
@@ -610,33 +591,23 @@ class DuckDBStore:
             ),
         }
         # A page fetched twice within one batch: the later state wins, the counts add up.
-        last: dict[int, FetchRecord] = {}
-        counts: dict[int, list[int]] = {}
-        changed_at: dict[int, float] = {}
-        for r in records:
-            last[r.page_id] = r
-            c = counts.setdefault(r.page_id, [0, 0, 0])
-            c[0] += 1
-            c[2] += bool(r.meaningful)
-            if r.changed:
-                c[1] += 1
-                changed_at[r.page_id] = r.finished_at
-        pages_ = sorted(last.values(), key=lambda r: r.page_id)
+        fold = fold_pages(records)
+        pages_ = sorted(fold.last, key=lambda r: r.page_id)
         page_ids = np.array([r.page_id for r in pages_], dtype=np.int64)
         page_batch = {
             "id": page_ids,
             "last_fetch": np.array([r.finished_at for r in pages_], dtype=np.float64),
             "changed_at": np.array(
-                [changed_at.get(r.page_id, math.nan) for r in pages_], dtype=np.float64
+                [fold.changed_at.get(r.page_id, math.nan) for r in pages_], dtype=np.float64
             ),
             "etag": np.array([r.etag for r in pages_], dtype=object),
             "last_modified": np.array([r.last_modified for r in pages_], dtype=object),
             "digest": np.array([r.page_digest for r in pages_], dtype=object),
-            "n": np.array([counts[r.page_id][0] for r in pages_], dtype=np.int32),
-            "x": np.array([counts[r.page_id][1] for r in pages_], dtype=np.int32),
+            "n": np.array([fold.fetches[r.page_id] for r in pages_], dtype=np.int32),
+            "x": np.array([fold.changes[r.page_id] for r in pages_], dtype=np.int32),
             "status": np.array([r.page_status for r in pages_], dtype=object),
             "due_at": np.array([r.due_at for r in pages_], dtype=np.float64),
-            "m": np.array([counts[r.page_id][2] for r in pages_], dtype=np.int32),
+            "m": np.array([fold.meaningful[r.page_id] for r in pages_], dtype=np.int32),
             "fingerprint": np.array([r.fingerprint for r in pages_], dtype=object),
             "duplicate_of": np.array([r.duplicate_of for r in pages_], dtype=object),
         }
@@ -696,6 +667,7 @@ class DuckDBStore:
             con.execute("ROLLBACK")
             raise StoreError(f"writing {n} fetch records to {str(self.path)!r}: {e}") from e
         self._next_fetch += n
+        return n
 
     def counts(self) -> tuple[int, int, int]:
         """(pages, hosts, fetches)."""
@@ -875,116 +847,10 @@ class DuckDBStore:
         return self._con.cursor()
 
 
-@dataclass(slots=True)
-class _Call:
-    fn: Callable[[DuckDBStore], Any]
-    done: trio.Event
-    result: Any = None
-    error: BaseException | None = None
-
-
-class StoreService:
+class StoreService(BatchedService[DuckDBStore]):
     """The DuckDB implementation of :class:`refresher.store.Store`: the daemon's one door to
-    the file, an ordered queue served by one thread.
-
-    ``record`` and ``update_host`` queue writes that commit in batches; every other operation
-    runs on the :class:`DuckDBStore` in the store thread after committing everything queued
-    before it.
-    """
-
-    def __init__(
-        self,
-        store: DuckDBStore,
-        *,
-        flush_interval: float = 0.5,
-        batch_size: int = 5000,
-        archive: BatchArchive | None = None,
-    ):
-        self.store = store
-        #: synced before each batch commits, so an index row never points at a missing record
-        self.archive = archive
-        self._captures: list[CaptureRow] = []
-        self.flush_interval = flush_interval
-        self.batch_size = batch_size
-        self._send, self._recv = trio.open_memory_channel[Any](batch_size * 2)
-        self._records: list[FetchRecord] = []
-        self._hosts: list[HostUpdate] = []
-        self._robots: list[RobotsUpdate] = []
-        self._acknowledged = 0
-        self._batches = 0
-        self._last_batch_seconds = 0.0
-        self._counts = store.counts()
-        self._closed = False
-        #: called in the trio thread with each committed batch's size
-        self.on_commit: list[Callable[[int], None]] = []
-
-    async def record(self, record: FetchRecord, capture: CaptureRow | None = None) -> None:
-        """Queue one fetch (and where the archive wrote its copy); it is acknowledged when its
-        batch commits."""
-        if capture is not None:  # first: the record's batch holds it (or an earlier one does)
-            await self._send.send(capture)
-        await self._send.send(record)
-
-    async def update_host(self, update: HostUpdate | RobotsUpdate) -> None:
-        """Queue new host state (politeness, or a fetched robots.txt); commits with a batch."""
-        await self._send.send(update)
-
-    # -- the named operations (refresher.store.Store) ---------------------------------------
-
-    async def load_due(
-        self, *, after: tuple[float, int], until: float, limit: int, known_hosts: frozenset[int]
-    ) -> tuple[list[PageRow], dict[int, HostRow]]:
-        return await self._call(
-            lambda s: s.load_due(after=after, until=until, limit=limit, known_hosts=known_hosts)
-        )
-
-    async def add_pages(
-        self, pages: Sequence[NewPage], *, now: float
-    ) -> tuple[list[PageRow], dict[int, HostRow]]:
-        return await self._call(lambda s: s.add_pages_with_hosts(pages, now=now))
-
-    async def save_document(
-        self, update: DocumentUpdate, *, now: float
-    ) -> tuple[list[PageRow], dict[int, HostRow], int]:
-        return await self._call(lambda s: s.save_document(update, now=now))
-
-    async def known_fingerprints(self, fps: NDArray[np.int64]) -> NDArray[np.bool_]:
-        found: NDArray[np.bool_] = await self._call(lambda s: s.known_fingerprints(fps))
-        return found
-
-    async def discovery_scope(self) -> tuple[list[str], dict[str, int]]:
-        return await self._call(lambda s: s.discovery_scope())
-
-    async def estimator_inputs(self, *, meaningful: bool, links: bool) -> EstimatorInputs:
-        return await self._call(lambda s: s.estimator_inputs(meaningful=meaningful, links=links))
-
-    async def save_plan(self, plan: PlanUpdate, *, now: float) -> None:
-        await self._call(lambda s: s.save_plan(plan, now=now))
-
-    async def record_policy(self, policy: str, budget: float, *, now: float) -> None:
-        await self._call(lambda s: s.record_policy(policy, budget, now=now))
-
-    async def policy_in_force(self, configured: str) -> str:
-        return await self._call(lambda s: s.policy_in_force(configured))
-
-    async def switch_policy(
-        self, policy: str, *, configured: str, budget: float, now: float
-    ) -> None:
-        await self._call(
-            lambda s: s.switch_policy(policy, configured=configured, budget=budget, now=now)
-        )
-
-    async def set_paused(self, host: str, paused: bool) -> bool:
-        return await self._call(lambda s: s.set_paused(host, paused))
-
-    async def status(self, *, now: float) -> StoreStatus:
-        return await self._call(lambda s: s.status(now=now))
-
-    async def last_refreshes(self) -> list[tuple[str, float | None, float | None]]:
-        return await self._call(lambda s: s.last_refreshes())
-
-    async def host_summary(self, *, now: float, limit: int | None) -> list[HostSummary]:
-        return await self._call(lambda s: s.host_summary(now=now, limit=limit))
+    the file, the batched writer (:class:`refresher.store._service.BatchedService`) in front of
+    a :class:`DuckDBStore`, with the DuckDB-only operations below."""
 
     async def prune_history(
         self, *, before: float, keep_per_page: int, export_dir: Path | None = None
@@ -1022,130 +888,3 @@ class StoreService:
         """A second connection to the database, made after every queued write committed (for
         :mod:`refresher.store._snapshot`; DuckDB only, not part of the interface)."""
         return await self._call(lambda s: s.cursor())
-
-    async def _call(self, fn: Callable[[DuckDBStore], T]) -> T:
-        """Run ``fn(store)`` in the store thread, after every write queued before it."""
-        call = _Call(fn=fn, done=trio.Event())
-        await self._send.send(call)
-        await call.done.wait()
-        if call.error is not None:
-            raise call.error
-        return call.result  # type: ignore[no-any-return]
-
-    def close(self) -> None:
-        """No more input; ``run`` commits what is queued and returns."""
-        if not self._closed:
-            self._closed = True
-            self._send.close()
-
-    def statistics(self) -> StoreStatistics:
-        pages, hosts, fetches = self._counts
-        return StoreStatistics(
-            pages=pages,
-            hosts=hosts,
-            fetches=fetches,
-            acknowledged=self._acknowledged,
-            batches=self._batches,
-            queued=len(self._records),
-            last_batch_seconds=self._last_batch_seconds,
-        )
-
-    async def _flush(self) -> None:
-        if not self._records and not self._hosts and not self._robots and not self._captures:
-            return
-        records, hosts, robots = self._records, self._hosts, self._robots
-        captures, archive = self._captures, self.archive
-        self._records, self._hosts, self._robots, self._captures = [], [], [], []
-        t0 = time.perf_counter()
-
-        def write(store: DuckDBStore) -> tuple[int, int, int]:
-            synced = archive.sync(captures) if archive is not None else ()
-            store.write(records, hosts, robots, synced)
-            return store.counts()  # count(*) of whole tables is metadata to DuckDB: cheap
-
-        # Shielded: a batch being written is finished even while the daemon shuts down.
-        with trio.CancelScope(shield=True):
-            self._counts = await trio.to_thread.run_sync(write, self.store)
-        self._last_batch_seconds = time.perf_counter() - t0
-        self._acknowledged += len(records)
-        self._batches += 1
-        if records:
-            log.debug("batch committed", fetches=len(records), acknowledged=self._acknowledged)
-        for cb in self.on_commit:
-            cb(len(records))
-
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Serve the queue until :meth:`close`; commits what remains before returning."""
-        task_status.started()
-        deadline = math.inf
-        ended = False
-        try:
-            while not ended:
-                items: list[Any] = []
-                with trio.move_on_at(deadline):
-                    try:
-                        items.append(await self._recv.receive())
-                    except trio.EndOfChannel:
-                        ended = True
-                # Take everything already queued in one go: one item per scheduler turn falls
-                # behind a hundred busy workers.
-                while not ended:
-                    try:
-                        items.append(self._recv.receive_nowait())
-                    except trio.WouldBlock:
-                        break
-                    except trio.EndOfChannel:
-                        ended = True
-                if not items:  # the oldest queued write waited flush_interval
-                    await self._flush()
-                    deadline = math.inf
-                    continue
-                for item in items:
-                    if isinstance(item, _Call):
-                        await self._flush()
-                        deadline = math.inf
-                        await self._run_call(item)
-                        continue
-                    self._queue_write(item)
-                    if len(self._records) >= self.batch_size:
-                        await self._flush()
-                        deadline = math.inf
-                    elif deadline == math.inf:
-                        deadline = trio.current_time() + self.flush_interval
-        finally:
-            with trio.CancelScope(shield=True):
-                # Drain what was queued but not yet received, then commit it all.
-                while True:
-                    try:
-                        item = self._recv.receive_nowait()
-                    except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
-                        break
-                    if isinstance(item, _Call):
-                        item.error = StoreError("the store is shutting down; try again later")
-                        item.done.set()
-                    else:
-                        self._queue_write(item)
-                await self._flush()
-
-    def _queue_write(self, item: FetchRecord | HostUpdate | RobotsUpdate | CaptureRow) -> None:
-        if isinstance(item, FetchRecord):
-            self._records.append(item)
-        elif isinstance(item, CaptureRow):
-            self._captures.append(item)
-        elif isinstance(item, HostUpdate):
-            self._hosts.append(item)
-        else:
-            self._robots.append(item)
-
-    async def _run_call(self, call: _Call) -> None:
-        def run_call(store: DuckDBStore) -> Any:
-            result = call.fn(store)
-            self._counts = store.counts()
-            return result
-
-        try:
-            with trio.CancelScope(shield=True):
-                call.result = await trio.to_thread.run_sync(run_call, self.store)
-        except Exception as e:
-            call.error = e
-        call.done.set()

@@ -6,7 +6,7 @@ from typing import Any
 
 from refresher.store._interface import HostSummary
 
-__all__ = ["HostSummary", "host_summary"]
+__all__ = ["HostSummary", "host_summary", "summaries", "summary_sql_pg"]
 
 
 _SUMMARY = """
@@ -25,12 +25,8 @@ ORDER BY paused DESC, backoff_left > 0 DESC, fetches DESC, name
 """
 
 
-def host_summary(con: Any, *, now: float, limit: int | None = 10) -> list[HostSummary]:
-    """The ``limit`` busiest hosts (all when None), and every paused host or host in backoff.
-
-    ``now`` is unix seconds; paused hosts come first, then those in backoff, then by fetches.
-    """
-    rows = con.execute(_SUMMARY, {"now": now, "limit": limit}).fetchall()
+def summaries(rows: Any) -> list[HostSummary]:
+    """Rows of the summary query as :class:`HostSummary` (both stores)."""
     return [
         HostSummary(
             host=str(r[0]),
@@ -42,3 +38,16 @@ def host_summary(con: Any, *, now: float, limit: int | None = 10) -> list[HostSu
         )
         for r in rows
     ]
+
+
+def summary_sql_pg() -> str:
+    """The summary query in PostgreSQL's (psycopg's) parameter style."""
+    return _SUMMARY.replace("$now", "%(now)s").replace("$limit", "%(limit)s::int")
+
+
+def host_summary(con: Any, *, now: float, limit: int | None = 10) -> list[HostSummary]:
+    """The ``limit`` busiest hosts (all when None), and every paused host or host in backoff.
+
+    ``now`` is unix seconds; paused hosts come first, then those in backoff, then by fetches.
+    """
+    return summaries(con.execute(_SUMMARY, {"now": now, "limit": limit}).fetchall())

@@ -1,21 +1,21 @@
 from __future__ import annotations
 
 import email.utils
+import functools
 import gzip
-import shutil
 import socket
 import ssl
-import subprocess
 import time
 import zlib
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
+import brotli
 import pytest
 import trio
+import trustme
 from _rawserver import Connection, Handler, RawServer, Reply, Request, http_handler, raw_server
 
 from refresher._errors import ConfigError, InvalidURL
@@ -244,11 +244,13 @@ async def test_an_endless_body_is_too_large_and_the_connection_is_dropped() -> N
     assert result.bytes <= 1 << 20
 
 
-@pytest.mark.parametrize("encoding", ["gzip", "deflate", "raw-deflate"])
+@pytest.mark.parametrize("encoding", ["gzip", "deflate", "raw-deflate", "br"])
 async def test_a_compressed_body_is_decoded_and_digested_decoded(encoding: str) -> None:
     text = PAGE * 50
     if encoding == "gzip":
         data = gzip.compress(text)
+    elif encoding == "br":
+        data = brotli.compress(text)
     elif encoding == "deflate":
         data = zlib.compress(text)
     else:
@@ -288,11 +290,33 @@ async def test_an_endless_gzip_bomb_stops_at_the_decoded_cap() -> None:
     assert result.bytes <= 1 << 20
 
 
-def test_the_decoder_never_inflates_more_than_the_limit_plus_one() -> None:
-    bomb = gzip.compress(bytes(20 << 20))  # 20 MiB of zeros in about 20 KiB
-    decoder = _Decoder(["gzip"])
+@pytest.mark.parametrize(
+    ("encoding", "compress"),
+    [("gzip", gzip.compress), ("br", functools.partial(brotli.compress, quality=1))],
+)
+def test_the_decoder_never_inflates_more_than_the_limit_plus_one(
+    encoding: str, compress: Callable[[bytes], bytes]
+) -> None:
+    bomb = compress(bytes(20 << 20))  # 20 MiB of zeros in at most about 20 KiB
+    decoder = _Decoder([encoding])
     out = decoder.feed(bomb, 1000)
     assert len(out) == 1001
+
+
+async def test_a_brotli_bomb_stops_at_the_decoded_cap() -> None:
+    bomb = brotli.compress(bytes(16 << 20), quality=1)  # 16 MiB of zeros in a few KiB
+    reply = html(bomb, ("Content-Encoding", "br"))
+    async with site(http_handler(app_of({"/": reply})), max_body_bytes=1 << 20) as (_s, f):
+        result = await f.fetch("http://a.fetch.test/")
+    assert result.error_kind == "too_large"
+    assert result.bytes <= 1 << 20
+
+
+async def test_corrupt_brotli_is_a_protocol_error() -> None:
+    reply = html(b"\xff\xfenot brotli at all" * 10, ("Content-Encoding", "br"))
+    async with site(http_handler(app_of({"/": reply}))) as (_server, f):
+        result = await f.fetch("http://a.fetch.test/")
+    assert result.error_kind == "protocol"
 
 
 def test_concatenated_gzip_members_are_all_decoded_whatever_the_chunking() -> None:
@@ -478,6 +502,105 @@ async def test_the_least_recently_used_host_is_evicted_and_its_connection_closed
         await server.wait_for(lambda: server.closed == 4)
 
 
+async def test_a_connection_the_server_closed_while_idle_is_replaced() -> None:
+    async def handler(conn: Connection) -> None:  # one answer per connection, then a FIN
+        await conn.read_request()
+        await conn.send(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+
+    async with site(handler) as (server, f):
+        first = await f.fetch("http://a.fetch.test/")
+        await server.wait_for(lambda: server.closed == 1)
+        second = await f.fetch("http://a.fetch.test/")
+    assert (first.status, second.status) == (200, 200) and second.error_kind is None
+    assert server.connections == 2
+
+
+async def test_a_request_the_server_drops_on_a_kept_connection_is_sent_again_on_a_new_one() -> None:
+    async def handler(conn: Connection) -> None:
+        await conn.read_request()
+        await conn.send(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        if conn.index == 0:
+            await conn.read_request()  # the second request: closed without an answer
+            return
+        while await conn.read_request() is not None:
+            await conn.send(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+
+    async with site(handler) as (server, f):
+        first = await f.fetch("http://a.fetch.test/1")
+        second = await f.fetch("http://a.fetch.test/2")
+        stats = f.statistics()
+    assert (first.status, second.status) == (200, 200) and second.error_kind is None
+    assert [(r.target, r.connection) for r in server.requests] == [
+        ("/1", 0),
+        ("/2", 0),
+        ("/2", 1),
+    ]
+    assert stats.requests == 2
+
+
+async def test_a_new_connection_closed_without_an_answer_is_not_tried_again() -> None:
+    async def handler(conn: Connection) -> None:
+        await conn.read_request()
+
+    async with site(handler) as (server, f):
+        result = await f.fetch("http://a.fetch.test/")
+    assert result.error_kind == "read" and server.connections == 1
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok",
+        b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok",
+        b"HTTP/1.1 200 OK\r\n\r\nok",  # no length: the body ends at the close
+    ],
+    ids=["connection-close", "http-1.0", "close-delimited"],
+)
+async def test_a_connection_that_cannot_carry_another_request_is_not_kept(head: bytes) -> None:
+    async def handler(conn: Connection) -> None:
+        await conn.read_request()
+        await conn.send(head)
+
+    async with site(handler) as (server, f):
+        results = [await f.fetch("http://a.fetch.test/") for _ in range(2)]
+        stats = f.statistics()
+    assert [(r.status, r.body, r.error_kind) for r in results] == [(200, b"ok", None)] * 2
+    assert server.connections == 2 and stats.requests == 2
+
+
+async def test_an_idle_connection_past_keepalive_expiry_is_replaced() -> None:
+    async with site(http_handler(app_of({"/": html()})), keepalive_expiry=0.0) as (server, f):
+        await f.fetch("http://a.fetch.test/")
+        await f.fetch("http://a.fetch.test/")
+        await server.wait_for(lambda: server.closed == 1)
+    assert server.connections == 2
+
+
+async def test_two_fetches_of_one_host_at_once_do_not_share_a_connection() -> None:
+    release = trio.Event()
+
+    async def handler(conn: Connection) -> None:
+        while (request := await conn.read_request()) is not None:
+            if request.target == "/slow":
+                await release.wait()
+            body = request.target.encode()
+            await conn.send(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+
+    results: dict[str, FetchResult] = {}
+    async with site(handler) as (server, f):
+
+        async def get(path: str) -> None:
+            results[path] = await f.fetch(f"http://a.fetch.test{path}")
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(get, "/slow")
+            await server.wait_for(lambda: len(server.requests) == 1)
+            await get("/fast")
+            release.set()
+    assert results["/slow"].payload == b"/slow" and results["/fast"].payload == b"/fast"
+    assert server.connections == 2
+
+
 # -- robots.txt ------------------------------------------------------------------------------------
 
 
@@ -538,58 +661,31 @@ async def test_robots_of_an_unreachable_host_has_no_status() -> None:
 
 
 @pytest.fixture(scope="session")
-def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    openssl = shutil.which("openssl")
-    if openssl is None:
-        pytest.skip("the openssl command is needed to make a test certificate")
-    folder = tmp_path_factory.mktemp("tls")
-    cert, key = folder / "cert.pem", folder / "key.pem"
-    subprocess.run(
-        [
-            openssl,
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-keyout",
-            str(key),
-            "-out",
-            str(cert),
-            "-days",
-            "2",
-            "-subj",
-            "/CN=secure.fetch.test",
-            "-addext",
-            "subjectAltName=DNS:secure.fetch.test",
-        ],
-        check=True,
-        capture_output=True,
-    )
-    return cert, key
+def ca() -> trustme.CA:
+    """A certificate authority made for the test run, trusted by nothing else."""
+    return trustme.CA()
 
 
 @dataclass
 class TLS:
     server: ssl.SSLContext
-    client: ssl.SSLContext  # trusts only the test certificate
+    client: ssl.SSLContext  # trusts only the test CA
     sni: list[str | None]  # the server names the server saw in handshakes
 
 
 @pytest.fixture
-def tls(certificate: tuple[Path, Path]) -> TLS:
-    cert, key = certificate
+def tls(ca: trustme.CA) -> TLS:
     server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    server.load_cert_chain(cert, key)
+    ca.issue_cert("secure.fetch.test").configure_cert(server)
     sni: list[str | None] = []
 
     def remember(_sock: ssl.SSLObject, name: str | None, _ctx: ssl.SSLContext) -> None:
         sni.append(name)
 
     server.sni_callback = remember
-    return TLS(server=server, client=ssl.create_default_context(cafile=str(cert)), sni=sni)
+    client = ssl.create_default_context()
+    ca.configure_trust(client)
+    return TLS(server=server, client=client, sni=sni)
 
 
 async def test_https_uses_the_real_name_for_sni_and_the_certificate(tls: TLS) -> None:
@@ -607,7 +703,40 @@ async def test_https_with_a_certificate_for_another_name_is_a_connect_error(tls:
     async with site(handler, ssl_context=tls.server, verify=tls.client) as (_server, f):
         result = await f.fetch("https://other.fetch.test/")
     assert result.error_kind == "connect"
+    assert "certificate" in (result.error or "")
     assert tls.sni == ["other.fetch.test"]
+
+
+async def test_https_with_a_certificate_from_an_unknown_authority_is_a_connect_error(
+    tls: TLS,
+) -> None:
+    handler = http_handler(app_of({"/": html()}))
+    async with site(handler, ssl_context=tls.server) as (server, f):  # the system's CAs
+        result = await f.fetch("https://secure.fetch.test/")
+    assert result.error_kind == "connect" and result.status is None
+    assert server.requests == []
+
+
+async def test_https_without_verification_accepts_any_certificate(tls: TLS) -> None:
+    handler = http_handler(app_of({"/": html()}))
+    async with site(handler, ssl_context=tls.server, verify=False) as (_server, f):
+        result = await f.fetch("https://other.fetch.test/")
+    assert result.status == 200 and result.body == PAGE
+
+
+async def test_https_redirects_and_robots_use_the_same_tls_connection(tls: TLS) -> None:
+    routes = {
+        "/robots.txt": Reply(headers=[("Content-Type", "text/plain")], body=b"User-agent: *\n"),
+        "/old": Reply(status=301, headers=[("Location", "/new")]),
+        "/new": html(),
+    }
+    handler = http_handler(app_of(routes))
+    async with site(handler, ssl_context=tls.server, verify=tls.client) as (server, f):
+        status, _body = await f.fetch_robots("https", "secure.fetch.test", None)
+        result = await f.fetch("https://secure.fetch.test/old")
+    assert status == 200
+    assert result.final_url == "https://secure.fetch.test/new" and result.body == PAGE
+    assert server.connections == 1 and tls.sni == ["secure.fetch.test"]
 
 
 async def test_the_x_robots_tag_header_reaches_the_result() -> None:

@@ -101,6 +101,11 @@ BAD: dict[str, str] = {
     "sinks.webhook_timeout": "0",
     "sinks.webhook_attempts": "0",
     "sinks.webhook_backoff": "-1",
+    "fleet.dsn": '"not a dsn"',
+    "fleet.node_id": '"a/b"',
+    "fleet.partitions": "0",
+    "fleet.lease_ttl": "0",
+    "fleet.history_dir": "42",
 }
 
 #: keys whose check only applies alongside another key

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.slow
 def test_the_demo_shows_live_freshness_and_leaves_the_history_and_the_truth(tmp_path: Path):
     store = tmp_path / "var" / "demo.duckdb"
     result = subprocess.run(
-        [sys.executable, "-m", "refresher", "demo", "--duration", "12", "--store", str(store)],
+        [sys.executable, "-m", "refresher", "demo", "--duration", "20", "--store", str(store)],
         capture_output=True,
         text=True,
         timeout=120,

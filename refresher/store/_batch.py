@@ -1,0 +1,61 @@
+"""What both stores compute alike in Python before their SQL: the page state a batch of fetch
+records leaves, and the rows of newly inserted pages."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from refresher.store._interface import FetchRecord, NewPage, PageRow
+
+__all__ = ["PageBatch", "fold_pages", "new_page_rows"]
+
+
+@dataclass(slots=True)
+class PageBatch:
+    """Per page of a batch: its last record (whose state wins) and what the batch adds up."""
+
+    last: list[FetchRecord] = field(default_factory=list)
+    fetches: dict[int, int] = field(default_factory=dict)
+    changes: dict[int, int] = field(default_factory=dict)
+    meaningful: dict[int, int] = field(default_factory=dict)
+    #: the finish time of the last fetch that saw a change, for pages that changed
+    changed_at: dict[int, float] = field(default_factory=dict)
+
+
+def fold_pages(records: Sequence[FetchRecord]) -> PageBatch:
+    """A page fetched twice within one batch: the later state wins, the counts add up."""
+    out = PageBatch()
+    last: dict[int, FetchRecord] = {}
+    for r in records:
+        last[r.page_id] = r
+        out.fetches[r.page_id] = out.fetches.get(r.page_id, 0) + 1
+        out.meaningful[r.page_id] = out.meaningful.get(r.page_id, 0) + bool(r.meaningful)
+        out.changes[r.page_id] = out.changes.get(r.page_id, 0) + bool(r.changed)
+        if r.changed:
+            out.changed_at[r.page_id] = r.finished_at
+    out.last = list(last.values())
+    return out
+
+
+def new_page_rows(
+    inserted: Iterable[tuple[int, str, int]], pages: Sequence[NewPage], *, now: float
+) -> list[PageRow]:
+    """The rows of pages just inserted ((id, url, host id) each), due ``now``, never fetched."""
+    by_url = {p.url: p for p in pages}
+    return [
+        PageRow(
+            id=int(i),
+            url=u,
+            host_id=int(h),
+            host=by_url[u].host,
+            due_at=now,
+            etag=None,
+            last_modified=None,
+            digest=None,
+            target_rate=None,
+            depth=by_url[u].depth,
+            source=by_url[u].source,
+        )
+        for i, u, h in inserted
+    ]

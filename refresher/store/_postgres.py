@@ -1,0 +1,957 @@
+"""The PostgreSQL store: :class:`refresher.store.Store` for one node of a fleet.
+
+A node owns a set of partitions ({partition: epoch}, granted by the leases of
+:mod:`refresher.store._pg_leases` and handed over by membership through
+:meth:`PostgresStore.set_owned`). It reads only its own partitions' pages (``load_due``,
+``estimator_inputs``), and every write that changes state is **fenced**: the batch's
+transaction first reads the touched partitions' lease rows ``FOR SHARE`` and keeps only the
+rows of partitions this node still holds at the epoch it was granted; the rest are dropped,
+counted (:meth:`PostgresStore.fencing`) and logged. A claim by another node waits for the
+share lock, so it sees every batch committed before it and none after: a stale owner never
+overwrites a new owner's state.
+
+Writes are batched exactly as in the embedded store (:class:`refresher.store._service
+.BatchedService`): the fetches of ``store.flush_interval`` seconds (or ``store.batch_size``
+records) in one transaction, the history appended with COPY and pages and hosts updated with
+multi-row statements. A fetch is acknowledged when its batch commits.
+
+New pages go to the owner of their host's partition: a page of an owned partition is inserted
+and returned (for this node's frontier); one of a partition another live node holds goes to
+that partition's ``inbox``, in the same transaction, for the owner's :meth:`drain_inbox`; one
+of a partition nobody holds is inserted directly (whoever claims the partition next loads it
+with the rest). ``pages.url`` is unique, so a URL delivered twice is one page.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import numpy as np
+import psycopg
+from numpy.typing import NDArray
+
+from refresher._config import Config
+from refresher._errors import StoreError
+from refresher.discover._seen import fingerprints
+from refresher.fleet._partition import partition_of
+from refresher.ops._logging import get_logger
+from refresher.store._batch import fold_pages, new_page_rows
+from refresher.store._captures import BatchArchive, CaptureRow
+from refresher.store._change_stats import (
+    ESTIMATOR_COLUMNS,
+    STAT_COLUMNS,
+    fold_records,
+    read_statistics,
+    stat_column,
+)
+from refresher.store._hosts import summaries, summary_sql_pg
+from refresher.store._interface import (
+    NEVER,
+    DocumentUpdate,
+    EstimatorInputs,
+    FetchRecord,
+    HostRow,
+    HostSummary,
+    HostUpdate,
+    NewPage,
+    PageRow,
+    PlanUpdate,
+    RobotsUpdate,
+    StoreStatus,
+    success_sql,
+)
+from refresher.store._pg_dsn import connect, describe, redact
+from refresher.store._pg_schema import check_schema
+from refresher.store._service import BatchedService
+
+__all__ = ["Fencing", "PgStore", "PostgresStore", "Routed", "seed_fleet"]
+
+T = TypeVar("T")
+log = get_logger("store.pg")
+
+_U64 = 1 << 64
+_STAT_READ = ", ".join(f"coalesce({c}, 'NaN'::float8)" for c in STAT_COLUMNS)
+_STAT_SETS = ", ".join(f"{c} = b.{c}" for c in STAT_COLUMNS)
+_STAT_ARRAYS = ", %s::float8[]" * len(STAT_COLUMNS)
+_SUCCESS = success_sql()
+
+
+def _signed(fp: int | None) -> int | None:
+    """An unsigned 64-bit simhash as PostgreSQL's signed bigint."""
+    if fp is None:
+        return None
+    return fp - _U64 if fp >= 1 << 63 else fp
+
+
+def _unsigned(v: int | None) -> int | None:
+    return None if v is None else v + _U64 if v < 0 else v
+
+
+def _nan_none(x: float | None) -> float | None:
+    return None if x is None or math.isnan(x) else x
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Fencing:
+    """What fencing refused since the store opened."""
+
+    records: int  # fetch records of partitions no longer held at their epoch
+    hosts: int  # host and robots.txt updates likewise
+    plans: int  # planned pages and documents' links and facts likewise
+    inbox: int  # links written to other partitions' inboxes
+    drained: int  # inbox rows taken by this node
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Routed:
+    """Where new pages went: inserted (this node's partitions, or nobody's), to an owner's inbox,
+    or already known."""
+
+    rows: list[PageRow]  # inserted into partitions this node owns
+    elsewhere: int  # inserted into partitions nobody holds
+    inboxed: int  # written to the inbox of a partition another node holds
+    known: int
+
+
+_PAGE_COLUMNS = (
+    "p.id, p.url, p.host_id, h.name, p.due_at, p.etag, p.last_modified, p.digest, "
+    "p.target_rate, p.depth, p.fingerprint, p.rate, p.weight, p.source"
+)
+
+
+def _page_row(r: Sequence[Any]) -> PageRow:
+    return PageRow(
+        id=int(r[0]),
+        url=r[1],
+        host_id=int(r[2]),
+        host=r[3],
+        due_at=float(r[4]),
+        etag=r[5],
+        last_modified=r[6],
+        digest=None if r[7] is None else bytes(r[7]),
+        target_rate=r[8],
+        depth=int(r[9]),
+        fingerprint=_unsigned(r[10]),
+        rate=r[11],
+        weight=float(r[12]),
+        source=r[13],
+    )
+
+
+class PgStore:
+    """Synchronous access to the fleet's database for one node (its own connection). Use it
+    through :class:`PostgresStore`, whose queue calls it from one thread at a time."""
+
+    def __init__(self, dsn: str, *, node_id: str, partitions: int, retry_for: float = 2.0) -> None:
+        self.dsn = dsn
+        #: seconds a transaction is retried here while PostgreSQL is unreachable (a blip);
+        #: longer outages are the queue's to retry (BatchedService.transient)
+        self.retry_for = retry_for
+        #: transactions run again after a lost connection
+        self.retries = 0
+        #: the first record of a batch whose commit is unknown (the connection broke)
+        self._unsure: tuple[int, float] | None = None
+        self.node_id = node_id
+        self.partitions = partitions
+        #: {partition: epoch} this node holds; replaced whole by set_owned (atomic)
+        self.owned: dict[int, int] = {}
+        self.dropped_records = 0
+        self.dropped_hosts = 0
+        self.dropped_plans = 0
+        self.inboxed = 0
+        self.drained = 0
+        self._counts = (0, 0, 0)
+        self._counted_at = -math.inf
+        self._con = self._connect()
+
+    @classmethod
+    def from_config(cls, config: Config) -> PgStore:
+        f = config.fleet
+        return cls(f.dsn, node_id=f.node_id, partitions=f.partitions)
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        con = connect(self.dsn, autocommit=True)
+        try:
+            check_schema(con, partitions=self.partitions, dsn=self.dsn)
+        except BaseException:
+            con.close()
+            raise
+        return con
+
+    def close(self) -> None:
+        self._con.close()
+
+    # -- plumbing ----------------------------------------------------------------------------
+
+    def _tx(self, what: str, fn: Callable[[Any], T]) -> T:
+        """``fn(cursor)`` in one transaction; psycopg's errors as :class:`StoreError`.
+
+        While PostgreSQL cannot be reached (or the transaction was rolled back by a deadlock
+        or a serialisation failure), the transaction is run again on a new connection, with a
+        backoff doubling from 0.1 s to 5 s, for at most ``retry_for`` seconds: the queue in
+        front stops taking fetches meanwhile, and nothing it holds is lost."""
+        delay = 0.1
+        deadline = time.monotonic() + self.retry_for
+        while True:
+            try:
+                if self._con.closed:
+                    self._con = self._connect()
+                with self._con.transaction(), self._con.cursor() as cur:
+                    return fn(cur)
+            except (psycopg.OperationalError, StoreError) as e:
+                lost = isinstance(e, psycopg.OperationalError) or isinstance(
+                    e.__cause__, psycopg.OperationalError
+                )
+                if not lost:
+                    raise  # a StoreError with another cause: no fleet here, another schema
+                if time.monotonic() + delay > deadline:
+                    raise StoreError(
+                        f"{what} on {redact(self.dsn)!r}: {describe(e)}; PostgreSQL unreachable "
+                        f"for {self.retry_for:g} s"
+                    ) from e
+                self.retries += 1
+                log.warning(
+                    "PostgreSQL unreachable, retrying", what=what, delay=delay, error=describe(e)
+                )
+                with contextlib.suppress(psycopg.Error):
+                    self._con.close()
+                time.sleep(delay)  # in the store's worker thread: the queue waits
+                delay = min(delay * 2, 5.0)
+            except psycopg.Error as e:
+                raise StoreError(f"{what} on {redact(self.dsn)!r}: {describe(e)}") from e
+
+    def _held(self, cur: Any, partitions: Iterable[int]) -> set[int]:
+        """The fence: of ``partitions``, those this node still holds at its granted epoch,
+        share-locked until the transaction ends (a claim waits for it)."""
+        owned = self.owned
+        wanted = sorted({p for p in partitions if p in owned})
+        if not wanted:
+            return set()
+        cur.execute(
+            "SELECT partition, epoch FROM partitions"
+            " WHERE partition = ANY(%s) AND owner = %s ORDER BY partition FOR SHARE",
+            (wanted, self.node_id),
+        )
+        return {int(p) for p, e in cur.fetchall() if owned.get(int(p)) == int(e)}
+
+    # -- pages and hosts ---------------------------------------------------------------------
+
+    def _hosts(self, cur: Any, ids: Iterable[int]) -> dict[int, HostRow]:
+        wanted = sorted(set(ids))
+        if not wanted:
+            return {}
+        cur.execute(
+            """
+            SELECT id, name, scheme, next_allowed, delay, backoff, errors, robots_status,
+                   robots_body, robots_expires_at, paused
+            FROM hosts WHERE id = ANY(%s)
+            """,
+            (wanted,),
+        )
+        return {
+            int(r[0]): HostRow(
+                id=int(r[0]),
+                name=r[1],
+                scheme=r[2],
+                next_allowed=float(r[3]),
+                delay=r[4],
+                backoff=float(r[5]),
+                errors=int(r[6]),
+                robots_status=r[7],
+                robots_body=None if r[8] is None else bytes(r[8]),
+                robots_expires_at=r[9],
+                paused=bool(r[10]),
+            )
+            for r in cur.fetchall()
+        }
+
+    def _insert_pages(self, cur: Any, pages: Sequence[NewPage], now: float) -> list[PageRow]:
+        """Insert the pages (and their hosts) not yet known; the inserted rows."""
+        if not pages:
+            return []
+        schemes: dict[str, str] = {}
+        for p in pages:
+            schemes.setdefault(p.host, p.scheme)
+        names = sorted(schemes)  # one order everywhere: concurrent inserts cannot deadlock
+        cur.execute(
+            "INSERT INTO hosts (name, partition, scheme)"
+            " SELECT * FROM unnest(%s::text[], %s::int[], %s::text[])"
+            " ON CONFLICT (name) DO NOTHING",
+            (names, [partition_of(n, self.partitions) for n in names], [schemes[n] for n in names]),
+        )
+        pages = sorted(pages, key=lambda p: p.url)
+        urls = [p.url for p in pages]
+        cur.execute(
+            """
+            INSERT INTO pages (url, host_id, partition, first_seen, due_at, source, depth, url_fp)
+            SELECT n.url, h.id, h.partition, %s, %s, n.source, n.depth, n.fp
+            FROM unnest(%s::text[], %s::text[], %s::text[], %s::int[], %s::bigint[])
+                 AS n(url, host, source, depth, fp)
+            JOIN hosts h ON h.name = n.host
+            ORDER BY n.url
+            ON CONFLICT (url) DO NOTHING
+            RETURNING id, url, host_id
+            """,
+            (
+                now,
+                now,
+                urls,
+                [p.host for p in pages],
+                [p.source for p in pages],
+                [p.depth for p in pages],
+                [int(x) for x in fingerprints(urls)],
+            ),
+        )
+        return new_page_rows(cur.fetchall(), pages, now=now)
+
+    def _route(self, cur: Any, pages: Sequence[NewPage], now: float) -> Routed:
+        """New pages to their owners (see the module's doc), in the caller's transaction."""
+        unique = list({p.url: p for p in pages}.values())
+        if not unique:
+            return Routed(rows=[], elsewhere=0, inboxed=0, known=0)
+        owned = self.owned
+        part = {p.url: partition_of(p.host, self.partitions) for p in unique}
+        others = sorted({part[p.url] for p in unique} - set(owned))
+        live: set[int] = set()
+        if others:
+            cur.execute(
+                "SELECT partition FROM partitions WHERE partition = ANY(%s)"
+                " AND owner IS NOT NULL AND owner <> %s AND expires_at >= %s",
+                (others, self.node_id, now),
+            )
+            live = {int(r[0]) for r in cur.fetchall()}
+        mine = [p for p in unique if part[p.url] in owned]
+        inbox = [p for p in unique if part[p.url] in live]
+        direct = [p for p in unique if part[p.url] not in owned and part[p.url] not in live]
+        inboxed = 0
+        if inbox:
+            cur.execute(
+                """
+                INSERT INTO inbox (partition, url, host, scheme, source, depth, created_at)
+                SELECT n.partition, n.url, n.host, n.scheme, n.source, n.depth, %s
+                FROM unnest(%s::int[], %s::text[], %s::text[], %s::text[], %s::text[],
+                            %s::int[]) AS n(partition, url, host, scheme, source, depth)
+                WHERE NOT EXISTS (SELECT 1 FROM pages WHERE pages.url = n.url)
+                """,
+                (
+                    now,
+                    [part[p.url] for p in inbox],
+                    [p.url for p in inbox],
+                    [p.host for p in inbox],
+                    [p.scheme for p in inbox],
+                    [p.source for p in inbox],
+                    [p.depth for p in inbox],
+                ),
+            )
+            inboxed = int(cur.rowcount)
+            self.inboxed += inboxed
+        rows = self._insert_pages(cur, mine, now)
+        inserted = self._insert_pages(cur, direct, now)
+        return Routed(
+            rows=rows,
+            elsewhere=len(inserted),
+            inboxed=inboxed,
+            known=len(unique) - len(rows) - len(inserted) - inboxed,
+        )
+
+    def add_pages_with_hosts(
+        self, pages: Sequence[NewPage], *, now: float
+    ) -> tuple[list[PageRow], dict[int, HostRow]]:
+        def add(cur: Any) -> tuple[list[PageRow], dict[int, HostRow]]:
+            rows = self._route(cur, pages, now).rows
+            return rows, self._hosts(cur, {r.host_id for r in rows})
+
+        return self._tx("adding pages", add)
+
+    def seed(self, pages: Sequence[NewPage], *, now: float) -> Routed:
+        """Route seeds like any new pages (for ``refresher seed`` when no daemon runs here)."""
+        return self._tx("adding seeds", lambda cur: self._route(cur, pages, now))
+
+    def drain_inbox(
+        self, limit: int, *, now: float
+    ) -> tuple[list[PageRow], dict[int, HostRow], int]:
+        """Take up to ``limit`` inbox rows of partitions this node holds (``SKIP LOCKED``: two
+        drains never take one row), add the pages not yet known and delete the rows, in one
+        transaction; the new pages, their hosts and the number of rows taken."""
+
+        def drain(cur: Any) -> tuple[list[PageRow], dict[int, HostRow], int]:
+            held = self._held(cur, self.owned)
+            if not held:
+                return [], {}, 0
+            cur.execute(
+                """
+                DELETE FROM inbox WHERE id IN (
+                    SELECT id FROM inbox WHERE partition = ANY(%s)
+                    ORDER BY id LIMIT %s FOR UPDATE SKIP LOCKED)
+                RETURNING url, host, scheme, source, depth
+                """,
+                (sorted(held), limit),
+            )
+            taken = [
+                NewPage(url=u, host=h, scheme=s, source=src, depth=int(d))
+                for u, h, s, src, d in cur.fetchall()
+            ]
+            rows = self._insert_pages(cur, list({p.url: p for p in taken}.values()), now)
+            return rows, self._hosts(cur, {r.host_id for r in rows}), len(taken)
+
+        rows, hosts, taken = self._tx("draining the inbox", drain)
+        self.drained += taken
+        return rows, hosts, taken
+
+    def known_fingerprints(self, fps: NDArray[np.int64]) -> NDArray[np.bool_]:
+        if len(fps) == 0:
+            return np.zeros(0, dtype=bool)
+
+        def read(cur: Any) -> list[int]:
+            cur.execute(
+                "SELECT DISTINCT url_fp FROM pages WHERE url_fp = ANY(%s)",
+                ([int(x) for x in fps],),
+            )
+            return [int(r[0]) for r in cur.fetchall()]
+
+        found = self._tx("looking up URLs", read)
+        return np.isin(fps, np.array(found, dtype=np.int64))
+
+    def save_document(
+        self, update: DocumentUpdate, *, now: float
+    ) -> tuple[list[PageRow], dict[int, HostRow], int]:
+        def save(cur: Any) -> tuple[list[PageRow], dict[int, HostRow], int]:
+            rows = self._route(cur, update.new, now).rows
+            hosts = self._hosts(cur, {r.host_id for r in rows})
+            if update.synthetic:
+                return rows, hosts, 0
+            cur.execute("SELECT partition FROM pages WHERE id = %s", (update.page_id,))
+            found = cur.fetchone()
+            if found is None or not self._held(cur, [int(found[0])]):
+                self.dropped_plans += 1
+                return rows, hosts, 0
+            edges = 0
+            if update.linked:
+                cur.execute(
+                    "INSERT INTO links (src, dst, found_at)"
+                    " SELECT %s, p.id, %s FROM pages p WHERE p.url = ANY(%s) AND p.id <> %s",
+                    (update.page_id, now, list(update.linked), update.page_id),
+                )
+                edges = cur.rowcount
+            cur.execute(
+                "UPDATE pages SET canonical = %s, noindex = %s WHERE id = %s",
+                (update.canonical, update.noindex, update.page_id),
+            )
+            if update.lastmod:
+                cur.execute(
+                    """
+                    UPDATE pages SET sitemap_lastmod = greatest(coalesce(sitemap_lastmod, 0), m.t)
+                    FROM (SELECT url, max(t) AS t
+                          FROM unnest(%s::text[], %s::float8[]) AS l(url, t) GROUP BY url) m
+                    WHERE pages.url = m.url
+                    """,
+                    ([u for u, _ in update.lastmod], [t for _, t in update.lastmod]),
+                )
+            return rows, hosts, edges
+
+        return self._tx("saving a document", save)
+
+    def discovery_scope(self) -> tuple[list[str], dict[str, int]]:
+        def read(cur: Any) -> tuple[list[str], dict[str, int]]:
+            cur.execute(
+                "SELECT DISTINCT h.name FROM pages p JOIN hosts h ON h.id = p.host_id"
+                " WHERE p.source = 'seed'"
+            )
+            seeds = [r[0] for r in cur.fetchall()]
+            cur.execute(
+                "SELECT h.name, count(*) FROM pages p JOIN hosts h ON h.id = p.host_id"
+                " GROUP BY h.name"
+            )
+            return seeds, {r[0]: int(r[1]) for r in cur.fetchall()}
+
+        return self._tx("reading the discovery scope", read)
+
+    # -- the crawl ---------------------------------------------------------------------------
+
+    def load_due(
+        self, *, after: tuple[float, int], until: float, limit: int, known_hosts: frozenset[int]
+    ) -> tuple[list[PageRow], dict[int, HostRow]]:
+        owned = sorted(self.owned)
+        if not owned:
+            return [], {}
+
+        def read(cur: Any) -> tuple[list[PageRow], dict[int, HostRow]]:
+            cur.execute(
+                f"""
+                SELECT {_PAGE_COLUMNS}
+                FROM pages p JOIN hosts h ON h.id = p.host_id
+                WHERE p.partition = ANY(%s) AND p.status <> 'gone' AND NOT h.paused
+                  AND (p.due_at, p.id) > (%s, %s) AND p.due_at <= %s
+                ORDER BY p.due_at, p.id
+                LIMIT %s
+                """,
+                (owned, after[0], after[1], until, limit),
+            )
+            pages = [_page_row(r) for r in cur.fetchall()]
+            return pages, self._hosts(cur, {p.host_id for p in pages} - known_hosts)
+
+        return self._tx("loading due pages", read)
+
+    def write(
+        self,
+        records: Sequence[FetchRecord],
+        hosts: Sequence[HostUpdate],
+        robots: Sequence[RobotsUpdate] = (),
+        captures: Sequence[CaptureRow] = (),
+    ) -> int:
+        """One fenced batch in one transaction: the fetches (COPY), their pages' state, the
+        hosts' politeness and robots.txt, the archive's index rows; the number of records
+        written (the others' partitions are no longer this node's)."""
+        if not records and not hosts and not robots and not captures:
+            return 0
+
+        # A batch whose commit may have happened as the connection broke is checked first
+        # when it comes again (retried here or by the queue): it must not be added twice.
+        key = (records[0].page_id, records[0].finished_at) if records else None
+        unsure = key is not None and key == self._unsure
+
+        def write(cur: Any) -> tuple[int, int, int]:
+            nonlocal unsure
+            check, unsure = unsure, True
+            if check and (already := self._committed(cur, records)):
+                # the connection broke as the batch committed: it is in, do not add it twice
+                log.info("batch found committed on retry", node=self.node_id, records=already)
+                return already, 0, 0
+            host_ids = {r.host_id for r in records} | {h.host_id for h in hosts}
+            host_ids |= {r.host_id for r in robots}
+            cur.execute("SELECT id, partition FROM hosts WHERE id = ANY(%s)", (sorted(host_ids),))
+            part = {int(i): int(p) for i, p in cur.fetchall()}
+            held = self._held(cur, part.values())
+            owned = self.owned
+            keep = [r for r in records if part.get(r.host_id) in held]
+            keep_hosts = [h for h in hosts if part.get(h.host_id) in held]
+            keep_robots = [r for r in robots if part.get(r.host_id) in held]
+            kept_pages = {r.page_id for r in keep}
+            dropped_pages = {r.page_id for r in records} - kept_pages
+            keep_captures = [c for c in captures if c.page_id not in dropped_pages]
+            if keep:
+                with cur.copy(
+                    "COPY fetches (page_id, host_id, started_at, finished_at, duration, status,"
+                    " bytes, digest, changed, not_modified, error_kind, policy, final_url,"
+                    " redirects, meaningful, fingerprint, last_modified_at, node_id, epoch,"
+                    " partition) FROM STDIN"
+                ) as copy:
+                    for r in keep:
+                        p = part[r.host_id]
+                        copy.write_row(
+                            (
+                                r.page_id,
+                                r.host_id,
+                                r.started_at,
+                                r.finished_at,
+                                r.duration,
+                                r.status,
+                                r.body_bytes,
+                                r.digest,
+                                r.changed,
+                                r.not_modified,
+                                r.error_kind,
+                                r.policy,
+                                r.final_url,
+                                r.redirects,
+                                r.meaningful,
+                                _signed(r.fingerprint),
+                                r.last_modified_at,
+                                self.node_id,
+                                owned[p],
+                                p,
+                            )
+                        )
+                self._update_pages(cur, keep)
+            if keep_hosts:
+                latest = list({h.host_id: h for h in keep_hosts}.values())
+                cur.execute(
+                    """
+                    UPDATE hosts SET next_allowed = b.next_allowed, delay = b.delay,
+                        backoff = b.backoff, errors = b.errors
+                    FROM unnest(%s::bigint[], %s::float8[], %s::float8[], %s::float8[],
+                                %s::int[]) AS b(id, next_allowed, delay, backoff, errors)
+                    WHERE hosts.id = b.id
+                    """,
+                    (
+                        [h.host_id for h in latest],
+                        [h.next_allowed for h in latest],
+                        [h.delay for h in latest],
+                        [h.backoff for h in latest],
+                        [h.errors for h in latest],
+                    ),
+                )
+            for rb in keep_robots:
+                cur.execute(
+                    "UPDATE hosts SET robots_status = %s, robots_body = %s,"
+                    " robots_fetched_at = %s, robots_expires_at = %s WHERE id = %s",
+                    (rb.status, rb.body, rb.fetched_at, rb.expires_at, rb.host_id),
+                )
+            if keep_captures:
+                self._insert_captures(cur, keep_captures)
+            return (
+                len(keep),
+                len(records) - len(keep),
+                len(hosts) + len(robots) - len(keep_hosts) - len(keep_robots),
+            )
+
+        self._unsure = key
+        written, lost, lost_hosts = self._tx(f"writing {len(records)} fetch records", write)
+        self._unsure = None
+        if lost or lost_hosts:
+            self.dropped_records += lost
+            self.dropped_hosts += lost_hosts
+            log.warning(
+                "stale writes refused",
+                node=self.node_id,
+                records=lost,
+                hosts=lost_hosts,
+                reason="partition no longer held at its epoch",
+            )
+        return written
+
+    def _committed(self, cur: Any, records: Sequence[FetchRecord]) -> int:
+        """How many of ``records`` are in already: 0, or all those the batch kept (a batch
+        commits whole)."""
+        cur.execute(
+            "SELECT count(*) FROM fetches f"
+            " JOIN unnest(%s::bigint[], %s::float8[]) AS r(page_id, at)"
+            " ON f.page_id = r.page_id AND f.finished_at = r.at WHERE f.node_id = %s",
+            ([r.page_id for r in records], [r.finished_at for r in records], self.node_id),
+        )
+        return int(cur.fetchone()[0])
+
+    def _update_pages(self, cur: Any, records: Sequence[FetchRecord]) -> None:
+        fold = fold_pages(records)  # a page fetched twice: the later state, counts added
+        rows = sorted(fold.last, key=lambda r: r.page_id)
+        page_ids = np.array([r.page_id for r in rows], dtype=np.int64)
+        # the change statistics, read and folded inside this transaction
+        cur.execute(
+            f"SELECT {_STAT_READ} FROM pages WHERE id = ANY(%s) ORDER BY id",
+            ([int(i) for i in page_ids],),
+        )
+        got = np.array(cur.fetchall(), dtype=np.float64).reshape(-1, len(STAT_COLUMNS))
+        state = {c: got[:, k].copy() for k, c in enumerate(STAT_COLUMNS)}
+        stats = fold_records(state, page_ids, records)
+        cur.execute(
+            f"""
+            UPDATE pages SET last_fetch = b.last_fetch,
+                last_change = coalesce(b.changed_at, pages.last_change),
+                etag = b.etag, last_modified = b.last_modified, digest = b.digest,
+                fetches = pages.fetches + b.n, changes = pages.changes + b.x,
+                status = b.status, due_at = b.due_at,
+                meaningful_changes = pages.meaningful_changes + b.m,
+                fingerprint = coalesce(b.fingerprint, pages.fingerprint),
+                duplicate_of = b.duplicate_of, {_STAT_SETS}
+            FROM unnest(%s::bigint[], %s::float8[], %s::float8[], %s::text[], %s::text[],
+                        %s::bytea[], %s::int[], %s::int[], %s::text[], %s::float8[],
+                        %s::int[], %s::bigint[], %s::bigint[]{_STAT_ARRAYS})
+                 AS b(id, last_fetch, changed_at, etag, last_modified, digest, n, x, status,
+                      due_at, m, fingerprint, duplicate_of, {", ".join(STAT_COLUMNS)})
+            WHERE pages.id = b.id
+            """,
+            (
+                [r.page_id for r in rows],
+                [r.finished_at for r in rows],
+                [fold.changed_at.get(r.page_id) for r in rows],
+                [r.etag for r in rows],
+                [r.last_modified for r in rows],
+                [r.page_digest for r in rows],
+                [fold.fetches[r.page_id] for r in rows],
+                [fold.changes[r.page_id] for r in rows],
+                [r.page_status for r in rows],
+                [r.due_at for r in rows],
+                [fold.meaningful[r.page_id] for r in rows],
+                [_signed(r.fingerprint) for r in rows],
+                [r.duplicate_of for r in rows],
+                *([float(x) for x in stats[c]] for c in STAT_COLUMNS),
+            ),
+        )
+
+    def _insert_captures(self, cur: Any, rows: Sequence[CaptureRow]) -> None:
+        with cur.copy(
+            "COPY warc_records (node_id, page_id, url, target_uri, captured_at, kind, status,"
+            " mime, digest, payload_digest, file, record_offset, record_length, span,"
+            " payload_bytes, truncated) FROM STDIN"
+        ) as copy:
+            for c in rows:
+                copy.write_row(
+                    (
+                        self.node_id,
+                        c.page_id,
+                        c.url,
+                        c.target_uri,
+                        c.captured_at,
+                        c.kind,
+                        c.status,
+                        c.mime,
+                        c.digest,
+                        c.payload_digest,
+                        c.file,
+                        c.offset,
+                        c.length,
+                        c.span,
+                        c.payload_bytes,
+                        c.truncated,
+                    )
+                )
+
+    def counts(self) -> tuple[int, int, int]:
+        """(pages, hosts, fetches) of this node's partitions; counted at most every 10 s (a
+        count is a scan in PostgreSQL), else the last count."""
+        now = time.monotonic()
+        if now - self._counted_at < 10.0:
+            return self._counts
+        owned = sorted(self.owned)
+
+        def count(cur: Any) -> tuple[int, int, int]:
+            cur.execute(
+                "SELECT (SELECT count(*) FROM pages WHERE partition = ANY(%(o)s)),"
+                " (SELECT count(*) FROM hosts WHERE partition = ANY(%(o)s)),"
+                " (SELECT count(*) FROM fetches WHERE partition = ANY(%(o)s))",
+                {"o": owned},
+            )
+            r = cur.fetchone()
+            return int(r[0]), int(r[1]), int(r[2])
+
+        self._counts = self._tx("counting", count)
+        self._counted_at = now
+        return self._counts
+
+    # -- the allocation ----------------------------------------------------------------------
+
+    def estimator_inputs(self, *, meaningful: bool, links: bool) -> EstimatorInputs:
+        """The pages of this node's partitions and their change statistics."""
+        owned = sorted(self.owned)
+        columns = [stat_column(c, meaningful) for c in ESTIMATOR_COLUMNS]
+
+        def read(cur: Any) -> EstimatorInputs:
+            cur.execute(
+                f"""
+                SELECT p.id, p.host_id, coalesce(p.last_fetch, 'NaN'::float8),
+                       coalesce(h.delay, 0),
+                       {", ".join(f"coalesce(p.{c}, 'NaN'::float8)" for c in columns)}
+                FROM pages p JOIN hosts h ON h.id = p.host_id
+                WHERE p.partition = ANY(%s) AND p.status NOT IN ('gone', 'denied')
+                ORDER BY p.id
+                """,
+                (owned,),
+            )
+            pages = np.array(cur.fetchall(), dtype=np.float64).reshape(-1, 4 + len(columns))
+            edges: NDArray[np.int64] = np.zeros((0, 2), dtype=np.int64)
+            if links:
+                cur.execute(
+                    "SELECT DISTINCT l.src, l.dst FROM links l JOIN pages p ON p.id = l.src"
+                    " WHERE p.partition = ANY(%s)",
+                    (owned,),
+                )
+                edges = np.array(cur.fetchall(), dtype=np.int64).reshape(-1, 2)
+            stats = {c: pages[:, 4 + k] for k, c in enumerate(columns)}
+            return EstimatorInputs(
+                page_ids=pages[:, 0].astype(np.int64),
+                page_host=pages[:, 1].astype(np.int64),
+                last_fetch=pages[:, 2].copy(),
+                host_delay=pages[:, 3].copy(),
+                stats=read_statistics(stats, meaningful=meaningful),
+                link_src=edges[:, 0].astype(np.int64),
+                link_dst=edges[:, 1].astype(np.int64),
+            )
+
+        return self._tx("reading the estimator's inputs", read)
+
+    def save_plan(self, plan: PlanUpdate, *, now: float) -> None:
+        """See :meth:`refresher.store.Store.save_plan`; fenced: pages of partitions no longer
+        held at their epoch keep their plan."""
+
+        def save(cur: Any) -> int:
+            held = sorted(self._held(cur, self.owned))
+            cur.execute(
+                """
+                UPDATE pages SET rate = b.rate, rate_n = b.rate_n, weight = b.weight,
+                    target_rate = b.target,
+                    due_at = CASE
+                        WHEN pages.last_fetch IS NULL THEN least(pages.due_at, %s)
+                        WHEN b.target > 0 THEN pages.last_fetch + 1.0 / b.target
+                        ELSE pages.last_fetch + %s END
+                FROM unnest(%s::bigint[], %s::float8[], %s::float8[], %s::float8[],
+                            %s::float8[]) AS b(id, rate, rate_n, weight, target)
+                WHERE pages.id = b.id AND pages.partition = ANY(%s)
+                """,
+                (
+                    now,
+                    NEVER,
+                    [int(x) for x in plan.page_ids],
+                    [float(x) for x in plan.rates],
+                    [float(x) for x in plan.rate_n],
+                    [float(x) for x in plan.weights],
+                    [float(x) for x in plan.target],
+                    held,
+                ),
+            )
+            return len(plan.page_ids) - int(cur.rowcount)
+
+        refused = self._tx("saving the plan", save)
+        if refused:
+            self.dropped_plans += refused
+            log.warning("stale plan rows refused", node=self.node_id, pages=refused)
+
+    def _meta(self, cur: Any, key: str) -> str | None:
+        cur.execute("SELECT value FROM fleet_meta WHERE key = %s", (key,))
+        row = cur.fetchone()
+        return None if row is None else str(row[0])
+
+    def _record_policy(self, cur: Any, policy: str, budget: float, now: float) -> None:
+        cur.execute("SELECT policy, budget FROM policy_periods ORDER BY started_at DESC LIMIT 1")
+        last = cur.fetchone()
+        if last is None or last[0] != policy or last[1] != budget:
+            cur.execute("INSERT INTO policy_periods VALUES (%s, %s, %s)", (now, policy, budget))
+
+    def record_policy(self, policy: str, budget: float, *, now: float) -> None:
+        self._tx("recording the policy", lambda cur: self._record_policy(cur, policy, budget, now))
+
+    def policy_in_force(self, configured: str) -> str:
+        def read(cur: Any) -> str:
+            switched = self._meta(cur, "policy")
+            if switched is not None and self._meta(cur, "policy_configured") == configured:
+                return switched
+            return configured
+
+        return self._tx("reading the policy", read)
+
+    def switch_policy(self, policy: str, *, configured: str, budget: float, now: float) -> None:
+        def switch(cur: Any) -> None:
+            cur.execute(
+                "INSERT INTO fleet_meta (key, value) VALUES ('policy', %s),"
+                " ('policy_configured', %s)"
+                " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                (policy, configured),
+            )
+            self._record_policy(cur, policy, budget, now)
+
+        self._tx("switching the policy", switch)
+
+    # -- operations --------------------------------------------------------------------------
+
+    def set_paused(self, host: str, paused: bool) -> bool:
+        def pause(cur: Any) -> bool:
+            cur.execute("UPDATE hosts SET paused = %s WHERE name = %s", (paused, host))
+            return bool(cur.rowcount)
+
+        return self._tx("pausing a host", pause)
+
+    def status(self, *, now: float) -> StoreStatus:
+        """The whole fleet's pages."""
+
+        def read(cur: Any) -> StoreStatus:
+            cur.execute(
+                "SELECT (SELECT count(*) FROM pages), (SELECT count(*) FROM hosts),"
+                " (SELECT count(*) FROM fetches), min(due_at), max(last_fetch),"
+                " count(*) FILTER (WHERE due_at <= %s) FROM pages",
+                (now,),
+            )
+            r = cur.fetchone()
+            return StoreStatus(
+                pages=int(r[0]),
+                hosts=int(r[1]),
+                fetches=int(r[2]),
+                next_due=r[3],
+                last_fetch=r[4],
+                due_now=int(r[5]),
+            )
+
+        return self._tx("reading the status", read)
+
+    def last_refreshes(self) -> list[tuple[str, float | None, float | None]]:
+        def read(cur: Any) -> list[tuple[str, float | None, float | None]]:
+            cur.execute(
+                f"""
+                SELECT p.url, max(f.finished_at), max(p.rate)
+                FROM pages p LEFT JOIN (SELECT * FROM fetches WHERE {_SUCCESS}) f
+                  ON f.page_id = p.id
+                GROUP BY p.url
+                """
+            )
+            return [(str(u), t, r) for u, t, r in cur.fetchall()]
+
+        return self._tx("reading the last refreshes", read)
+
+    def host_summary(self, *, now: float, limit: int | None) -> list[HostSummary]:
+        def read(cur: Any) -> list[HostSummary]:
+            cur.execute(summary_sql_pg(), {"now": now, "limit": limit})
+            return summaries(cur.fetchall())
+
+        return self._tx("summarising hosts", read)
+
+
+class PostgresStore(BatchedService[PgStore]):
+    """:class:`refresher.store.Store` on the fleet's PostgreSQL for one node: the batched
+    writer (:class:`refresher.store._service.BatchedService`) in front of a :class:`PgStore`,
+    with the fleet's own operations below."""
+
+    def __init__(
+        self,
+        store: PgStore,
+        *,
+        flush_interval: float = 0.5,
+        batch_size: int = 5000,
+        archive: BatchArchive | None = None,
+    ) -> None:
+        super().__init__(
+            store, flush_interval=flush_interval, batch_size=batch_size, archive=archive
+        )
+
+    @classmethod
+    def connect(cls, config: Config, *, archive: BatchArchive | None = None) -> PostgresStore:
+        """The store ``config`` names (its ``[fleet]`` and ``[store]`` batching); blocking:
+        call it in a worker thread from trio."""
+        return cls(
+            PgStore.from_config(config),
+            flush_interval=config.store.flush_interval,
+            batch_size=config.store.batch_size,
+            archive=archive,
+        )
+
+    def set_owned(self, owned: dict[int, int]) -> None:
+        """The partitions this node holds now, {partition: epoch} (from membership). Takes
+        effect at once for reads; a batch checks each partition's epoch when it commits."""
+        self.store.owned = dict(owned)
+
+    def owned(self) -> dict[int, int]:
+        return dict(self.store.owned)
+
+    async def drain_inbox(
+        self, limit: int = 1000, *, now: float | None = None
+    ) -> tuple[list[PageRow], dict[int, HostRow], int]:
+        """Pages discovered by other nodes for this node's partitions: up to ``limit`` inbox
+        rows taken, the new pages among them added (as :meth:`add_pages`), the rows deleted,
+        all in one transaction; (new pages, their hosts, rows taken)."""
+        at = time.time() if now is None else now
+        return await self._call(lambda s: s.drain_inbox(limit, now=at))
+
+    def fencing(self) -> Fencing:
+        s = self.store
+        return Fencing(
+            records=s.dropped_records,
+            hosts=s.dropped_hosts,
+            plans=s.dropped_plans,
+            inbox=s.inboxed,
+            drained=s.drained,
+        )
+
+
+def seed_fleet(config: Config, pages: Sequence[NewPage], *, now: float) -> Routed:
+    """``refresher seed`` on a fleet with no daemon here: each seed goes to its partition's
+    owner (its inbox) when a node holds the partition, else straight into ``pages``."""
+    core = PgStore(
+        config.fleet.dsn, node_id=config.fleet.node_id, partitions=config.fleet.partitions
+    )
+    try:
+        return core.seed(pages, now=now)
+    finally:
+        with contextlib.suppress(psycopg.Error):
+            core.close()

@@ -1,0 +1,330 @@
+"""The store contract: both implementations of :class:`refresher.store.Store` (the embedded
+DuckDB service and the fleet's PostgreSQL store, owning every partition) behave alike through
+the interface alone, under the one definition each of a success, a change and a due time."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import trio
+from conftest import fetch_record
+
+from refresher.store import (
+    NEVER,
+    DocumentUpdate,
+    FetchRecord,
+    HostUpdate,
+    NewPage,
+    PlanUpdate,
+    RobotsUpdate,
+    Store,
+    StoreService,
+)
+from refresher.store._duckdb import DuckDBStore
+from refresher.store._pg_leases import PgLeases
+from refresher.store._pg_schema import init_fleet
+from refresher.store._postgres import PgStore, PostgresStore
+
+NOW = 1_700_000_000.0
+P = 8
+EVERYTHING = (-np.inf, 0)
+
+
+def page(url: str, host: str = "a.example", source: str = "seed") -> NewPage:
+    return NewPage(url=url, host=host, scheme="http", source=source)
+
+
+def fetch(page_id: int, host_id: int, at: float, **changes: Any) -> FetchRecord:
+    record = fetch_record(
+        page_id,
+        host_id,
+        at,
+        digest=b"d1",
+        changed=False,
+        etag='"v1"',
+        page_digest=b"d1",
+        due_at=at + 100,
+    )
+    return dataclasses.replace(record, **changes)
+
+
+async def _serve(nursery: trio.Nursery, service: Any) -> trio.Event:
+    done = trio.Event()
+
+    async def run(task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        try:
+            await service.run(task_status=task_status)
+        finally:
+            done.set()
+
+    await nursery.start(run)
+    return done
+
+
+@pytest.fixture(params=["duckdb", "postgres"])
+async def store(
+    request: pytest.FixtureRequest, tmp_path: Path, nursery: trio.Nursery
+) -> AsyncIterator[Store]:
+    if request.param == "duckdb":
+        core: Any = DuckDBStore(tmp_path / "s.duckdb")
+        service: Any = StoreService(core, flush_interval=0.05)
+    else:
+        dsn = request.getfixturevalue("postgres")()
+        init_fleet(dsn, partitions=P)
+        leases = PgLeases(dsn, max_skew=None)
+        owned = leases.claim_free("n1", P, 1e9, time.time())
+        leases.close()
+        core = PgStore(dsn, node_id="n1", partitions=P)
+        service = PostgresStore(core, flush_interval=0.05)
+        service.set_owned(owned)
+    done = await _serve(nursery, service)
+    yield service
+    service.close()
+    await done.wait()
+    core.close()
+
+
+async def _pages(store: Store, until: float = np.inf) -> dict[str, Any]:
+    pages, _ = await store.load_due(
+        after=EVERYTHING, until=until, limit=1000, known_hosts=frozenset()
+    )
+    return {p.url: p for p in pages}
+
+
+async def test_new_pages_are_due_now_with_their_hosts_and_a_url_is_added_once(
+    store: Store,
+) -> None:
+    rows, hosts = await store.add_pages(
+        [
+            page("http://a.example/1"),
+            page("http://a.example/1"),
+            page("http://b.example/", "b.example"),
+        ],
+        now=NOW,
+    )
+    assert sorted(r.url for r in rows) == ["http://a.example/1", "http://b.example/"]
+    assert all(r.due_at == NOW and r.target_rate is None for r in rows)
+    assert {h.name for h in hosts.values()} == {"a.example", "b.example"}
+    assert {r.host_id for r in rows} == set(hosts)
+    again, _ = await store.add_pages(
+        [page("http://a.example/1"), page("http://a.example/2")], now=NOW
+    )
+    assert [r.url for r in again] == ["http://a.example/2"]
+    assert (await store.status(now=NOW)).pages == 3
+
+
+async def test_a_recorded_fetch_is_acknowledged_and_leaves_the_pages_state(store: Store) -> None:
+    (row,), _ = await store.add_pages([page("http://a.example/")], now=NOW)
+    await store.record(fetch(row.id, row.host_id, NOW + 10, etag='"e"', due_at=NOW + 500))
+    await store.update_host(
+        HostUpdate(host_id=row.host_id, next_allowed=NOW + 20, delay=2.5, backoff=0, errors=1)
+    )
+    got = (await _pages(store))["http://a.example/"]
+    assert store.statistics().acknowledged == 1
+    assert (got.due_at, got.etag, got.digest) == (NOW + 500, '"e"', b"d1")
+    _, hosts = await store.load_due(
+        after=EVERYTHING, until=np.inf, limit=10, known_hosts=frozenset()
+    )
+    host = hosts[row.host_id]
+    assert (host.next_allowed, host.delay, host.errors) == (NOW + 20, 2.5, 1)
+    status = await store.status(now=NOW + 1000)
+    assert (status.fetches, status.last_fetch, status.due_now) == (1, NOW + 10, 1)
+
+
+async def test_load_due_pages_through_by_due_time_then_id_and_stops_at_until(
+    store: Store,
+) -> None:
+    rows, _ = await store.add_pages([page(f"http://a.example/{i}") for i in range(5)], now=NOW)
+    for i, r in enumerate(rows):
+        await store.record(fetch(r.id, r.host_id, NOW + 1, due_at=NOW + 100 + (i % 2)))
+    first, _ = await store.load_due(
+        after=EVERYTHING, until=NOW + 1000, limit=2, known_hosts=frozenset()
+    )
+    rest, _ = await store.load_due(
+        after=(first[-1].due_at, first[-1].id), until=NOW + 100, limit=10, known_hosts=frozenset()
+    )
+    order = [(p.due_at, p.id) for p in first + rest]
+    assert order == sorted(order) and len(order) == 3
+    assert all(p.due_at == NOW + 100 for p in first + rest)
+
+
+async def test_known_hosts_are_not_sent_again_and_a_paused_host_is_not_due(store: Store) -> None:
+    rows, _ = await store.add_pages(
+        [page("http://a.example/"), page("http://b.example/", "b.example")], now=NOW
+    )
+    pages, hosts = await store.load_due(
+        after=EVERYTHING, until=np.inf, limit=10, known_hosts=frozenset({rows[0].host_id})
+    )
+    assert len(pages) == 2 and set(hosts) == {rows[1].host_id}
+    assert await store.set_paused("a.example", True)
+    assert not await store.set_paused("nowhere.example", True)
+    assert set(await _pages(store)) == {"http://b.example/"}
+    summary = await store.host_summary(now=NOW, limit=None)
+    assert (summary[0].host, summary[0].paused) == ("a.example", True)
+
+
+async def test_robots_txt_is_kept_with_the_host(store: Store) -> None:
+    (row,), _ = await store.add_pages([page("http://a.example/")], now=NOW)
+    await store.update_host(
+        RobotsUpdate(
+            host_id=row.host_id,
+            status=200,
+            body=b"User-agent: *\n",
+            fetched_at=NOW,
+            expires_at=NOW + 60,
+        )
+    )
+    _, hosts = await store.load_due(
+        after=EVERYTHING, until=np.inf, limit=10, known_hosts=frozenset()
+    )
+    host = hosts[row.host_id]
+    assert (host.robots_status, host.robots_body, host.robots_expires_at) == (
+        200,
+        b"User-agent: *\n",
+        NOW + 60,
+    )
+
+
+async def test_success_counts_a_304_and_not_an_error_for_the_last_refresh(store: Store) -> None:
+    rows, _ = await store.add_pages(
+        [page("http://a.example/ok"), page("http://a.example/nm"), page("http://a.example/err")],
+        now=NOW,
+    )
+    by = {r.url: r for r in rows}
+    await store.record(fetch(by["http://a.example/ok"].id, rows[0].host_id, NOW + 5))
+    await store.record(
+        fetch(
+            by["http://a.example/nm"].id,
+            rows[0].host_id,
+            NOW + 6,
+            status=304,
+            not_modified=True,
+            digest=None,
+        )
+    )
+    await store.record(fetch(by["http://a.example/err"].id, rows[0].host_id, NOW + 7, status=500))
+    await store.record(
+        fetch(
+            by["http://a.example/err"].id,
+            rows[0].host_id,
+            NOW + 8,
+            status=200,
+            error_kind="too_large",
+        )
+    )
+    last = {u: t for u, t, _ in await store.last_refreshes()}
+    assert last == {
+        "http://a.example/ok": NOW + 5,
+        "http://a.example/nm": NOW + 6,
+        "http://a.example/err": None,
+    }
+
+
+async def test_the_estimator_sees_pairs_of_successful_fetches_and_their_changes(
+    store: Store,
+) -> None:
+    (a, b), _ = await store.add_pages(
+        [page("http://a.example/1"), page("http://a.example/2")], now=NOW
+    )
+    h = a.host_id
+    for rec in (
+        fetch(a.id, h, NOW + 10),
+        fetch(a.id, h, NOW + 20, status=500),  # not a success: no observation
+        fetch(a.id, h, NOW + 30, changed=True, digest=b"d2", meaningful=False),
+        fetch(a.id, h, NOW + 40, status=304, not_modified=True, digest=None),
+        fetch(b.id, h, NOW + 50, last_modified_at=NOW - 1000),
+    ):
+        await store.record(rec)
+    raw = await store.estimator_inputs(meaningful=False, links=False)
+    assert raw.page_ids.tolist() == [a.id, b.id]
+    assert raw.last_fetch.tolist() == [NOW + 40, NOW + 50]
+    # a: intervals 10→30 (changed) and 30→40 (a 304); the 500 between is no success
+    st = raw.stats
+    assert st.observations.tolist() == [2, 0] and st.time.tolist() == [30, 0]
+    assert st.changes.tolist() == [1, 0] and st.changed_time.tolist() == [20, 0]
+    assert np.isnan(st.first_quiet[0]) and st.first_quiet[1] == 1050.0
+    meaningful = await store.estimator_inputs(meaningful=True, links=False)
+    assert meaningful.stats.changes.tolist() == [0, 0]
+    assert meaningful.stats.observations.tolist() == [2, 0]
+
+
+async def test_a_plan_makes_pages_due_by_the_one_definition(store: Store) -> None:
+    rows, _ = await store.add_pages([page(f"http://a.example/{i}") for i in range(3)], now=NOW)
+    fetched, zero, never = rows
+    await store.record(fetch(fetched.id, fetched.host_id, NOW + 10))
+    await store.record(fetch(zero.id, zero.host_id, NOW + 20))
+    plan = PlanUpdate(
+        page_ids=np.array([r.id for r in rows], dtype=np.int64),
+        rates=np.array([0.1, 0.2, 0.3]),
+        rate_n=np.array([1.0, 2.0, 3.0]),
+        weights=np.array([1.0, 1.0, 2.0]),
+        target=np.array([0.5, 0.0, 0.25]),
+    )
+    await store.save_plan(plan, now=NOW + 60)
+    got = await _pages(store)
+    assert got[fetched.url].due_at == NOW + 10 + 2.0
+    assert got[zero.url].due_at == NOW + 20 + NEVER
+    assert got[never.url].due_at == NOW  # never fetched: keeps its earlier due time
+    assert (got[never.url].target_rate, got[never.url].rate, got[never.url].weight) == (
+        0.25,
+        0.3,
+        2.0,
+    )
+
+
+async def test_a_document_adds_new_pages_links_and_facts_once(store: Store) -> None:
+    (src,), _ = await store.add_pages([page("http://a.example/")], now=NOW)
+    update = DocumentUpdate(
+        page_id=src.id,
+        new=[
+            page("http://a.example/x", source="link"),
+            page("http://c.example/", "c.example", "link"),
+        ],
+        linked=["http://a.example/x", "http://c.example/", "http://a.example/", "http://nowhere/"],
+        canonical=None,
+        noindex=False,
+        lastmod=[],
+    )
+    rows, hosts, edges = await store.save_document(update, now=NOW + 1)
+    assert sorted(r.url for r in rows) == ["http://a.example/x", "http://c.example/"]
+    assert "c.example" in {h.name for h in hosts.values()}
+    assert edges == 2  # to known pages other than itself
+    rows, _, _ = await store.save_document(update, now=NOW + 2)
+    assert rows == []
+    from refresher.discover._seen import fingerprints
+
+    fps = fingerprints(["http://a.example/x", "http://unknown.example/"])
+    assert (await store.known_fingerprints(fps)).tolist() == [True, False]
+    seeds, counts = await store.discovery_scope()
+    assert seeds == ["a.example"] and counts == {"a.example": 2, "c.example": 1}
+    inputs = await store.estimator_inputs(meaningful=False, links=True)
+    assert sorted(zip(inputs.link_src.tolist(), inputs.link_dst.tolist(), strict=True)) == sorted(
+        (src.id, r.id) for r in (await _pages(store)).values() if r.id != src.id
+    )
+
+
+async def test_the_policy_switch_holds_until_the_config_names_another(store: Store) -> None:
+    assert await store.policy_in_force("uniform") == "uniform"
+    await store.switch_policy("optimal", configured="uniform", budget=5.0, now=NOW)
+    assert await store.policy_in_force("uniform") == "optimal"
+    assert await store.policy_in_force("proportional") == "proportional"
+    await store.record_policy("optimal", 5.0, now=NOW + 1)
+
+
+def test_both_stores_implement_the_protocol(tmp_path: Path, postgres: Callable[..., str]) -> None:
+    dsn = postgres()
+    init_fleet(dsn, partitions=P)
+    core = PgStore(dsn, node_id="n1", partitions=P)
+    duck = DuckDBStore(tmp_path / "s.duckdb")
+    try:
+        assert isinstance(PostgresStore(core), Store)
+        assert isinstance(StoreService(duck), Store)
+    finally:
+        core.close()
+        duck.close()
