@@ -29,6 +29,7 @@ Float = NDArray[np.float64]
 _NODES = 24
 _ROUNDS = 100
 _MAX_SHARE = 0.99  # π is kept below 1 so that a new change is never ruled out
+_BLOCK = 1 << 14  # quiet pages per block of the Gauss–Hermite sum
 
 
 def static_probability(
@@ -54,8 +55,12 @@ def static_probability(
     x, w = np.polynomial.hermite.hermgauss(_NODES)
     z, w = math.sqrt(2.0) * x, w / math.sqrt(math.pi)
     m = np.broadcast_to(np.asarray(prior_mean, dtype=np.float64), (n_pages,))[quiet]
-    lam = np.exp(np.clip(m[:, None] + sd * z[None, :], -700.0, 700.0))
-    likely = (w * np.exp(-lam * exposure[quiet][:, None])).sum(axis=1)  # L per quiet page
+    t = exposure[quiet]
+    likely = np.empty(m.size)  # L per quiet page, by blocks: no (pages × nodes) array at once
+    for start in range(0, m.size, _BLOCK):
+        b = slice(start, start + _BLOCK)
+        lam = np.exp(np.clip(m[b, None] + sd * z[None, :], -700.0, 700.0))
+        likely[b] = np.exp(-lam * t[b, None]) @ w
     share, n_seen = 0.5, float(seen.sum())
     for _ in range(_ROUNDS):
         post = share / (share + (1.0 - share) * likely)

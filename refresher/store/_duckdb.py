@@ -213,6 +213,8 @@ _MIGRATIONS.append(_migrate_5)
 #: the first schema version with per-page change statistics
 STATISTICS_VERSION = 5
 SCHEMA_VERSION = len(_MIGRATIONS)
+#: pages per transaction of :meth:`DuckDBStore.save_plan`
+_PLAN_SLICE = 1 << 20
 _STAT_SETS = ", ".join(f"{c} = _p.{c}" for c in STAT_COLUMNS)
 
 
@@ -754,30 +756,36 @@ class DuckDBStore:
     def save_plan(self, plan: PlanUpdate, *, now: float) -> None:
         """See :meth:`refresher.store.Store.save_plan`: SQL of :func:`next_due` over the last
         fetch as stored when saving (fetches may have committed since the inputs were read);
-        a page never fetched keeps an earlier due time."""
-        batch = {
-            "id": plan.page_ids,
-            "rate": plan.rates,
-            "rate_n": plan.rate_n,
-            "weight": plan.weights,
-            "target": plan.target,
-        }
-        self._con.register("_plan", batch)
-        try:
-            self._con.execute(
-                """
-                UPDATE pages SET rate = _plan.rate, rate_n = _plan.rate_n,
-                    weight = _plan.weight, target_rate = _plan.target,
-                    due_at = CASE
-                        WHEN pages.last_fetch IS NULL THEN least(pages.due_at, ?)
-                        WHEN _plan.target > 0 THEN pages.last_fetch + 1.0 / _plan.target
-                        ELSE pages.last_fetch + ? END
-                FROM _plan WHERE pages.id = _plan.id
-                """,
-                [now, NEVER],
-            )
-        finally:
-            self._con.unregister("_plan")
+        a page never fetched keeps an earlier due time.
+
+        Saved in slices of :data:`_PLAN_SLICE` pages, each its own transaction: an update of
+        ten million rows at once needs more than ``store.memory_limit`` for its undo data. A
+        crash between slices leaves some pages on the previous plan until the next one."""
+        for start in range(0, max(plan.page_ids.size, 1), _PLAN_SLICE):
+            part = slice(start, start + _PLAN_SLICE)
+            batch = {
+                "id": plan.page_ids[part],
+                "rate": plan.rates[part],
+                "rate_n": plan.rate_n[part],
+                "weight": plan.weights[part],
+                "target": plan.target[part],
+            }
+            self._con.register("_plan", batch)
+            try:
+                self._con.execute(
+                    """
+                    UPDATE pages SET rate = _plan.rate, rate_n = _plan.rate_n,
+                        weight = _plan.weight, target_rate = _plan.target,
+                        due_at = CASE
+                            WHEN pages.last_fetch IS NULL THEN least(pages.due_at, ?)
+                            WHEN _plan.target > 0 THEN pages.last_fetch + 1.0 / _plan.target
+                            ELSE pages.last_fetch + ? END
+                    FROM _plan WHERE pages.id = _plan.id
+                    """,
+                    [now, NEVER],
+                )
+            finally:
+                self._con.unregister("_plan")
 
     def status(self, *, now: float) -> StoreStatus:
         pages, hosts, fetches = self.counts()

@@ -348,6 +348,29 @@ def test_a_plan_makes_pages_due_one_interval_after_their_last_fetch(tmp_path: Pa
     assert [due[i] for i in got.page_ids] == pytest.approx(expected.tolist())
 
 
+def test_a_plan_saved_in_slices_reaches_every_page(tmp_path: Path, monkeypatch):
+    from refresher.store import _duckdb
+
+    monkeypatch.setattr(_duckdb, "_PLAN_SLICE", 2)  # three pages: two slices
+    store = DuckDBStore(tmp_path / "s.duckdb")
+    try:
+        _three_pages(store)
+        got = inputs_of(store, min_delay=1.0)
+        target = np.array([0.1, 0.2, 0.3])
+        update = PlanUpdate(
+            page_ids=got.page_ids,
+            rates=got.rates,
+            rate_n=got.rate_n,
+            weights=got.weights,
+            target=target,
+        )
+        store.save_plan(update, now=NOW + 60)
+        saved = dict(store._con.execute("SELECT id, target_rate FROM pages").fetchall())
+    finally:
+        store.close()
+    assert [saved[i] for i in got.page_ids] == pytest.approx(target.tolist())
+
+
 def test_on_the_default_simweb_an_optimal_plan_from_ten_fetches_a_page_beats_uniform() -> None:
     # The offline check behind analysis.compare's result: the pages and true rates of the
     # default simulated web, ten jittered fetches of each at the uniform interval, Last-Modified
