@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from refresher._config import Config
 from refresher._errors import ArchiveError, InvalidURL, StoreError
@@ -28,7 +28,6 @@ from refresher.store._captures import (
     lookup_captures,
     query_index,
 )
-from refresher.store._duckdb import DuckDBStore
 from refresher.store._snapshot import DEFAULT_SNAPSHOT_NAME, snapshot_path
 
 __all__ = ["Archive", "Version", "cdxj_line", "open_writer", "surt"]
@@ -58,10 +57,19 @@ class Version:
         return datetime.fromtimestamp(self.captured_at, UTC)
 
 
-def open_writer(config: Config, store: DuckDBStore) -> WarcWriter | None:
+class ArchiveIndex(Protocol):
+    """What opening the writer needs of a store: its index's file ends, a place for a note."""
+
+    def archive_file_ends(self) -> dict[str, int]: ...
+
+    def set_meta(self, key: str, value: str) -> None: ...
+
+
+def open_writer(config: Config, store: ArchiveIndex, *, prefix: str = "") -> WarcWriter | None:
     """The daemon's WARC writer after checking the archive directory; None when disabled.
 
-    Records where the archive is (store meta ``archive_dir``) so readers find it.
+    Records where the archive is (store meta ``archive_dir``) so readers find it. ``prefix``
+    replaces ``archive.prefix`` in the file names (a fleet node adds its node id).
     """
     a = config.archive
     if not a.enabled:
@@ -69,7 +77,7 @@ def open_writer(config: Config, store: DuckDBStore) -> WarcWriter | None:
     directory = config.archive_dir
     writer = WarcWriter(
         directory,
-        prefix=a.prefix,
+        prefix=prefix or a.prefix,
         max_file_bytes=a.max_file_bytes,
         min_free_bytes=a.min_free_bytes,
         compress_level=a.compress_level,

@@ -507,8 +507,9 @@ class Daemon:
         return 0
 
     async def _run_fleet(self, signals: Any) -> int:
-        """:meth:`run` for a node of a fleet: the store is the fleet's PostgreSQL (no archive,
-        snapshot or pruning of an embedded file), membership decides which hosts it fetches."""
+        """:meth:`run` for a node of a fleet: the store is the fleet's PostgreSQL (the node's
+        WARC files indexed there; no snapshot or pruning of an embedded file), membership
+        decides which hosts it fetches."""
         from refresher.fleet._assignment import LeaseTiming
         from refresher.store._pg_dsn import redact
         from refresher.store._pg_retry import unavailable
@@ -521,6 +522,14 @@ class Daemon:
         # PostgreSQL away while running: the queue waits and retries, membership stops the
         # fetching; both resume when it is back.
         service.transient = unavailable
+        # Each node keeps its own WARC files (its node id in their names), indexed in the
+        # fleet's warc_records; their records are synced before the batch that acknowledges
+        # their fetches commits, as on one node.
+        prefix = f"{c.archive.prefix}-{c.fleet.node_id}"
+        self._warc = await trio.to_thread.run_sync(
+            lambda: open_writer(c, service.store, prefix=prefix)
+        )
+        service.archive = self._warc
         log.info("store opened", fleet=redact(c.fleet.dsn), node=c.fleet.node_id)
         self._store = service
         try:
@@ -532,6 +541,8 @@ class Daemon:
                     service.close()
         finally:
             await trio.to_thread.run_sync(service.store.close)
+            if self._warc is not None:
+                self._warc.close()
             if self._fleet_budget is not None:
                 await trio.to_thread.run_sync(self._fleet_budget.close)
             if self._history is not None:

@@ -701,6 +701,32 @@ class PgStore:
                     )
                 )
 
+    def archive_file_ends(self) -> dict[str, int]:
+        """Per WARC file of this node, the end of its last indexed record group (bytes): where
+        the archive's recovery cuts a half-written tail."""
+
+        def read(cur: Any) -> dict[str, int]:
+            cur.execute(
+                "SELECT file, max(record_offset + span) FROM warc_records WHERE node_id = %s "
+                "GROUP BY file",
+                (self.node_id,),
+            )
+            return {str(f): int(e) for f, e in cur.fetchall()}
+
+        return self._tx("reading the archive's index", read)
+
+    def set_meta(self, key: str, value: str) -> None:
+        """Note a fact of this node (``archive_dir``) in ``fleet_meta`` as ``key@node_id``."""
+
+        def write(cur: Any) -> None:
+            cur.execute(
+                "INSERT INTO fleet_meta (key, value) VALUES (%s, %s) "
+                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                (f"{key}@{self.node_id}", value),
+            )
+
+        self._tx("noting the archive directory", write)
+
     def counts(self) -> tuple[int, int, int]:
         """(pages, hosts, fetches) of this node's partitions; counted at most every 10 s (a
         count is a scan in PostgreSQL), else the last count."""

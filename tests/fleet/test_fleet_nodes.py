@@ -9,6 +9,7 @@ import random
 import signal
 from collections.abc import Callable
 from datetime import datetime
+from hashlib import blake2b
 from pathlib import Path
 from typing import Any
 
@@ -342,3 +343,33 @@ async def test_the_fleet_spends_its_budget_within_5_percent_over_a_minute(fleet,
     a.signal(signal.SIGTERM)
     b.signal(signal.SIGTERM)
     assert await a.wait_exit() == 0 and await b.wait_exit() == 0
+
+
+async def test_each_node_keeps_its_own_warc_files_indexed_in_the_fleets_database(fleet):
+    from refresher.archive._warc import read_record
+
+    a = fleet.start("a")
+    await a.ready()
+    b = fleet.start("b")
+    await b.ready()
+    await wait_for(fleet.split_is(["a", "b"]), what="8 and 8")
+    await wait_for(lambda: a.acknowledged() >= 20 and b.acknowledged() >= 20, what="fetches")
+    a.signal(signal.SIGTERM)
+    b.signal(signal.SIGTERM)
+    assert await a.wait_exit() == 0 and await b.wait_exit() == 0
+    rows = fleet.rows(
+        "SELECT node_id, kind, digest, file, record_offset, status FROM warc_records ORDER BY id"
+    )
+    assert {r[0] for r in rows if r[1] == "response"} == {"a", "b"}
+    digests = {
+        bytes(d) for (d,) in fleet.rows("SELECT digest FROM fetches WHERE digest IS NOT NULL")
+    }
+    for node, kind, digest, file, offset, status in rows:
+        assert (
+            f"-{node}-" in file
+        )  # a node's files carry its id: one archive directory may hold many
+        record = read_record(fleet.root / node / "archive" / file, offset)
+        assert record.status == status
+        if kind == "response":
+            assert blake2b(record.body, digest_size=16).digest() == bytes(digest)
+            assert bytes(digest) in digests
