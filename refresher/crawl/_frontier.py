@@ -307,12 +307,20 @@ class Frontier:
                 self._drop(page)
             q.clear()
         for host in list(self._hosts.values()):
-            for page in host.queue:
-                self._drop(page)
-            host.queue.clear()
-            if host.active and not host.leased:
-                host.active = False
-                self._active -= 1
+            self._empty_queue(host)
+        self._reload()
+
+    def _empty_queue(self, host: HostState) -> None:
+        """Drop the pages of ``host``'s back queue (its leased page stays with its worker)."""
+        for page in list(host.queue):
+            self._drop(page)
+        host.queue.clear()
+        if host.active and not host.leased:
+            host.active = False
+            self._active -= 1
+
+    def _reload(self) -> None:
+        """After pages were dropped: forget hosts left with nothing ready, and load anew."""
         self._ready = [e for e in self._ready if e[3].queue]
         heapq.heapify(self._ready)
         self._cursor = (-math.inf, -1)
@@ -344,20 +352,9 @@ class Frontier:
         for i, q in enumerate(self._front):
             self._front[i] = deque(page for page in q if keep(page))
         for host in list(self._hosts.values()):
-            if self.owns(host.name):
-                continue
-            for page in list(host.queue):
-                self._drop(page)
-            host.queue.clear()
-            if host.active and not host.leased:
-                host.active = False
-                self._active -= 1
-        self._ready = [e for e in self._ready if e[3].queue]
-        heapq.heapify(self._ready)
-        self._cursor = (-math.inf, -1)
-        self._epoch += 1
-        self._load_now.set()
-        self._poke()
+            if not self.owns(host.name):
+                self._empty_queue(host)
+        self._reload()
 
     async def wait_released(self, hosts: Callable[[str], bool]) -> None:
         """Return once no host that ``hosts`` accepts is in a worker's hands."""
