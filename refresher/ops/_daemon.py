@@ -491,20 +491,27 @@ class Daemon:
                 batch_size=c.store.batch_size,
                 archive=self._warc,
             )
-            self._store = service
-            try:
-                async with trio.open_nursery() as outer:
-                    await outer.start(service.run)
-                    try:
-                        await self._run_services(signals)
-                    finally:
-                        service.close()
-            finally:
-                await trio.to_thread.run_sync(store.close)
-                if self._warc is not None:
-                    self._warc.close()
+            await self._serve_store(service, signals, close=store.close)
         log.info("stopped", acknowledged=service.statistics().acknowledged)
         return 0
+
+    async def _serve_store(
+        self, service: StoreService | PostgresStore, signals: Any, *, close: Callable[[], None]
+    ) -> None:
+        """Run the services on ``service`` until they stop; then ``close`` the store under it
+        (in a thread) and the WARC writer."""
+        self._store = service
+        try:
+            async with trio.open_nursery() as outer:
+                await outer.start(service.run)
+                try:
+                    await self._run_services(signals)
+                finally:
+                    service.close()
+        finally:
+            await trio.to_thread.run_sync(close)
+            if self._warc is not None:
+                self._warc.close()
 
     async def _run_fleet(self, signals: Any) -> int:
         """:meth:`run` for a node of a fleet: the store is the fleet's PostgreSQL (the node's
@@ -516,7 +523,7 @@ class Daemon:
         from refresher.store._postgres import PostgresStore
 
         c = self.config
-        # Before anything is opened: the ttl must leave room for the longest fetch.
+        # Before anything is opened: the ttl must leave room to stop fetching in time.
         LeaseTiming(ttl=c.fleet.lease_ttl, fetch_deadline=c.fetch.timeout).check()
         service = await trio.to_thread.run_sync(PostgresStore.connect, c)
         # PostgreSQL away while running: the queue waits and retries, membership stops the
@@ -531,18 +538,9 @@ class Daemon:
         )
         service.archive = self._warc
         log.info("store opened", fleet=redact(c.fleet.dsn), node=c.fleet.node_id)
-        self._store = service
         try:
-            async with trio.open_nursery() as outer:
-                await outer.start(service.run)
-                try:
-                    await self._run_services(signals)
-                finally:
-                    service.close()
+            await self._serve_store(service, signals, close=service.store.close)
         finally:
-            await trio.to_thread.run_sync(service.store.close)
-            if self._warc is not None:
-                self._warc.close()
             if self._fleet_budget is not None:
                 await trio.to_thread.run_sync(self._fleet_budget.close)
             if self._history is not None:
