@@ -301,11 +301,7 @@ def _map_rates(
             phi, dphi = _phi(rate[g] * tt)
             h += _sum(g, phi, n_groups)
             dh += _sum(g, tt * dphi, n_groups)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            step = np.where(live, -h / dh, 0.0)
-        step = np.where(np.isfinite(step), np.maximum(step, 0.0), 0.0)
-        rate = rate + step
-        live &= step > _RTOL * rate
+        rate, live = _newton_step(rate, h, dh, live)
         if not live.any():
             break
         keep = live[g_it]
@@ -317,6 +313,16 @@ def _map_rates(
         n_eff += _sum(g, _psi(rate[g] * tc[block]), n_groups)
     n_eff = np.where(rate > 0.0, n_eff, 0.0)
     return rate, n_eff, changes, quiet, fetches
+
+
+def _newton_step(rate: Float, h: Float, dh: Float, live: Mask) -> tuple[Float, Mask]:
+    """One Newton step on the MAP condition h(λ) = 0 of the groups still ``live``, never below
+    zero; a group whose step falls under the relative tolerance is done."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        step = np.where(live, -h / dh, 0.0)
+    step = np.where(np.isfinite(step), np.maximum(step, 0.0), 0.0)
+    rate = rate + step
+    return rate, live & (step > _RTOL * rate)
 
 
 def _phi(s: Float) -> tuple[Float, Float]:

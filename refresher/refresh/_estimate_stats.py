@@ -36,7 +36,6 @@ from scipy.special import gammaincinv
 
 from refresher.refresh._estimate import (
     _NEWTON_STEPS,
-    _RTOL,
     DEFAULT_SPREAD,
     MODELS,
     Estimate,
@@ -44,6 +43,7 @@ from refresher.refresh._estimate import (
     Prior,
     _host_strength,
     _log_interval,
+    _newton_step,
     _phi,
     _psi,
     _z,
@@ -346,11 +346,7 @@ def _gamma_map(
         phi, dphi = _phi(rate[g] * t)
         h = a - rate * quiet + np.bincount(g, w * phi, minlength=n_groups)
         dh = -quiet + np.bincount(g, w * t * dphi, minlength=n_groups)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            step = np.where(live, -h / dh, 0.0)
-        step = np.where(np.isfinite(step), np.maximum(step, 0.0), 0.0)
-        rate = rate + step
-        live &= step > _RTOL * rate
+        rate, live = _newton_step(rate, h, dh, live)
         if not live.any():
             break
     n_eff = a + np.bincount(g, w * _psi(rate[g] * t), minlength=n_groups)
