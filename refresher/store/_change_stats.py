@@ -260,7 +260,9 @@ def statistics_from_history(
                    changed, coalesce(meaningful, changed) AS meaningful
             FROM fetches SEMI JOIN _stat_ids ON fetches.page_id = _stat_ids.id
             WHERE {SUCCESS_SQL}
-            ORDER BY page_id, finished_at
+            -- fetches finished at the same time pair in the order they were recorded (id),
+            -- as the batches folded them: a sort without it may put them either way
+            ORDER BY page_id, finished_at, id
             """
         ).fetchnumpy()
     finally:
