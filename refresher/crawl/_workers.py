@@ -409,7 +409,7 @@ class Crawler:
         due = r.finished_at + (self._allocator.interval(page) if o.due else GONE_RECHECK)
         capture = None
         if self._keeper is not None:
-            capture = await self._keeper.keep(
+            capture = self._keeper.keep(
                 page_id=page.id,
                 url=page.url,
                 result=r,
@@ -419,9 +419,10 @@ class Crawler:
                 meaningful=change,
             )
         await self._store.record(
-            self._fetch_record(lease, r, o, due, fingerprint, change, duplicate_of), capture
+            self._fetch_record(lease, r, o, due, fingerprint, change, duplicate_of),
+            capture,
+            _host_update(host.id, timing),
         )
-        await self._store.update_host(_host_update(host.id, timing))
         lease = self._frontier.update_page(
             lease,
             etag=o.etag,
