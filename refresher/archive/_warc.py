@@ -30,6 +30,7 @@ from __future__ import annotations
 import errno
 import io
 import os
+import random
 import shutil
 import socket
 import threading
@@ -101,6 +102,15 @@ def _gzip_member(data: bytes, level: int) -> bytes:
     return zlib.compress(data, level, wbits=zlib.MAX_WBITS | 16)
 
 
+def _record_id(rng: random.Random) -> str:
+    """A WARC-Record-ID: a random (version 4) UUID URN, as warcio makes them, but drawn from a
+    generator seeded once from the OS (warcio reads os.urandom for every record)."""
+    n = rng.getrandbits(128)
+    n = (n & ~(0xF000 << 64) | 0x4000 << 64) & ~(0xC000 << 48) | 0x8000 << 48
+    h = f"{n:032x}"
+    return f"<urn:uuid:{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}>"
+
+
 def _builder() -> WARCWriter:
     """warcio's record writer, uncompressed (each record becomes its own gzip member here);
     one per batch: making one looks up the host name."""
@@ -169,6 +179,7 @@ class WarcWriter:
         self.compress_level = compress_level
         self._software = software
         self._lock = threading.Lock()
+        self._ids = random.Random()  # seeded from os.urandom
         self._fd: int | None = None
         self._name = ""
         self._size = 0
@@ -393,7 +404,10 @@ class WarcWriter:
         protocol = c.http_version or "HTTP/1.1"
         statusline = f"{c.status} {c.reason or ''}".strip()
         http = StatusAndHeaders(statusline, _stored_headers(c), protocol)
-        warc_headers = {"WARC-Date": _warc_date(c.fetched_at)}
+        warc_headers = {
+            "WARC-Date": _warc_date(c.fetched_at),
+            "WARC-Record-ID": _record_id(self._ids),
+        }
         if c.truncated:
             warc_headers["WARC-Truncated"] = "length"
         if c.kind == "response":
@@ -429,6 +443,7 @@ class WarcWriter:
             ),
             warc_headers_dict={
                 "WARC-Date": warc_headers["WARC-Date"],
+                "WARC-Record-ID": _record_id(self._ids),
                 "WARC-Concurrent-To": record.rec_headers.get_header("WARC-Record-ID"),
             },
         )

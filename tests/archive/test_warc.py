@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import uuid
 from pathlib import Path
 
 from warcio.archiveiterator import ArchiveIterator
@@ -215,3 +216,15 @@ def test_a_batch_the_disk_has_no_room_for_is_skipped_whole_and_counted(tmp_path)
     assert w.write_batch([capture(result()), capture(result(body=b"<p>2</p>"))]) == []
     stats = w.statistics()
     assert stats.failing and stats.skipped == 2 and w.unsettled() == set()
+
+
+def test_record_ids_are_distinct_version_4_uuid_urns_as_warcio_makes_them(tmp_path):
+    w = WarcWriter(tmp_path, min_free_bytes=0)
+    rows = w.write_batch([capture(result(body=bytes([i]) * 10)) for i in range(50)])
+    with (tmp_path / rows[0].file).open("rb") as f:
+        ids = [r.rec_headers.get_header("WARC-Record-ID") for r in ArchiveIterator(f)]
+    assert len(ids) == 101 and len(set(ids)) == 101  # warcinfo + 50 × (response, request)
+    for urn in ids:
+        assert urn.startswith("<urn:uuid:") and urn.endswith(">")
+        u = uuid.UUID(urn[len("<urn:uuid:") : -1])
+        assert u.version == 4 and u.variant == uuid.RFC_4122
