@@ -223,6 +223,7 @@ def _joined(base: str, ref: str) -> str:
 
 
 @lru_cache(maxsize=1024)
+@lru_cache(maxsize=256)  # a page's links share its base: computed once, not once a link
 def _directory(base: str) -> str:
     """``base`` up to the last "/" of its path, without query and fragment: what a
     relative reference that does not start with "?" is resolved against (RFC 3986, 5.2)."""
