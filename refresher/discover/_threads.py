@@ -111,7 +111,7 @@ class ParseProcesses:
             raise ValueError(f"processes={processes}: give at least 1")
         self.processes = processes
         self._start = (log_format, log_level)
-        self._executor = self._new()
+        self._executor: ProcessPoolExecutor | None = None  # made on first use
         self.crashes = 0
 
     def _new(self) -> ProcessPoolExecutor:
@@ -124,6 +124,8 @@ class ParseProcesses:
 
     async def run(self, fn: Callable[[], T]) -> T:
         """``fn()`` in a worker process; its result, or its exception re-raised."""
+        if self._executor is None:
+            self._executor = self._new()
         executor = self._executor
         try:
             return await _outcome(executor, fn)
@@ -137,7 +139,9 @@ class ParseProcesses:
 
     def close(self) -> None:
         """Stop the workers once the calls already submitted have finished."""
-        self._executor.shutdown(wait=True)
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
 
 
 class Parsers:
