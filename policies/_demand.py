@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ._solve import _CAP_SLACK, Problem, _solve_groups, _Work, group_sum
+from ._solve import _CAP_SLACK, Problem, ResponsePages, _solve_groups, _Work, group_sum
 from ._table import Response, age_response, freshness_response
 
 __all__ = ["WATER_FILL", "Demand", "Level", "Point"]
@@ -245,7 +245,7 @@ class Demand:
             lo = None
             self._slope = 0.0
         else:
-            work = _Work(self._response, self._log_s, self._amp)
+            work = _Work(ResponsePages(self._response, self._log_s, self._amp))
             work.evaluate(np.array([y]))
             f_v, df = work.f.copy(), work.df
             df_all[rows] = df
@@ -259,9 +259,7 @@ class Demand:
         if over.any():
             capped_rows = np.flatnonzero(over[host])
             _, f_rows, _ = _solve_groups(
-                self._response,
-                self._log_s[capped_rows],
-                self._amp[capped_rows],
+                ResponsePages(self._response, self._log_s[capped_rows], self._amp[capped_rows]),
                 host[capped_rows],
                 np.where(over, caps, 0.0),
                 lo=lo,
