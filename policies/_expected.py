@@ -416,16 +416,19 @@ def solve_expected(
     weights: ArrayLike | None = None,
     hosts: ArrayLike | None = None,
     host_caps: ArrayLike | None = None,
+    hint: Allocation | None = None,
 ) -> Allocation:
     """Maximise Σ wᵢ·E[V(λᵢ, fᵢ)] for ln λᵢ ~ N(``log_rate``ᵢ, ``log_sd``ᵢ²) (ln of changes
     per second; sd in natural-log units), V = F̄ for ``name`` "optimal", −Ā for
     "optimal-age"; Σf = ``budget`` fetches per second, at most ``host_caps[h]`` per host.
     Budget the caps leave is spread over the weightless pages with room, as by
-    :func:`refresher.policies.solve`, and what is left is ``unplaced``."""
+    :func:`refresher.policies.solve`, and what is left is ``unplaced``. ``hint``: an
+    allocation of the same pages at another budget, whose multipliers start the search
+    (the answer is the same without it, to the search's tolerance)."""
     pages, index, problem, unvalued = expected_pages(
         name, log_rate, log_sd, budget, weights=weights, hosts=hosts, host_caps=host_caps
     )
-    return solve_pages(name, pages, problem, problem.pages, index, unvalued)
+    return solve_pages(name, pages, problem, problem.pages, index, unvalued, hint)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -699,6 +699,14 @@ def _solve_groups(
         inside = np.isfinite(position) & (position > lo_u) & (position < hi_u)
         step = np.where(bounded, np.where(inside, position, middle), outward)
         expand = np.where(fallback & ~bounded, 2.0 * expand, expand)
+        # A bracket across which ln Σf falls ten times faster than the pages' slope says it
+        # holds a jump (pages crossing their drop-out): no secant or false position finds a
+        # level there, halving it is the fastest way to pin it (see ``narrow``).
+        with np.errstate(invalid="ignore"):
+            jump = bounded & (hi_u - lo_u < 1e-5)
+            jump &= err_lo - err_hi > -10.0 * (step_slope / total) * (hi_u - lo_u)
+        fallback |= jump
+        step = np.where(jump, middle, step)
         previous_u = u
         u = np.where(active, np.where(fallback, step, newton), u)
         previous = err
@@ -741,16 +749,22 @@ def solve_pages(
     n: int,
     index: Index | None,
     unvalued: Mask | None,
+    hint: Allocation | None = None,
 ) -> Allocation:
     """The optimum over ``pages``: the pages at ``index`` (None: all) of ``n``, under the
     problem's budget and host caps; ``unvalued`` marks the pages left out (they take what
-    the caps leave, see ``_finish``)."""
+    the caps leave, see ``_finish``). ``hint``: an allocation of the same pages and hosts
+    whose multipliers start the searches (a capped host's own level does not depend on the
+    budget, so a second solve at another budget finds most of them at once)."""
     budget = problem.budget
     hosts, caps = problem.hosts, problem.caps
     if pages.size == 0:
         return _finish(name, problem, np.zeros(n), budget, 0.0, None, None, unvalued)
+    first = None
+    if hint is not None and 0.0 < hint.multiplier < math.inf:
+        first = np.array([math.log(hint.multiplier)])
     if hosts is None or caps is None:
-        u, fv, _ = _solve_groups(pages, None, np.array([budget]))
+        u, fv, _ = _solve_groups(pages, None, np.array([budget]), start=first)
         return _finish(name, problem, _spread(fv, index, n), 0.0, _exp(u[0]), None, None, unvalued)
     n_hosts = caps.size
     host_v = _take(hosts, index)
@@ -774,6 +788,7 @@ def solve_pages(
             pages if rows_open is None else pages.take(rows_open),
             None,
             np.array([budget]),
+            start=first,
             caps_by=(host_open, caps, capped),
         )
         u_global, leftover = float(u[0]), 0.0
@@ -782,6 +797,12 @@ def solve_pages(
         # (their pages' rates are still those at μ)
         start = _host_start(u_global, host_open, f_open, df_open, caps, capped)
         lo_h = np.full(n_hosts, u_global)
+    if capped.any() and hint is not None and hint.host_multipliers is not None:
+        levels = np.asarray(hint.host_multipliers)
+        if levels.shape == caps.shape and hint.capped_hosts is not None:
+            with np.errstate(divide="ignore"):
+                known = np.where(hint.capped_hosts & (levels > 0.0), np.log(levels), np.nan)
+            start = np.where(np.isfinite(known), known, start)
     if capped.any():
         host_u[capped], f_rows, rows = _solve_hosts(pages, host_v, caps, capped, lo_h, start)
         f_v[rows] = f_rows

@@ -205,3 +205,24 @@ def test_a_large_page_set_starts_from_its_cells_and_meets_the_same_conditions(na
     assert (f >= less * (1.0 - 1e-6) - 1e-15).all()
     assert f.sum() == pytest.approx(budget, rel=1e-12)
     assert a.capped_hosts is not None and a.capped_hosts.sum() > 50
+
+
+@pytest.mark.parametrize("name", ["optimal", "optimal-age"])
+def test_a_hint_from_another_budget_changes_only_where_the_search_starts(name: str) -> None:
+    rng = np.random.default_rng(5)
+    n = 20_000
+    theta = rng.normal(np.log(1 / 3600), 1.5, n)
+    sd = rng.uniform(0.1, 1.5, n)
+    hosts = (300 * rng.random(n) ** 3).astype(np.intp)
+    caps = np.where(np.arange(300) < 40, 0.01, np.inf)
+    args = (name, theta, sd)
+    kwargs = {"hosts": hosts, "host_caps": caps}
+    other = policies.solve_expected(*args, 2.0, **kwargs)
+    plain = policies.solve_expected(*args, 2.3, **kwargs)
+    hinted = policies.solve_expected(*args, 2.3, hint=other, **kwargs)
+    assert hinted.multiplier == pytest.approx(plain.multiplier, rel=1e-7)
+    assert hinted.rates.sum() == pytest.approx(2.3, rel=1e-12)
+    f, g = np.asarray(plain.rates), np.asarray(hinted.rates)
+    assert np.isclose(f, g, rtol=1e-6, atol=1e-12 * f.max()).mean() > 0.999
+    assert plain.capped_hosts is not None and hinted.capped_hosts is not None
+    assert (plain.capped_hosts == hinted.capped_hosts).all()
