@@ -464,7 +464,7 @@ def expected_pages(
     h, c = check_hosts(hosts, host_caps, n)
     index: Index | None = None
     unvalued: Mask | None = None
-    log_w = None
+    w: Float | None = None
     if weights is not None:
         w = np.broadcast_to(np.asarray(weights, np.float64), (n,))
         if not (_finite(w) and (n == 0 or w.min() >= 0.0)):
@@ -473,14 +473,19 @@ def expected_pages(
         if not valued.all():
             index, unvalued = np.flatnonzero(valued), ~valued
             theta, sigma, w = theta[index], sigma[index], w[index]
-        log_w = np.log(w)
+    pages = page_set(name, theta, sigma, w)
+    return pages, index, _Split(budget=b, pages=n, hosts=h, caps=c), unvalued
+
+
+def page_set(name: str, theta: Float, sigma: Float, weights: Float | None) -> ExpectedPages:
+    """The solver's pages for ln λ ~ N(``theta``, ``sigma``²) of weights > 0 (None: all
+    1), checked by the caller."""
     table = _table(EXPECTED_POLICIES[name])
     s = theta if table.power == 1 else theta * table.power
-    if log_w is not None:
-        s = s - log_w
+    if weights is not None:
+        s = s - np.log(weights)
     row, weight = table.position(sigma)
-    pages = ExpectedPages(table, theta, s, row, weight)
-    return pages, index, _Split(budget=b, pages=n, hosts=h, caps=c), unvalued
+    return ExpectedPages(table, theta, s, row, weight)
 
 
 def _finite(a: Float) -> bool:

@@ -51,6 +51,10 @@ _CHUNK = 1 << 16  # pages per vectorised block: keeps temporaries in cache
 # |log Σf − log budget| at which a multiplier is accepted; the first-order correction that
 # follows leaves an error of order _FTOL² (see _solve_groups)
 _FTOL = 1e-6
+# … and for one group (the global multiplier): tighter, so that the level it reports is the
+# same whichever way it was reached (a fleet's rounds reach it otherwise), to ~1e-10; the
+# last step along the derivative then moves no page across its drop-out
+_FTOL_ONE = 1e-9
 _BINS = 4096
 _UTOL = 1e-8  # a bracket on log μ this narrow is the answer (see _solve_groups)
 _MAX_ITERATIONS = 200
@@ -566,6 +570,7 @@ def _solve_groups(
     pages' rates are left as they are at u (their own multipliers are the caller's job)."""
     single = group is None
     groups = budgets.size
+    ftol = _FTOL_ONE if single else _FTOL
     total_amp = pages.mass(group, groups)
     u = np.full(groups, np.nan)
     present = total_amp > 0.0
@@ -631,7 +636,7 @@ def _solve_groups(
         lo_u, err_lo = np.where(to_lo, u, lo_u), np.where(to_lo, err, err_lo)
         hi_u, err_hi = np.where(to_hi, u, hi_u), np.where(to_hi, err, err_hi)
         last_side = np.where(to_lo, 1, np.where(to_hi, -1, last_side))
-        converged = active & (np.abs(err) <= _FTOL) & (total > 0.0)
+        converged = active & (np.abs(err) <= ftol) & (total > 0.0)
         # μ pinned to 1e-8 but Σf still off: the root sits on pages crossing their drop-out,
         # where Σf is steep beyond what a double resolves. Every page's rate between the two
         # ends has a marginal value within 1e-8 of μ, so interpolate the rates between them.
@@ -642,7 +647,8 @@ def _solve_groups(
             # μ absorb most of it. A rescale then makes the sum exact. (When the budget is
             # below what a double resolves on the steep pages, the correction can cancel to
             # nothing; then the rescale alone places it.)
-            delta = np.divide(budgets - total, slope, out=np.zeros(groups), where=converged)
+            flat = converged & (slope != 0.0)  # a sum held at the caps has no slope
+            delta = np.divide(budgets - total, slope, out=np.zeros(groups), where=flat)
             u = np.where(converged, u + delta, u)
             if work.group is None and caps_by is not None:
                 host, caps, capped = caps_by
@@ -702,7 +708,7 @@ def _solve_groups(
         # A bracket across which ln Σf falls ten times faster than the pages' slope says it
         # holds a jump (pages crossing their drop-out): no secant or false position finds a
         # level there, halving it is the fastest way to pin it (see ``narrow``).
-        with np.errstate(invalid="ignore"):
+        with np.errstate(divide="ignore", invalid="ignore"):
             jump = bounded & (hi_u - lo_u < 1e-5)
             jump &= err_lo - err_hi > -10.0 * (step_slope / total) * (hi_u - lo_u)
         fallback |= jump
@@ -728,18 +734,22 @@ def optimal(name: str, response: Response, problem: Problem) -> Allocation:
         index = np.flatnonzero(valued)
         lam_v = lam[index]
         w_v = None if w is None else w[index]
+    unvalued = None if index is None else ~valued
+    pages = response_pages(response, lam_v, w_v)
+    return solve_pages(name, pages, problem, lam.size, index, unvalued)
+
+
+def response_pages(response: Response, rates: Float, weights: Float | None) -> ResponsePages:
+    """The plug-in optimum's pages of rates > 0 and weights > 0 (None: all 1)."""
     # y = μ·s with s = λᵖ/w; f = A·μ^(−1/2)·R(log μ + log s) with A = √(λ^(2−p)·w/2)
-    log_s = np.log(lam_v)
+    log_s = np.log(rates)
     if response.power != 1:
         log_s *= response.power
-    half = 0.5 * lam_v if response.power == 1 else np.full_like(lam_v, 0.5)
-    if w_v is not None:
-        log_s -= np.log(w_v)
-        half *= w_v
-    amp = np.sqrt(half, out=half)
-    unvalued = None if index is None else ~valued
-    pages = ResponsePages(response, log_s, amp)
-    return solve_pages(name, pages, problem, lam.size, index, unvalued)
+    half = 0.5 * rates if response.power == 1 else np.full_like(rates, 0.5)
+    if weights is not None:
+        log_s -= np.log(weights)
+        half *= weights
+    return ResponsePages(response, log_s, np.sqrt(half, out=half))
 
 
 def solve_pages(

@@ -291,14 +291,7 @@ def plan(
     if n == 0:
         alloc = policies.solve(policy, np.zeros(0), budget)
         return Plan(target=np.zeros(0), allocation=alloc, explored=0)
-    if decide not in DECISIONS:
-        raise ValueError(f"decide must be one of {', '.join(DECISIONS)}, not {decide!r}")
-    expected = (
-        decide == "expected"
-        and inputs.rate_sd is not None
-        and policy in policies.EXPECTED_POLICIES
-        and bool((inputs.rates > 0).all())
-    )
+    expected = plans_expected(inputs, policy, decide)
     share = budget * (1.0 - explore)
     alloc = _solve(inputs, policy, share, expected)
     target = np.array(alloc.rates, dtype=np.float64)
@@ -339,9 +332,32 @@ class Planner(Protocol):
     ) -> Plan: ...
 
 
-def demand(inputs: PolicyInputs, policy: str) -> policies.Demand:
-    """The page set's demand curve under ``policy`` with its host caps (plug-in rates): what a
-    node tells the fleet so that one level allocates the union of the nodes' pages."""
+def plans_expected(inputs: PolicyInputs, policy: str, decide: str) -> bool:
+    """Whether :func:`plan` maximises the expected value for these inputs: asked to, an
+    optimal policy, and every page has a posterior (an sd, a rate > 0)."""
+    if decide not in DECISIONS:
+        raise ValueError(f"decide must be one of {', '.join(DECISIONS)}, not {decide!r}")
+    return (
+        decide == "expected"
+        and inputs.rate_sd is not None
+        and policy in policies.EXPECTED_POLICIES
+        and bool((inputs.rates > 0).all())
+    )
+
+
+def demand(inputs: PolicyInputs, policy: str, decide: str = "plug-in") -> policies.Demand:
+    """The page set's demand curve under ``policy`` with its host caps, planned as
+    :func:`plan` plans (``decide``): what a node tells the fleet so that one level allocates
+    the union of the nodes' pages."""
+    if plans_expected(inputs, policy, decide):
+        return policies.Demand(
+            policy,
+            inputs.rates,
+            weights=_effective_weights(inputs),
+            hosts=inputs.host_index,
+            host_caps=inputs.host_caps,
+            log_sd=inputs.rate_sd,
+        )
     return policies.Demand(
         policy,
         inputs.rates,
