@@ -245,19 +245,45 @@ def reported_rates(inputs: PolicyInputs, target: NDArray[np.float64]) -> NDArray
     lam = inputs.rates
     if not p0.any():
         return lam
-    goal = page_freshness(inputs, target)
+    out = np.where(p0 > 0, (1.0 - p0) * lam, lam)
+    rows = np.flatnonzero((p0 > 0) & (target > 0))
+    if rows.size:
+        f = target[rows]
+        x = lam[rows] / f
+        # F̄ = φ(x) = (1 − e^(−x))/x at x = λ/f: the x' with φ(x') = P₀ + (1 − P₀)·φ(x)
+        out[rows] = f * _inverse_phi(p0[rows] + (1.0 - p0[rows]) * _phi(x), x)
+    return out
+
+
+def _phi(x: NDArray[np.float64]) -> NDArray[np.float64]:
+    """F̄ as a function of x = λ/f: (1 − e^(−x))/x, 1 at x = 0."""
     with np.errstate(divide="ignore", invalid="ignore"):
-        # F̄ is convex in λ, so F̄((1 − P₀)λ̂) ≤ goal: the root lies below the mean rate
-        hi = np.log(np.maximum((1.0 - p0) * lam, 1e-300))
-        lo = hi - 40.0
-        f = np.where(target > 0, target, 1.0)
-        for _ in range(60):  # bisection on ln λ: F̄ falls as λ grows
-            mid = 0.5 * (lo + hi)
-            above = policies.freshness(np.exp(mid), f) > goal
-            lo, hi = np.where(above, mid, lo), np.where(above, hi, mid)
-        out = np.exp(0.5 * (lo + hi))
-    out = np.where(target > 0, out, (1.0 - p0) * lam)
-    return np.asarray(np.where(p0 > 0, out, lam), np.float64)
+        return np.where(x > 0.0, -np.expm1(-x) / x, 1.0)
+
+
+def _inverse_phi(goal: NDArray[np.float64], above: NDArray[np.float64]) -> NDArray[np.float64]:
+    """x ∈ (0, ``above``] with φ(x) = ``goal`` (φ falls from 1 at 0): safeguarded Newton in
+    ln x on ln φ, whose slope there is x/(eˣ − 1) − 1 ∈ (−1, 0); to 1e-14 in x."""
+    # φ ≈ 1 − x/2 near 0 and ≈ 1/x far out: start from the lesser of the two inverses
+    with np.errstate(divide="ignore"):
+        x = np.minimum(np.minimum(2.0 * (1.0 - goal), 1.0 / goal), above)
+    x = np.maximum(x, 1e-300)
+    lo, hi = np.zeros_like(x), np.array(above, dtype=np.float64)
+    log_goal = np.log(goal)
+    for _ in range(60):
+        value = _phi(x)
+        up = value > goal  # φ(x) too high: the root lies above x
+        lo, hi = np.where(up, x, lo), np.where(up, hi, x)
+        slope = np.where(x > 1e-8, x / np.expm1(np.minimum(x, 700.0)), 1.0 - 0.5 * x) - 1.0
+        newton = -(np.log(value) - log_goal) / np.minimum(slope, -1e-300)
+        step = x * np.exp(np.clip(newton, -30.0, 30.0))
+        bad = ~((step > lo) & (step < hi))
+        nxt = np.where(bad, 0.5 * (lo + hi), step)
+        done = np.abs(nxt - x) <= 1e-14 * x
+        x = nxt
+        if done.all():
+            break
+    return x
 
 
 def _weights(raw: EstimatorInputs, weights: str) -> NDArray[np.float64]:
