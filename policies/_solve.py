@@ -793,19 +793,20 @@ def solve_pages(
         lo_h = None
         f_v = np.zeros(pages.size)
     else:
-        capped = np.zeros(n_hosts, dtype=bool)
-        u, f_open, df_open = _solve_groups(
+        known = np.zeros(n_hosts, dtype=bool)
+        before = None if hint is None or budget < hint.budget else hint.capped_hosts
+        if before is not None and before.shape == known.shape:
+            known = before & ~closed  # at a larger budget μ is lower: they stay at their caps
+        u_global, f_open, capped, start = _solve_global(
             pages if rows_open is None else pages.take(rows_open),
-            None,
-            np.array([budget]),
-            start=first,
-            caps_by=(host_open, caps, capped),
+            host_open,
+            caps,
+            budget,
+            first,
+            known,
         )
-        u_global, leftover = float(u[0]), 0.0
+        leftover = 0.0
         f_v = _spread(f_open, rows_open, pages.size)
-        # the capped hosts' own μ_h > μ: start from a Newton step off the global solution
-        # (their pages' rates are still those at μ)
-        start = _host_start(u_global, host_open, f_open, df_open, caps, capped)
         lo_h = np.full(n_hosts, u_global)
     if capped.any() and hint is not None and hint.host_multipliers is not None:
         levels = np.asarray(hint.host_multipliers)
@@ -822,6 +823,58 @@ def solve_pages(
     with np.errstate(over="ignore"):  # a host capped near 0 has μ_h = ∞
         levels = np.where(capped, np.exp(host_u), mu)
     return _finish(name, problem, f, leftover, mu, levels, capped, unvalued)
+
+
+def _solve_global(
+    pages: Pages, host: Index, caps: Float, budget: float, first: Float | None, known: Mask
+) -> tuple[float, Float, Mask, Float]:
+    """The global multiplier under the caps: (u, f per page at u, the hosts over their caps,
+    a first guess of each one's own level).
+
+    A host over its cap at a level at or above the root stays over it down to the root, so
+    its pages need not be evaluated again: it takes its cap. ``known`` are such hosts (a
+    hint's, at a smaller budget); otherwise the pages are first evaluated at the uncapped
+    root (``Pages.start``), where Σf is the budget, so that the caps' sum falls short of it
+    and the hosts over their caps there are settled. The rest is solved without them, from
+    the root of the hosts' local models."""
+    n_hosts = caps.size
+    f, df = np.zeros(pages.size), np.zeros(pages.size)
+    start_h = np.full(n_hosts, np.nan)
+    hi = first
+    settled = known
+    guess = None if first is not None or known.any() else pages.start(budget)
+    if guess is not None:
+        u0 = np.array([guess[0]])
+        work = _Work(pages)
+        work.evaluate(u0)
+        total, _, _, over, model = _capped_totals(work, (host, caps, known), guess[0], budget)
+        if total[0] < budget and over.any():
+            settled, hi = over, u0
+            f, df = work.f, work.df
+            start_h = _host_start(guess[0], host, f, df, caps, over)
+            if math.isfinite(model):
+                first = np.array([model])
+        else:
+            first = u0
+    rest = None if not settled.any() else np.flatnonzero(~settled[host])
+    capped = np.zeros(n_hosts, dtype=bool)
+    u, f_rest, df_rest = _solve_groups(
+        pages if rest is None else pages.take(rest),
+        None,
+        np.array([budget - float(caps[settled].sum())]),
+        hi=hi,
+        start=first,
+        caps_by=(_take(host, rest), caps, capped),
+    )
+    if rest is None:
+        f, df = f_rest, df_rest
+    else:
+        f[rest], df[rest] = f_rest, df_rest
+    # the capped hosts' own μ_h > μ: a Newton step off the global solution, or off the
+    # level at which a settled host was last evaluated (its pages' rates are those there)
+    later = _host_start(float(u[0]), _take(host, rest), f_rest, df_rest, caps, capped)
+    start_h = np.where(capped, later, start_h)
+    return float(u[0]), f, capped | settled, start_h
 
 
 def _host_start(u: float, host: Index, f: Float, df: Float, caps: Float, capped: Mask) -> Float:
