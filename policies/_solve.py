@@ -52,9 +52,9 @@ _CHUNK = 1 << 16  # pages per vectorised block: keeps temporaries in cache
 # follows leaves an error of order _FTOL² (see _solve_groups)
 _FTOL = 1e-6
 # … and for one group (the global multiplier): tighter, so that the level it reports is the
-# same whichever way it was reached (a fleet's rounds reach it otherwise), to ~1e-10; the
-# last step along the derivative then moves no page across its drop-out
-_FTOL_ONE = 1e-9
+# same whichever way it was reached (a fleet's rounds reach it otherwise), to ~1e-9; the
+# last step along the derivative then rarely moves a page across its drop-out
+_FTOL_ONE = 1e-8
 _BINS = 4096
 _UTOL = 1e-8  # a bracket on log μ this narrow is the answer (see _solve_groups)
 _MAX_ITERATIONS = 200
@@ -375,7 +375,7 @@ class _Work:
         self.pages, self.group, self.index = pages, group, index
         self.f = np.empty(pages.size)
         self.df = np.empty(pages.size)
-        self.step = np.zeros(0)  # per group, the last evaluation's Σ of _step_slope
+        self.step = np.zeros(0)  # per group, Σ of _step_slope (when asked for)
 
     def keep(self, mask: Mask) -> _Work:
         assert self.group is not None
@@ -383,8 +383,9 @@ class _Work:
         index = rows if self.index is None else self.index[rows]
         return _Work(self.pages.take(rows), self.group[rows], index)
 
-    def evaluate(self, u: Float) -> tuple[Float, Float]:
-        """Σf and dΣf/du per group at u = log μ (one entry per group); fills f and df."""
+    def evaluate(self, u: Float, *, step: bool = False) -> tuple[Float, Float]:
+        """Σf and dΣf/du per group at u = log μ (one entry per group); fills f and df, and
+        with ``step`` ``self.step``."""
         level = self.pages.level(u)
         n = self.f.size
         self.step = np.zeros(u.size)
@@ -394,6 +395,8 @@ class _Work:
                 group = None if self.group is None else self.group[block]
                 f, df = self.f[block], self.df[block]
                 self.pages.rates(block, level, group, f, df)
+                if not step:
+                    continue
                 if group is None:
                     self.step[0] += _step_slope(f, df).sum()
                 else:
@@ -607,22 +610,26 @@ def _solve_groups(
     work = _Work(pages, group)
     if group is not None and not active[group].all():
         work = work.keep(active[group])
-    for _ in range(_MAX_ITERATIONS):
-        total, slope = work.evaluate(np.where(active, u, 0.0))
+    elastic = np.full(groups, np.nan)  # d ln Σf/du to step along, from the first evaluation
+    for iteration in range(_MAX_ITERATIONS):
+        first = iteration == 0
+        total, slope = work.evaluate(np.where(active, u, 0.0), step=first and caps_by is None)
         step_slope = work.step
         model = math.nan
         if caps_by is not None:
             # the hosts' local models only serve the first step
-            ask = float(budgets[0]) if not np.isfinite(previous[0]) else 0.0
+            ask = float(budgets[0]) if first else 0.0
             total, slope, step_slope, over, model = _capped_totals(work, caps_by, float(u[0]), ask)
         with np.errstate(divide="ignore", invalid="ignore"):
+            if first:
+                elastic = step_slope / total
             err = np.log(total) - log_b
             # Then the secant through the last two points: pages crossing their drop-out
             # make Σf a fine staircase, whose average slope the derivative at a point misses.
             secant = (err - previous) / (u - previous_u)
             secant = np.where(np.isfinite(first_slope), first_slope, secant)
             use = np.isfinite(secant) & (secant < 0.0)
-            newton = u - err / np.where(use, secant, step_slope / total)
+            newton = u - err / np.where(use, secant, elastic)
             if math.isfinite(model) and not np.isfinite(previous[0]):
                 # first step of a capped solve: the root of the hosts' local models, each
                 # host's sum log-linear in u up to its cap, which sees hosts reach their caps
@@ -710,7 +717,7 @@ def _solve_groups(
         # level there, halving it is the fastest way to pin it (see ``narrow``).
         with np.errstate(divide="ignore", invalid="ignore"):
             jump = bounded & (hi_u - lo_u < 1e-5)
-            jump &= err_lo - err_hi > -10.0 * (step_slope / total) * (hi_u - lo_u)
+            jump &= err_lo - err_hi > -10.0 * elastic * (hi_u - lo_u)
         fallback |= jump
         step = np.where(jump, middle, step)
         previous_u = u
