@@ -472,28 +472,35 @@ def _between(
 ) -> tuple[Float, Float, Float]:
     """Rates of ``work``'s groups interpolated between the bracket ends, where the groups take
     more (lo) and less (hi) than their budgets, so that they take them exactly. With
-    ``caps_by`` (one group), the hosts over their caps at lo are the capped ones and the
-    others share what the caps leave.
+    ``caps_by`` (one group), each host's sum is interpolated alike and counts up to its
+    cap: the weight solves Σ_h min(D_h, c_h) = budget, piecewise linear in it (a host may
+    reach its cap inside the bracket, or leave it: the page it owes it to is the one
+    crossing its drop-out), and the hosts over their caps there are the capped ones.
 
     Returns (u, f, df/du at lo)."""
     at_lo, _ = work.evaluate(lo)
     f_lo, df_lo = work.f.copy(), work.df.copy()
-    over = None
-    if caps_by is not None:
-        at_lo, _, _, over, _ = _capped_totals(work, caps_by)
     at_hi, _ = work.evaluate(hi)
-    if caps_by is not None and over is not None:
+    if caps_by is not None:
         host, caps, capped = caps_by
-        capped[...] = over
-        free = ~over[host]
-        rest = budgets[0] - float(caps[over].sum())
-        f = f_lo.copy()
-        gap = float(f_lo[free].sum() - work.f[free].sum())
-        theta = (rest - float(work.f[free].sum())) / gap if gap > 0.0 else 1.0
-        theta = min(max(theta, 0.0), 1.0)
-        f[free] = work.f[free] + theta * (f_lo[free] - work.f[free])
-        placed = float(f[free].sum())
-        f[free] *= rest / placed if placed > 0.0 else 0.0
+        d_lo = group_sum(host, f_lo, caps.size)
+        d_hi = group_sum(host, work.f, caps.size)
+
+        def taken(theta: float) -> float:
+            return float(np.minimum(d_hi + theta * (d_lo - d_hi), caps).sum())
+
+        low, high = 0.0, 1.0  # taken(0) < budget ≤ taken(1): the bracket's ends
+        for _ in range(60):
+            mid = 0.5 * (low + high)
+            low, high = (mid, high) if taken(mid) < budgets[0] else (low, mid)
+        theta = high
+        sums = d_hi + theta * (d_lo - d_hi)
+        capped[...] = sums > caps * (1.0 + _CAP_SLACK)
+        f = work.f + theta * (f_lo - work.f)
+        free = ~capped[host]
+        rest = budgets[0] - float(caps[capped].sum())
+        placed = float(np.sum(f, where=free))
+        np.multiply(f, rest / placed if placed > 0.0 else 0.0, out=f, where=free)
         return lo + (1.0 - theta) * (hi - lo), f, df_lo
     with np.errstate(invalid="ignore", divide="ignore"):
         theta_g = np.clip(np.nan_to_num((budgets - at_hi) / (at_lo - at_hi)), 0.0, 1.0)
