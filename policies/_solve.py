@@ -871,6 +871,8 @@ def _solve_global(
         else:
             first = u0
     rest = None if not settled.any() else np.flatnonzero(~settled[host])
+    if rest is not None and rest.size == 0:  # (cannot be: the caps would take it all)
+        settled, rest, hi = np.zeros(n_hosts, dtype=bool), None, None
     capped = np.zeros(n_hosts, dtype=bool)
     u, f_rest, df_rest = _solve_groups(
         pages if rest is None else pages.take(rest),
