@@ -565,6 +565,7 @@ def _solve_groups(
     start: Float | None = None,
     start_slope: Float | float = math.nan,
     caps_by: tuple[Index, Float, Mask] | None = None,
+    seen: tuple[float, float] | None = None,
 ) -> tuple[Float, Float, Float]:
     """Find u_g = log μ_g with Σ_{i∈g} f_i = budgets[g] for every group holding pages.
 
@@ -577,7 +578,9 @@ def _solve_groups(
     ``caps_by`` = (host per page, cap per host, capped: out) makes one group of pages on
     capped hosts: a host counts with min(Σ_{i∈h} f_i, c_h), and u is the global multiplier
     of the capped problem. The hosts over their caps at u are marked in ``capped``; their
-    pages' rates are left as they are at u (their own multipliers are the caller's job)."""
+    pages' rates are left as they are at u (their own multipliers are the caller's job).
+    ``seen`` = (u, log Σf − log budget) of a point already evaluated (one group): the first
+    step is the secant through it, not a model's."""
     single = group is None
     groups = budgets.size
     ftol = _FTOL_ONE if single else _FTOL
@@ -611,6 +614,8 @@ def _solve_groups(
     expand = np.ones(groups)
     previous = np.full(groups, np.inf)
     previous_u = np.full(groups, np.nan)
+    if seen is not None:
+        previous_u[0], previous[0] = seen
     err_lo = np.full(groups, np.inf)  # log Σf − log budget at lo_u (> 0) and hi_u (< 0)
     err_hi = np.full(groups, -np.inf)
     last_side = np.zeros(groups, np.int8)
@@ -625,7 +630,7 @@ def _solve_groups(
         model = math.nan
         if caps_by is not None:
             # the hosts' local models only serve the first step
-            ask = float(budgets[0]) if first else 0.0
+            ask = float(budgets[0]) if first and seen is None else 0.0
             total, slope, step_slope, over, model = _capped_totals(work, caps_by, float(u[0]), ask)
         with np.errstate(divide="ignore", invalid="ignore"):
             if first:
@@ -855,6 +860,7 @@ def _solve_global(
     f, df = np.zeros(pages.size), np.zeros(pages.size)
     start_h = np.full(n_hosts, np.nan)
     hi = first
+    seen = None
     settled = known
     guess = None if first is not None or known.any() else pages.start(budget)
     if guess is not None:
@@ -868,11 +874,14 @@ def _solve_global(
             start_h = _host_start(guess[0], host, f, df, caps, over)
             if math.isfinite(model):
                 first = np.array([model])
+                # the rest's error there: the secant through it takes the step after
+                held = float(caps[over].sum())
+                seen = (guess[0], math.log((total[0] - held) / (budget - held)))
         else:
             first = u0
     rest = None if not settled.any() else np.flatnonzero(~settled[host])
     if rest is not None and rest.size == 0:  # (cannot be: the caps would take it all)
-        settled, rest, hi = np.zeros(n_hosts, dtype=bool), None, None
+        settled, rest, hi, seen = np.zeros(n_hosts, dtype=bool), None, None, None
     capped = np.zeros(n_hosts, dtype=bool)
     u, f_rest, df_rest = _solve_groups(
         pages if rest is None else pages.take(rest),
@@ -881,6 +890,7 @@ def _solve_global(
         hi=hi,
         start=first,
         caps_by=(_take(host, rest), caps, capped),
+        seen=seen,
     )
     if rest is None:
         f, df = f_rest, df_rest
