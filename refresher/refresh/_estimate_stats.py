@@ -177,9 +177,9 @@ def _log_normal_map(
         live = observed > 0
         m = mean[b]
         th_b = np.where(np.isfinite(guess) & live, np.clip(guess, -59.0, 24.0), m)
-        _newton(th_b, live, nodes, timed_changes, quiet, m, inv_var)
-        _, curv = _terms(th_b, nodes, timed_changes, quiet)
-        info = np.maximum(-curv, 0.0)
+        info = np.empty(th_b.size)
+        _newton(th_b, live, nodes, timed_changes, quiet, m, inv_var, info)
+        np.maximum(info, 0.0, out=info)
         n_eff[b] = info
         half = z / np.sqrt(info + inv_var)
         np.exp(th_b, out=rate[b])
@@ -204,16 +204,24 @@ def _newton(
     quiet: Float,
     mean: Float,
     inv_var: float,
+    info: Float,
 ) -> None:
     """Safeguarded Newton (bisection inside a bracket) on the pages in ``live``, in place:
-    the objective is concave in θ, so it converges for every page."""
+    the objective is concave in θ, so it converges for every page. ``info``: each live
+    page's observed information (minus the likelihood's curvature) at its last step, which
+    moved θ by 1e-8 at most (0 for the others, which have no observation)."""
     lo, hi = np.full(theta.size, -60.0), np.full(theta.size, 25.0)  # λ from 1e-26 to 7e10 /s
     idx: Index | None = None if live.all() else np.flatnonzero(live)
+    info[:] = 0.0
     for _ in range(_NEWTON_STEPS):
         th = theta if idx is None else theta[idx]
         if th.size == 0:
             return
         grad, curv = _terms(th, nodes.take(idx), _take(timed_changes, idx), _take(quiet, idx))
+        if idx is None:
+            np.negative(curv, out=info)
+        else:
+            info[idx] = -curv
         grad -= (th - _take(mean, idx)) * inv_var
         curv -= inv_var
         up = grad > 0.0
