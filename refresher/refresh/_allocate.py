@@ -278,25 +278,29 @@ def _phi(x: NDArray[np.float64]) -> NDArray[np.float64]:
 
 def _inverse_phi(goal: NDArray[np.float64], above: NDArray[np.float64]) -> NDArray[np.float64]:
     """x ∈ (0, ``above``] with φ(x) = ``goal`` (φ falls from 1 at 0): safeguarded Newton in
-    ln x on ln φ, whose slope there is x/(eˣ − 1) − 1 ∈ (−1, 0); to 1e-14 in x."""
+    ln x on ln φ, whose slope there is x/(eˣ − 1) − 1 ∈ (−1, 0); to 1e-14 in x. Each round
+    works on the pages still moving."""
     # φ ≈ 1 − x/2 near 0 and ≈ 1/x far out: start from the lesser of the two inverses
     with np.errstate(divide="ignore"):
         x = np.minimum(np.minimum(2.0 * (1.0 - goal), 1.0 / goal), above)
-    x = np.maximum(x, 1e-300)
+    np.maximum(x, 1e-300, out=x)
     lo, hi = np.zeros_like(x), np.array(above, dtype=np.float64)
     log_goal = np.log(goal)
+    rows = np.arange(x.size)
     for _ in range(60):
-        value = _phi(x)
-        up = value > goal  # φ(x) too high: the root lies above x
-        lo, hi = np.where(up, x, lo), np.where(up, hi, x)
-        slope = np.where(x > 1e-8, x / np.expm1(np.minimum(x, 700.0)), 1.0 - 0.5 * x) - 1.0
-        newton = -(np.log(value) - log_goal) / np.minimum(slope, -1e-300)
-        step = x * np.exp(np.clip(newton, -30.0, 30.0))
-        bad = ~((step > lo) & (step < hi))
-        nxt = np.where(bad, 0.5 * (lo + hi), step)
-        done = np.abs(nxt - x) <= 1e-14 * x
-        x = nxt
-        if done.all():
+        xr, lo_r, hi_r, goal_r = x[rows], lo[rows], hi[rows], goal[rows]
+        value = _phi(xr)
+        up = value > goal_r  # φ(x) too high: the root lies above x
+        lo_r, hi_r = np.where(up, xr, lo_r), np.where(up, hi_r, xr)
+        slope = np.where(xr > 1e-8, xr / np.expm1(np.minimum(xr, 700.0)), 1.0 - 0.5 * xr) - 1.0
+        newton = -(np.log(value) - log_goal[rows]) / np.minimum(slope, -1e-300)
+        step = xr * np.exp(np.clip(newton, -30.0, 30.0))
+        bad = ~((step > lo_r) & (step < hi_r))
+        nxt = np.where(bad, 0.5 * (lo_r + hi_r), step)
+        moving = np.abs(nxt - xr) > 1e-14 * xr
+        x[rows], lo[rows], hi[rows] = nxt, lo_r, hi_r
+        rows = rows[moving]
+        if rows.size == 0:
             break
     return x
 
