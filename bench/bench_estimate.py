@@ -15,6 +15,7 @@ fit in memory here: the statistics are folded in chunks of 1 M pages).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -106,6 +107,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--statistics-only", action="store_true")
     args = parser.parse_args()
+    print("load average " + " ".join(f"{x:.2f}" for x in os.getloadavg()))
     print(f"{'pages':>10} {'observations':>13}  {'call':<28} {'seconds':>8} {'CPU s':>8}")
     for pages in args.pages:
         if args.statistics_only:
@@ -169,3 +171,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    print("load average " + " ".join(f"{x:.2f}" for x in os.getloadavg()))

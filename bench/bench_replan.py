@@ -17,15 +17,17 @@ no statistics).
 Steps, as the daemon's allocator makes them (``policy.decide = "expected"``, weights
 "none": no links in the synthetic store): ``read`` (``estimator_inputs``), ``estimate``
 (λ̂, posterior and P(static) per page), ``plan`` (the optimal policy's expected-value split
-under host caps, 5 % exploration), ``save`` (``save_plan``: λ̂, f and due time per page).
-The first plan of a process also builds the rows of the expected-value table it needs:
-``first plan`` is printed apart.
+under host caps, 5 % exploration), ``report`` (the rate each page is saved with, counting its
+chance of never changing: ``reported_rates``), ``save`` (``save_plan``: λ̂, f and due time per
+page). The first plan of a process also builds the rows of the expected-value table it
+needs: ``first plan`` is printed apart. The load average is printed before and after.
 """
 
 from __future__ import annotations
 
 import argparse
 import inspect
+import os
 import shutil
 import statistics
 import sys
@@ -39,7 +41,7 @@ import duckdb  # sql-ok: builds the synthetic store
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from refresher.refresh._allocate import InputSettings, plan
+from refresher.refresh._allocate import InputSettings, plan, reported_rates
 from refresher.store import DuckDBStore, PlanUpdate
 
 HOUR = 3600.0
@@ -154,6 +156,7 @@ def main() -> None:
     args = parser.parse_args()
     settings = InputSettings(weights="none", min_delay=1.0)
     reads_history = "history" in inspect.signature(DuckDBStore.estimator_inputs).parameters
+    print("load average " + " ".join(f"{x:.2f}" for x in os.getloadavg()))
     print(f"{'pages':>10}  {'step':<14} {'seconds':>8} {'CPU s':>8}")
     for pages in args.pages:
         scratch = Path(tempfile.mkdtemp(prefix="replan-", dir=args.dir))
@@ -180,9 +183,10 @@ def main() -> None:
                             x, "optimal", b, explore=0.05, decide="expected"
                         )
                     )
+                    stored, *report = timed(lambda x=inputs, r=result: reported_rates(x, r.target))
                     update = PlanUpdate(
                         page_ids=inputs.page_ids,
-                        rates=inputs.rates,
+                        rates=stored,
                         rate_n=inputs.rate_n,
                         weights=inputs.weights,
                         target=result.target,
@@ -191,17 +195,18 @@ def main() -> None:
                     if i == 0:
                         print(f"{pages:>10}  {'first plan':<14} {solve[0]:>8.3f} {solve[1]:>8.3f}")
                         if args.repeat == 0:  # the first pass's other steps, for lack of more
-                            for name, v in (("read", read), ("estimate", est), ("save", save)):
+                            firsts = (("read", read), ("estimate", est), ("report", report))
+                            for name, v in (*firsts, ("save", save)):
                                 print(
                                     f"{pages:>10}  {name + ' (1st)':<14} {v[0]:>8.3f} {v[1]:>8.3f}"
                                 )
                         continue
-                    for name, value in (("read", read), ("estimate", est), ("plan", solve)):
+                    parts = (("read", read), ("estimate", est), ("plan", solve), ("report", report))
+                    for name, value in (*parts, ("save", save)):
                         steps.setdefault(name, []).append((value[0], value[1]))
-                    steps.setdefault("save", []).append((save[0], save[1]))
                     total = (
-                        read[0] + est[0] + solve[0] + save[0],
-                        read[1] + est[1] + solve[1] + save[1],
+                        read[0] + est[0] + solve[0] + report[0] + save[0],
+                        read[1] + est[1] + solve[1] + report[1] + save[1],
                     )
                     steps.setdefault("re-plan", []).append(total)
             finally:
@@ -216,3 +221,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    print("load average " + " ".join(f"{x:.2f}" for x in os.getloadavg()))

@@ -20,7 +20,12 @@ T falls as y rises in every case.
   other pages and its derivative in y, and how many pages get nothing;
 * ``rates(level)``: the allocation at a :class:`Level` the fleet agreed on, pages of the
   hosts over their caps at their own multiplier (solved here: host caps are per node), the
-  others scaled by the level's ``factor`` so that the fleet's Σf is exactly its budget.
+  others scaled by the level's ``factor`` so that the fleet's Σf is exactly its budget;
+  ``allocation(level)`` the same with the multipliers.
+
+The optimal policies' demand is the plug-in one (the rates taken as exact) or, given each
+rate's posterior sd, the expected value's (:func:`refresher.policies.solve_expected`): the
+same search over the same kind of pages, so the fleet's level is the single solve's.
 
 The coordinator's side (the root-finding over rounds of answers) is ``refresher.fleet``.
 """
@@ -33,8 +38,19 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ._solve import _CAP_SLACK, Problem, _solve_groups, _Work, group_sum
-from ._table import Response, age_response, freshness_response
+from ._expected import EXPECTED_POLICIES, page_set, solve_expected
+from ._solve import (
+    _CAP_SLACK,
+    Allocation,
+    Pages,
+    Problem,
+    _host_start,
+    _solve_groups,
+    _Work,
+    group_sum,
+    response_pages,
+)
+from ._table import age_response, freshness_response
 
 __all__ = ["WATER_FILL", "Demand", "Level", "Point"]
 
@@ -98,8 +114,10 @@ def _water(shares: Float, host: Index, caps: Float, t: float) -> tuple[Float, Ma
 
 class Demand:
     """One page set's demand curve under ``policy`` (``uniform``, ``proportional``,
-    ``optimal``, ``optimal-age``; plug-in rates), with per-host caps; see the module
-    docstring. Arguments as :func:`refresher.policies.solve`'s (budget aside)."""
+    ``optimal``, ``optimal-age``), with per-host caps; see the module docstring. Arguments
+    as :func:`refresher.policies.solve`'s (budget aside); with ``log_sd`` (the sd of each
+    ln λ, natural-log units, every rate > 0), the optimal policies' expected-value demand
+    (:func:`refresher.policies.solve_expected`'s, ``rates`` the posterior medians)."""
 
     def __init__(
         self,
@@ -109,10 +127,18 @@ class Demand:
         weights: ArrayLike | None = None,
         hosts: ArrayLike | None = None,
         host_caps: ArrayLike | None = None,
+        log_sd: ArrayLike | None = None,
     ) -> None:
         if policy not in WATER_FILL and policy not in _RESPONSES:
             raise ValueError(f"no demand curve for policy {policy!r}")
         p = Problem.build(rates, 0.0, weights=weights, hosts=hosts, host_caps=host_caps)
+        #: the expected-value demand (else the plug-in one)
+        self.expected = log_sd is not None and policy in EXPECTED_POLICIES
+        self._log_sd = None
+        if self.expected:
+            self._log_sd = np.broadcast_to(np.asarray(log_sd, np.float64), p.rates.shape)
+            if p.rates.size and not p.rates.min() > 0.0:
+                raise ValueError("an expected-value demand needs every rate > 0 (ln λ finite)")
         self.policy = policy
         self.pages = p.rates.size
         self._rates = p.rates
@@ -137,21 +163,19 @@ class Demand:
         #: Σ c_h of the open hosts with unvalued pages and no valued one: what the unvalued
         #: pages can take once every host of valued pages is at its cap
         self.spare_room = float(self._caps[has_unvalued & ~has_valued & open_host].sum())
-        self._response: Response | None = None
+        self._pages: Pages | None = None
+        self._host_levels = np.full(n_hosts, math.nan)
+        self._over = np.zeros(n_hosts, dtype=bool)
         if policy in _RESPONSES:
-            response = _RESPONSES[policy]()
-            self._response = response
             # only the valued pages of open hosts take part, as in the single solve
             self._rows = np.flatnonzero(valued & open_host[self._host])
-            lam_v = lam[self._rows]
-            log_s = np.log(lam_v)
-            if response.power != 1:
-                log_s *= response.power
-            half = 0.5 * lam_v if response.power == 1 else np.full_like(lam_v, 0.5)
-            if w is not None:
-                log_s -= np.log(w[self._rows])
-                half *= w[self._rows]
-            self._log_s, self._amp = log_s, np.sqrt(half)
+            w_v = None if w is None else w[self._rows]
+            if self._log_sd is not None:
+                self._pages = page_set(
+                    policy, np.log(lam[self._rows]), self._log_sd[self._rows], w_v
+                )
+            else:
+                self._pages = response_pages(_RESPONSES[policy](), lam[self._rows], w_v)
         self._shares = (
             np.where(valued, lam, 0.0) if policy == "proportional" else valued.astype(np.float64)
         )
@@ -165,17 +189,22 @@ class Demand:
             return -math.inf
         from ._registry import solve
 
-        alloc = solve(
-            self.policy,
-            self._rates,
-            budget,
-            weights=self._weights,
-            hosts=self._host,
-            host_caps=self._caps,
-        )
+        w, host, caps = self._weights, self._host, self._caps
+        if self._log_sd is not None:
+            alloc = solve_expected(
+                self.policy,
+                np.log(self._rates),
+                self._log_sd,
+                budget,
+                weights=w,
+                hosts=host,
+                host_caps=caps,
+            )
+        else:
+            alloc = solve(self.policy, self._rates, budget, weights=w, hosts=host, host_caps=caps)
         if self.policy in WATER_FILL:
             return -math.log(alloc.multiplier)
-        if self._response is None or not alloc.multiplier > 0.0:  # pragma: no cover
+        if self._pages is None or not alloc.multiplier > 0.0:  # pragma: no cover
             return -math.inf
         return math.log(alloc.multiplier)
 
@@ -213,6 +242,36 @@ class Demand:
             f += extra * scale
         return f
 
+    def allocation(self, level: Level, budget: float, unplaced: float = 0.0) -> Allocation:
+        """These pages' share of a fleet's ``budget`` at ``level`` as an :class:`Allocation`:
+        the multiplier is μ = e^y (uniform's and proportional's t = e^(−y)); for the optimal
+        policies with each capped host's own."""
+        rates = self.rates(level)
+        rates.flags.writeable = False
+        if self._pages is None:
+            mu = math.exp(-level.y) if level.y > -math.inf else math.inf
+            return Allocation(
+                policy=self.policy, rates=rates, budget=budget, unplaced=unplaced, multiplier=mu
+            )
+        # the level the rates are at, as the single solve reports it: past the last step
+        # along the derivative, or between the ends of a cliff's bracket
+        y = level.y + level.delta
+        if not math.isnan(level.y_hi):
+            y += (1.0 - level.theta) * (level.y_hi - level.y)
+        levels = np.where(self._over, self._host_levels, y)
+        with np.errstate(over="ignore"):
+            multipliers = np.exp(levels)
+        multipliers.flags.writeable = False
+        return Allocation(
+            policy=self.policy,
+            rates=rates,
+            budget=budget,
+            unplaced=unplaced,
+            multiplier=math.exp(y) if y < 709.0 else math.inf,
+            host_multipliers=multipliers,
+            capped_hosts=self._over.copy(),
+        )
+
     # -- internals --------------------------------------------------------------------------
 
     def _residual(self) -> Float:
@@ -228,7 +287,8 @@ class Demand:
     def _valued_rates(self, y: float) -> tuple[Float, Mask, Float]:
         """(f per page at y, the hosts over their caps, df/dy per page); sets ``_slope``."""
         n_hosts = self._caps.size
-        if self._response is None:
+        pages = self._pages
+        if pages is None:
             t = math.inf if y == -math.inf else math.exp(-y)
             f, over, _, free = _water(self._shares, self._host, self._caps, t)
             self._slope = -free
@@ -245,28 +305,28 @@ class Demand:
             lo = None
             self._slope = 0.0
         else:
-            work = _Work(self._response, self._log_s, self._amp)
+            work = _Work(pages)
             work.evaluate(np.array([y]))
             f_v, df = work.f.copy(), work.df
             df_all[rows] = df
             demand = group_sum(host, f_v, n_hosts)
             over = demand > caps * (1.0 + _CAP_SLACK)
             self._slope = float(np.sum(df, where=~over[host]))
-            slope_h = group_sum(host, df, n_hosts)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                start = y - (np.log(demand) - np.log(caps)) * demand / slope_h
+            start = _host_start(y, host, f_v, df, caps, over)
             lo = np.full(n_hosts, y)
+        levels = np.full(n_hosts, y)
         if over.any():
             capped_rows = np.flatnonzero(over[host])
-            _, f_rows, _ = _solve_groups(
-                self._response,
-                self._log_s[capped_rows],
-                self._amp[capped_rows],
+            u, f_rows, _ = _solve_groups(
+                pages.take(capped_rows),
                 host[capped_rows],
                 np.where(over, caps, 0.0),
                 lo=lo,
                 start=start,
             )
             f_v[capped_rows] = f_rows
+            levels[over] = u[over]
+        levels[caps <= 0.0] = math.inf
+        self._host_levels, self._over = levels, over | (caps <= 0.0)
         f[rows] = f_v
         return f, over, df_all

@@ -19,15 +19,20 @@ plug-in optimum; a page known only roughly gets a hedge between what its possibl
 each be given. For freshness a page is dropped when μ ≥ w·E[1/λ] = w·e^(−θ + σ²/2): an
 uncertain page is dropped later than its point estimate would be, since it may be slow.
 
-The multipliers are found by bisection on ln μ (the global one, then every capped host's at
-once); the last relative error in Σf is removed by rescaling the uncapped pages.
+The multipliers are found by the plug-in solver's search (:func:`policies._solve.solve_pages`:
+the global one, then every capped host's at once), over :class:`ExpectedPages`, which evaluate
+the table for a block of pages at a time with its slope; the first guess of the global one comes
+from the pages compressed into cells of σ and s (a few tens of thousands for ten million pages),
+so that a solve takes a few passes over the pages rather than dozens.
 """
 
 from __future__ import annotations
 
 import math
 import threading
+from dataclasses import dataclass
 from functools import cache
+from typing import cast
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -35,12 +40,21 @@ from numpy.typing import ArrayLike, NDArray
 from ._model import freshness as _freshness
 from ._model import g as _g
 from ._model import q as _q
-from ._solve import Allocation, group_sum
+from ._solve import (
+    _CHUNK,
+    Allocation,
+    Pages,
+    _solve_groups,
+    _Work,
+    check_hosts,
+    solve_pages,
+)
 
 __all__ = ["EXPECTED_POLICIES", "expected_value", "solve_expected"]
 
 Float = NDArray[np.float64]
 Index = NDArray[np.intp]
+Mask = NDArray[np.bool_]
 
 #: the policies with an expected-value form, and their objective's power p
 EXPECTED_POLICIES = {"optimal": 1, "optimal-age": 2}
@@ -49,7 +63,6 @@ _NODES = 40  # Gauss–Hermite nodes: exact for polynomials of degree 79 in z
 _SIGMA_MAX = 4.0  # wider posteriors are treated as this wide (a factor e⁴ ≈ 55 either way)
 _SIGMA_STEP = 0.05
 _U = np.linspace(-60.0, 60.0, 12001)  # ln(e^θ/f)
-_BISECTIONS = 80
 
 
 def _nodes() -> tuple[Float, Float]:
@@ -66,7 +79,8 @@ _V = (-math.log(_SIGMA_MAX**2 / 2 + 130.0), 40.0, 0.005)
 
 class _Table:
     """u(σ, c) solving ln M_σ(u) = ln y on a grid of σ (rows: 0, step, …, _SIGMA_MAX) and
-    c = ln y (age) or c = −ln(σ²/2 − ln y) (freshness) in columns.
+    c = ln y (age) or c = −ln(σ²/2 − ln y) (freshness) in columns; between rows, u is
+    interpolated linearly in σ, and within a row linearly in c.
 
     A row costs a Gauss–Hermite sum at 12,001 × 40 points; rows are built when a solve first
     needs them (a plan's posteriors span a few dozen of the 81), so the first plan pays only
@@ -75,10 +89,15 @@ class _Table:
     def __init__(self, power: int) -> None:
         self.power = power
         self.sigmas = np.arange(0.0, _SIGMA_MAX + _SIGMA_STEP / 2, _SIGMA_STEP)
-        c0, c1, dc = _LOG_Y if power == 2 else _V
-        self.cols = np.arange(c0, c1 + dc / 2, dc)
+        self.c0, self.c1, self.dc = _LOG_Y if power == 2 else _V
+        self.cols = np.arange(self.c0, self.c1 + self.dc / 2, self.dc)
         self.u = np.full((self.sigmas.size, self.cols.size), np.nan)
+        # u[r, k + 1] − u[r, k] (0 in the last column): the kernel reads a cell's value and
+        # slope with one index
+        self.step = np.zeros_like(self.u)
         self.built = np.zeros(self.sigmas.size, dtype=bool)
+        #: σ²/2 of each row: freshness's cut-off in ln y
+        self.tops = 0.5 * (np.arange(self.sigmas.size) * _SIGMA_STEP) ** 2
         self._lock = threading.Lock()
 
     def ensure(self, rows: Index) -> None:
@@ -89,7 +108,22 @@ class _Table:
             for r in rows:
                 if not self.built[r]:
                     self.u[r] = _row_values(self.power, float(self.sigmas[r]), self.cols)
+                    self.step[r, :-1] = np.diff(self.u[r])
                     self.built[r] = True
+
+    def position(self, sigma: Float) -> tuple[Index, Float]:
+        """Each σ's lower row and its weight towards the next one; builds the rows used."""
+        j = np.empty(sigma.size, np.intp)
+        a = np.empty(sigma.size)
+        for start in range(0, sigma.size, _CHUNK):  # in blocks: no page-sized temporaries
+            b = slice(start, start + _CHUNK)
+            s = np.clip(sigma[b], 0.0, _SIGMA_MAX)
+            s /= _SIGMA_STEP
+            np.minimum(s.astype(np.intp), self.u.shape[0] - 2, out=j[b])
+            np.subtract(s, j[b], out=a[b])
+        if j.size:  # the rows between the lowest and the highest in use
+            self.ensure(np.arange(int(j.min()), int(j.max()) + 2))
+        return j, a
 
     def _column(self, rows: Index, log_y: Float) -> Float:
         if self.power == 2:
@@ -100,7 +134,7 @@ class _Table:
 
     def _row(self, rows: Index, log_y: Float) -> Float:
         c = self._column(rows, log_y)
-        c0, c1, dc = _LOG_Y if self.power == 2 else _V
+        c0, c1, dc = self.c0, self.c1, self.dc
         pos = np.clip(np.nan_to_num((c - c0) / dc, nan=0.0), 0.0, self.u.shape[1] - 1.000001)
         k = pos.astype(np.intp)
         b = pos - k
@@ -121,16 +155,51 @@ class _Table:
 
     def solve(self, sigma: Float, log_y: Float) -> Float:
         """u per page, interpolated between the two nearest σ rows; +∞ where the page is not
-        worth a fetch."""
-        s = np.clip(sigma, 0.0, _SIGMA_MAX) / _SIGMA_STEP
-        j = np.minimum(s.astype(np.intp), self.u.shape[0] - 2)
-        if j.size:  # the rows between the lowest and the highest in use
-            self.ensure(np.arange(int(j.min()), int(j.max()) + 2))
-        a = s - j
+        worth a fetch. The definition, evaluated plainly: the solver's pages
+        (:class:`ExpectedPages`) compute the same in blocks, with the slope."""
+        j, a = self.position(sigma)
         lo, hi = self._row(j, log_y), self._row(j + 1, log_y)
         with np.errstate(invalid="ignore"):
             out = (1.0 - a) * lo + a * hi
         return np.asarray(np.where(np.isinf(lo) | np.isinf(hi), np.inf, out), dtype=np.float64)
+
+    def interpolate(
+        self, c: Float, rows: Index, log_y: Float, gap: Float | None
+    ) -> tuple[Float, Float]:
+        """Row ``rows`` at columns ``c`` (finite): u and du/d ln y (``gap`` = σ²/2 − ln y
+        for freshness, whose column is −ln gap; None for age)."""
+        c0, c1 = self.c0, self.c1
+        pos = c - c0
+        pos *= 1.0 / self.dc
+        last = self.u.shape[1] - 1.000001
+        low, high = bool(pos.min() < 0.0), bool(pos.max() > last)
+        np.clip(pos, 0.0, last, out=pos)
+        k = pos.astype(np.intp)
+        pos -= k
+        k += rows * self.u.shape[1]
+        step = np.take(self.step, k)
+        u = np.take(self.u, k)
+        u += pos * step
+        step *= 1.0 / self.dc  # du/dc inside the grid
+        if gap is not None:
+            step /= gap  # dc/d ln y = 1/gap
+        if low:
+            out = c < c0
+            if gap is None:
+                u[out] += (c[out] - c0) / 3.0
+                step[out] = 1.0 / 3.0
+            else:
+                u[out] += (log_y[out] - (self.tops[rows[out]] - math.exp(-c0))) / 2.0
+                step[out] = 0.5
+        if high:
+            out = c > c1
+            if gap is None:
+                u[out] += (c[out] - c1) / 2.0
+                step[out] = 0.5
+            else:
+                u[out] += c[out] - c1
+                step[out] = 1.0 / gap[out]
+        return u, step
 
 
 @cache
@@ -165,59 +234,177 @@ def _row_values(power: int, s: float, cols: Float) -> Float:
     return np.asarray(u, dtype=np.float64)
 
 
-def _rates(table: _Table, theta: Float, sigma: Float, log_w: Float, log_mu: Float) -> Float:
-    """f per page at multiplier(s) e^log_mu (scalar or per page)."""
-    u = table.solve(sigma, log_mu + table.power * theta - log_w)
-    with np.errstate(over="ignore"):
-        return np.where(np.isfinite(u), np.exp(np.minimum(theta - u, 700.0)), 0.0)
+_TINY = 1e-300  # the gap to the cut-off of a page past it (it takes nothing)
+_CELL_ROWS_A = 4  # cells of the compressed stand-in: σ-weight bins per row …
+_CELL_S = 512  # … and bins of ln y − ln μ
+_CELLS_FROM = 1 << 16  # pages from which a first guess is worth a compressed stand-in
 
 
-def _bisect(
-    demand: object, target: Float, lo: Float, hi: Float
-) -> Float:  # demand(log_mu) -> Σf per group, decreasing
-    """ln μ per group with demand(ln μ) = target, inside the bracket [lo, hi].
+class ExpectedPages(Pages):
+    """The expected-value optimum's pages: f = e^(θ − u) with u from the table at
+    ln y = ln μ + s, s = p·θ − ln w (θ = ln λ's posterior mean), the row pair and weight
+    from σ."""
 
-    Regula falsi on ln demand − ln target (Illinois: an end kept twice running has its
-    error halved), bisecting where an end's demand is 0 or the bracket did not halve in two
-    steps (Σf read off the table has steps far below its scale). It stops at a relative error
-    of 1e-10 in Σf or a bracket of 1e-7 in ln μ (the caller's rescale removes what is
-    left): some 10–40 passes over the pages instead of a bisection's 80."""
-    assert callable(demand)
-    lo, hi = np.array(lo, dtype=np.float64), np.array(hi, dtype=np.float64)
-    idle = ~(target > 0.0)  # groups with nothing to place: their level is not used
-    log_t = np.log(np.where(idle, 1.0, target))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        err_lo = np.log(demand(lo)) - log_t  # > 0 (or +∞)
-        err_hi = np.log(demand(hi)) - log_t  # < 0 (or −∞)
-    side = np.zeros(lo.shape, np.int8)
-    x = 0.5 * (lo + hi)
-    result = x.copy()
-    done = idle.copy()  # a group's level stays where it first met the tolerance
-    back1 = back2 = np.full(lo.shape, np.inf)  # the bracket's width one and two steps back
-    for _ in range(_BISECTIONS):
-        width = hi - lo
-        with np.errstate(invalid="ignore", divide="ignore"):
-            step = lo + width * err_lo / (err_lo - err_hi)
-        bad = ~np.isfinite(step) | (step <= lo) | (step >= hi) | (width > 0.5 * back2)
-        x = np.where(bad, 0.5 * (lo + hi), step)
+    def __init__(
+        self,
+        table: _Table,
+        theta: Float,
+        s: Float,
+        row: Index,
+        weight: Float,
+        *,
+        compressed: bool = False,
+    ) -> None:
+        self.table, self.theta, self.s, self.row, self.weight = table, theta, s, row, weight
+        self.compressed = compressed
+        self._summarised: tuple[float, ExpectedPages | None] | None = None
+
+    @property
+    def size(self) -> int:
+        return self.theta.size
+
+    def take(self, index: Index) -> ExpectedPages:
+        return ExpectedPages(
+            self.table,
+            self.theta[index],
+            self.s[index],
+            self.row[index],
+            self.weight[index],
+            compressed=self.compressed,
+        )
+
+    def rates(self, block: slice, level: object, group: Index | None, f: Float, df: Float) -> None:
+        u = cast(Float, level)
+        table = self.table
+        log_y = self.s[block] + (u[0] if group is None else u[group])
+        rows = self.row[block]
+        live = None
+        gap_lo = gap_hi = None
+        if table.power == 1:
+            gap_lo = np.take(table.tops, rows)
+            gap_lo -= log_y
+            gap_hi = np.take(table.tops, rows + 1)
+            gap_hi -= log_y
+            live = gap_lo > 0.0  # past the lower row's cut-off a page takes nothing
+            dead = ~live  # … so any column will do for it, one inside the grid is cheapest
+            np.copyto(gap_lo, 1.0, where=dead)
+            np.copyto(gap_hi, 1.0, where=dead)
+            np.maximum(gap_lo, _TINY, out=gap_lo)
+            c_lo = np.log(gap_lo)
+            np.negative(c_lo, out=c_lo)
+            c_hi = np.log(gap_hi)
+            np.negative(c_hi, out=c_hi)
+        else:
+            c_lo = c_hi = log_y
+        u_lo, du_lo = table.interpolate(c_lo, rows, log_y, gap_lo)
+        u_hi, du_hi = table.interpolate(c_hi, rows + 1, log_y, gap_hi)
+        a = self.weight[block]
+        u_hi -= u_lo
+        u_hi *= a
+        u_lo += u_hi
+        du_hi -= du_lo
+        du_hi *= a
+        du_lo += du_hi
+        np.subtract(self.theta[block], u_lo, out=u_lo)
+        np.minimum(u_lo, 700.0, out=u_lo)
+        np.exp(u_lo, out=f)
+        if live is not None:
+            f *= live
+        np.multiply(f, du_lo, out=df)
+        np.negative(df, out=df)
+
+    def bounds(self, block: slice) -> Float:
+        """e^(θ − (s + ln 2 − [p=1]σ²)/2 + 1) per page of ``block``: M_σ(u) ≤
+        e^(2u)·E[e^((2−p)σz)]/2 (g(x), q(x) ≤ x²/2), so u ≥ (ln y + ln 2 − [p=1]σ²/2)/2 and
+        f ≤ that·e^(−ln μ/2); σ² as the rows interpolate it, and e for the table's error."""
+        exponent = self.s[block] + math.log(2.0)
+        exponent *= -0.5
+        exponent += self.theta[block]
+        exponent += 1.0
+        if self.table.power == 1:
+            rows = self.row[block]
+            lo = np.take(self.table.tops, rows)
+            hi = np.take(self.table.tops, rows + 1)
+            hi -= lo
+            hi *= self.weight[block]
+            hi += lo
+            hi *= 0.5
+            exponent += hi
+        np.minimum(exponent, 700.0, out=exponent)
+        return np.exp(exponent, out=exponent)
+
+    def mass(self, group: Index | None, groups: int) -> Float:
+        if group is None:
+            return np.array([self._summary()[0]])
+        total = np.zeros(groups)
+        for start in range(0, self.size, _CHUNK):
+            b = slice(start, start + _CHUNK)
+            total += np.bincount(group[b], self.bounds(b), minlength=groups)
+        return total
+
+    def start(self, budget: float) -> tuple[float, float] | None:
+        if self.compressed or self.size < _CELLS_FROM:
+            return None
+        cells = self._summary()[1]
+        assert cells is not None
+        u, _, _ = _solve_groups(cells, None, np.array([budget]))
+        if not np.isfinite(u[0]):
+            return None
+        # the slope of ln Σf over a step, not at the point: near its cut-off a page's rate
+        # falls off a cliff whose local slope would make the first step vanish
+        h = 1e-3
+        work = _Work(cells)
+        (lower,), _ = work.evaluate(u - h)
+        (upper,), _ = work.evaluate(u + h)
         with np.errstate(divide="ignore", invalid="ignore"):
-            err = np.log(demand(x)) - log_t
-        over = ~(err < 0.0)  # demand ≥ target (or NaN): the root lies above x
-        err_hi = np.where(over & (side > 0), 0.5 * err_hi, err_hi)
-        err_lo = np.where(~over & (side < 0), 0.5 * err_lo, err_lo)
-        lo, err_lo = np.where(over, x, lo), np.where(over, err, err_lo)
-        hi, err_hi = np.where(over, hi, x), np.where(over, err_hi, err)
-        side = np.where(over, 1, -1).astype(np.int8)
-        back2, back1 = back1, width
-        # on a step of Σf (a page dropping out) no level meets the budget: take the bracket's
-        # lower end, where the pages take at least the budget, and the rescale the rest
-        met = np.abs(err) < 1e-10
-        ended = ~done & (met | (hi - lo < 1e-7))
-        result = np.where(ended, np.where(met, x, lo), result)
-        done |= ended
-        if done.all():
-            break
-    return result
+            slope = (math.log(upper) - math.log(lower)) / (2.0 * h) if upper > 0.0 else math.nan
+        return float(u[0]), slope
+
+    def _summary(self) -> tuple[float, ExpectedPages | None]:
+        """(Σ of :meth:`bounds`, the compressed stand-in or None when not worth one), in one
+        pass over the pages, kept."""
+        if self._summarised is None:
+            self._summarised = self._summarise()
+        return self._summarised
+
+    def _summarise(self) -> tuple[float, ExpectedPages | None]:
+        """The stand-in: cells of one row, a quarter of the σ weight and 1/512 of the range of
+        s, each at its e^θ-weighted mean s and weight with the cell's Σe^θ, which cancels the
+        first-order error."""
+        with_cells = not self.compressed and self.size >= _CELLS_FROM
+        top = float(self.theta.max()) if self.size else 0.0
+        lo, hi = (float(self.s.min()), float(self.s.max())) if self.size else (0.0, 0.0)
+        scale = _CELL_S / ((hi - lo) or 1.0)
+        per_row = _CELL_ROWS_A * _CELL_S
+        n_cells = self.table.u.shape[0] * per_row if with_cells else 0
+        mass, moment_s, moment_a = np.zeros(n_cells), np.zeros(n_cells), np.zeros(n_cells)
+        bound = 0.0
+        for start in range(0, self.size, _CHUNK):  # in blocks: no page-sized temporaries
+            b = slice(start, start + _CHUNK)
+            bound += float(self.bounds(b).sum())
+            if not with_cells:
+                continue
+            s, a = self.s[b], self.weight[b]
+            cell = np.minimum(((s - lo) * scale).astype(np.intp), _CELL_S - 1)
+            cell += np.minimum((a * _CELL_ROWS_A).astype(np.intp), _CELL_ROWS_A - 1) * _CELL_S
+            cell += self.row[b] * per_row
+            e = np.exp(self.theta[b] - top)
+            mass += np.bincount(cell, e, minlength=n_cells)
+            moment_s += np.bincount(cell, e * s, minlength=n_cells)
+            moment_a += np.bincount(cell, e * a, minlength=n_cells)
+        if not with_cells:
+            return bound, None
+        used = np.flatnonzero(mass > 0.0)
+        m = mass[used]
+        cells = ExpectedPages(
+            self.table,
+            np.log(m) + top,
+            moment_s[used] / m,
+            used // per_row,
+            moment_a[used] / m,
+            compressed=True,
+        )
+        return bound, cells
 
 
 def solve_expected(
@@ -229,121 +416,81 @@ def solve_expected(
     weights: ArrayLike | None = None,
     hosts: ArrayLike | None = None,
     host_caps: ArrayLike | None = None,
+    hint: Allocation | None = None,
 ) -> Allocation:
     """Maximise Σ wᵢ·E[V(λᵢ, fᵢ)] for ln λᵢ ~ N(``log_rate``ᵢ, ``log_sd``ᵢ²) (ln of changes
     per second; sd in natural-log units), V = F̄ for ``name`` "optimal", −Ā for
-    "optimal-age"; Σf = ``budget`` fetches per second, at most ``host_caps[h]`` per host."""
+    "optimal-age"; Σf = ``budget`` fetches per second, at most ``host_caps[h]`` per host.
+    Budget the caps leave is spread over the weightless pages with room, as by
+    :func:`refresher.policies.solve`, and what is left is ``unplaced``. ``hint``: an
+    allocation of the same pages at another budget, whose multipliers start the search
+    (the answer is the same without it, to the search's tolerance)."""
+    pages, index, problem, unvalued = expected_pages(
+        name, log_rate, log_sd, budget, weights=weights, hosts=hosts, host_caps=host_caps
+    )
+    return solve_pages(name, pages, problem, problem.pages, index, unvalued, hint)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Split:
+    budget: float
+    pages: int
+    hosts: Index | None
+    caps: Float | None
+
+
+def expected_pages(
+    name: str,
+    log_rate: ArrayLike,
+    log_sd: ArrayLike,
+    budget: float,
+    *,
+    weights: ArrayLike | None = None,
+    hosts: ArrayLike | None = None,
+    host_caps: ArrayLike | None = None,
+) -> tuple[ExpectedPages, Index | None, _Split, Mask | None]:
+    """:func:`solve_expected`'s arguments checked: the valued pages (weight > 0) as the
+    solver's pages, their index (None: all), the budget and caps, the pages left out."""
     if name not in EXPECTED_POLICIES:
         raise ValueError(f"no expected-value form of {name!r}: use one of {EXPECTED_POLICIES}")
-    theta = np.asarray(log_rate, dtype=np.float64)
-    sigma = np.broadcast_to(np.asarray(log_sd, dtype=np.float64), theta.shape)
+    theta = np.ascontiguousarray(log_rate, dtype=np.float64)
     n = theta.size
-    if not (np.isfinite(theta).all() and np.isfinite(sigma).all() and (sigma >= 0).all()):
-        raise ValueError("log_rate and log_sd must be finite, log_sd ≥ 0")
-    w = np.ones(n) if weights is None else np.broadcast_to(np.asarray(weights, np.float64), (n,))
-    host = np.zeros(n, np.intp) if hosts is None else np.asarray(hosts, dtype=np.intp)
-    caps = np.array([np.inf]) if host_caps is None else np.asarray(host_caps, np.float64)
-    valued = w > 0.0
-    with np.errstate(divide="ignore"):
-        log_w = np.where(valued, np.log(w), 0.0)
+    sigma = np.ascontiguousarray(np.broadcast_to(np.asarray(log_sd, dtype=np.float64), (n,)))
+    if theta.ndim != 1 or not (_finite(theta) and _finite(sigma) and (n == 0 or sigma.min() >= 0)):
+        raise ValueError("log_rate and log_sd must be finite (1-D, one per page), log_sd ≥ 0")
+    b = float(budget)
+    if not (math.isfinite(b) and b >= 0.0):
+        raise ValueError(f"budget must be finite and ≥ 0 fetches per second, got {budget!r}")
+    h, c = check_hosts(hosts, host_caps, n)
+    index: Index | None = None
+    unvalued: Mask | None = None
+    w: Float | None = None
+    if weights is not None:
+        w = np.broadcast_to(np.asarray(weights, np.float64), (n,))
+        if not (_finite(w) and (n == 0 or w.min() >= 0.0)):
+            raise ValueError("weights must be finite and ≥ 0")
+        valued = w > 0.0
+        if not valued.all():
+            index, unvalued = np.flatnonzero(valued), ~valued
+            theta, sigma, w = theta[index], sigma[index], w[index]
+    pages = page_set(name, theta, sigma, w)
+    return pages, index, _Split(budget=b, pages=n, hosts=h, caps=c), unvalued
+
+
+def page_set(name: str, theta: Float, sigma: Float, weights: Float | None) -> ExpectedPages:
+    """The solver's pages for ln λ ~ N(``theta``, ``sigma``²) of weights > 0 (None: all
+    1), checked by the caller."""
     table = _table(EXPECTED_POLICIES[name])
-    n_hosts = caps.size
-    worth = group_sum(host, valued.astype(np.float64), n_hosts) > 0
-    room = float(caps[worth].sum())
-
-    def rates(log_mu: Float | float) -> Float:
-        return np.where(valued, _rates(table, theta, sigma, log_w, np.asarray(log_mu)), 0.0)
-
-    def taken(log_mu: Float) -> Float:
-        return np.array(
-            [
-                float(np.minimum(group_sum(host, rates(float(v)), n_hosts), caps).sum())
-                for v in log_mu
-            ]
-        )
-
-    span = _span(theta, sigma, log_w, table.power)
-    if n == 0 or not valued.any() or budget <= 0.0:
-        f = np.zeros(n)
-        return _allocation(name, f, budget, budget if n == 0 else 0.0, math.inf, None, None)
-    if room > budget:
-        log_mu = float(
-            _bisect(taken, np.array([budget]), np.array([span[0]]), np.array([span[1]]))[0]
-        )
-        f = rates(log_mu)
-        demand = group_sum(host, f, n_hosts)
-        capped = demand > caps * (1.0 + 1e-12)
-        leftover = 0.0
-    else:
-        log_mu, capped = -math.inf, worth.copy()
-        f = np.zeros(n)
-        leftover = budget - room
-    if capped.any():
-        rows = capped[host] & valued
-        start = log_mu if math.isfinite(log_mu) else span[0]
-
-        def by_host(level: Float) -> Float:
-            fr = _rates(table, theta[rows], sigma[rows], log_w[rows], level[host[rows]])
-            return group_sum(host[rows], fr, n_hosts)
-
-        levels = _bisect(
-            by_host, np.where(capped, caps, 0.0), np.full(n_hosts, start), np.full(n_hosts, span[1])
-        )
-        f[rows] = _rates(table, theta[rows], sigma[rows], log_w[rows], levels[host[rows]])
-        f[capped[host]] *= _ratio(caps, group_sum(host, f, n_hosts), capped)[host[capped[host]]]
-    else:
-        levels = None
-    free = ~capped[host]
-    want = budget - leftover - float(f[~free].sum())
-    have = float(f[free].sum())
-    if have > 0.0 and want > 0.0:
-        f[free] *= want / have  # the bisection's last relative error
-    mu = math.exp(log_mu) if math.isfinite(log_mu) else 0.0
-    host_levels = (
-        None
-        if hosts is None
-        else np.where(capped, np.exp(levels), mu)
-        if levels is not None
-        else np.full(n_hosts, mu)
-    )
-    return _allocation(
-        name, f, budget, leftover, mu, host_levels, capped if hosts is not None else None
-    )
+    s = theta if table.power == 1 else theta * table.power
+    if weights is not None:
+        s = s - np.log(weights)
+    row, weight = table.position(sigma)
+    return ExpectedPages(table, theta, s, row, weight)
 
 
-def _ratio(caps: Float, sums: Float, capped: NDArray[np.bool_]) -> Float:
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(capped & (sums > 0.0), caps / sums, 1.0)
-
-
-def _span(theta: Float, sigma: Float, log_w: Float, power: int) -> tuple[float, float]:
-    """A bracket on ln μ: above it no page takes a fetch worth mentioning, below it every
-    page takes more than any budget."""
-    base = log_w - power * theta
-    return float(base.min() - 130.0), float(base.max() + 0.5 * float(sigma.max()) ** 2 + 130.0)
-
-
-def _allocation(
-    name: str,
-    f: Float,
-    budget: float,
-    unplaced: float,
-    mu: float,
-    levels: Float | None,
-    capped: NDArray[np.bool_] | None,
-) -> Allocation:
-    for a in (f, levels, capped):
-        if a is not None:
-            a.flags.writeable = False
-    return Allocation(
-        policy=name,
-        rates=f,
-        budget=budget,
-        unplaced=max(unplaced, 0.0),
-        multiplier=mu,
-        host_multipliers=levels,
-        capped_hosts=capped,
-    )
+def _finite(a: Float) -> bool:
+    """All of ``a`` finite, without a temporary array."""
+    return a.size == 0 or bool(np.isfinite(a.min()) and np.isfinite(a.max()))
 
 
 def expected_value(name: str, log_rate: ArrayLike, log_sd: ArrayLike, f: ArrayLike) -> Float:

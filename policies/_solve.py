@@ -12,14 +12,17 @@ Two solvers, both vectorised over pages and hosts (no Python loop over either):
   is below μ_h, so μ solves Σ_h min(D_h(μ), c_h) = B, D_h being what the host's pages would
   take at μ; the hosts over their caps there are then solved for their own μ_h, all at once.
 
-Each multiplier is found by a safeguarded iteration on log Σf in log μ, run for all groups
-at once: the first step from a histogram of the pages (or, under caps, from each host's local
-model), then secant steps — pages dropping out of the freshness optimum make Σf a fine
-staircase whose average slope a local derivative misses — with Illinois false position when
-a step leaves the bracket or stalls. The page rates come from the tables of ``_table``. The
-last small gap to the budget is closed along the derivative and by an exact rescale; a root
-on a cliff of pages dropping out is pinned to 1e-8 in μ and the rates interpolated across.
-The marginal values then agree to about 1e-7 or better.
+The pages are :class:`Pages`: what a page takes at a level and its slope, block by block
+(the plug-in optimum's :class:`ResponsePages` here, the expected value's in ``_expected``);
+the search is the same for both. Each multiplier is found by a safeguarded iteration on
+log Σf in log μ, run for all groups at once: the first step from a compressed stand-in for
+the pages (a histogram; under caps, then from each host's local model), then secant steps —
+pages dropping out of the freshness optimum make Σf a fine staircase whose average slope a
+local derivative misses — with Illinois false position when a step leaves the bracket or
+stalls. The page rates come from the tables of ``_table``. The last small gap to the budget
+is closed along the derivative and by an exact rescale; a root on a cliff of pages dropping
+out is pinned to 1e-8 in μ and the rates interpolated across. The marginal values then agree
+to about 1e-7 or better.
 
 Budget that cannot be placed by the policy itself (every host holding a page worth fetching is
 at its cap, or no page is worth fetching) is spread uniformly over the remaining pages whose
@@ -30,7 +33,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Protocol, TypeVar, cast
 
 import numpy as np
 from numpy.typing import NDArray
@@ -48,9 +51,14 @@ _CHUNK = 1 << 16  # pages per vectorised block: keeps temporaries in cache
 # |log Σf − log budget| at which a multiplier is accepted; the first-order correction that
 # follows leaves an error of order _FTOL² (see _solve_groups)
 _FTOL = 1e-6
+# … and for one group (the global multiplier): tighter, so that the level it reports is the
+# same whichever way it was reached (a fleet's rounds reach it otherwise), to ~1e-9; the
+# last step along the derivative then rarely moves a page across its drop-out
+_FTOL_ONE = 1e-8
 _BINS = 4096
 _UTOL = 1e-8  # a bracket on log μ this narrow is the answer (see _solve_groups)
 _MAX_ITERATIONS = 200
+_ELASTIC = 16.0  # the most |d ln f/du| a page's slope counts with (see _smooth_slope)
 _CAP_SLACK = 1e-9  # a host is over its cap when its sum exceeds c_h·(1 + slack)
 
 
@@ -115,22 +123,37 @@ class Problem:
             w = np.ascontiguousarray(np.broadcast_to(np.asarray(weights, np.float64), lam.shape))
             if not _finite_nonnegative(w):
                 raise ValueError("weights must be finite and ≥ 0")
-        if host_caps is not None and hosts is None:
-            raise ValueError("host_caps needs hosts: give the host id of every page")
-        if hosts is None or host_caps is None:
-            return cls(rates=lam, budget=b, weights=w, hosts=None, caps=None)
-        h = np.ascontiguousarray(hosts)
-        if h.shape != lam.shape or not np.issubdtype(h.dtype, np.integer):
-            raise ValueError("hosts must be an integer array with one host id per page")
-        h = h.astype(np.intp, copy=False)
-        c = np.ascontiguousarray(host_caps, dtype=np.float64)
-        if c.ndim != 1 or np.isnan(c).any() or (c < 0.0).any():
-            raise ValueError("host_caps must be a 1-D array of fetches per second ≥ 0 (∞: none)")
-        if h.size and (h.min() < 0 or h.max() >= c.size):
-            raise ValueError(
-                f"host ids must lie in [0, {c.size}): host_caps has one entry per host id"
-            )
+        h, c = check_hosts(hosts, host_caps, lam.size)
         return cls(rates=lam, budget=b, weights=w, hosts=h, caps=c)
+
+
+class Budgeted(Protocol):
+    """What a split needs besides the pages: B and the host caps (validated)."""
+
+    @property
+    def budget(self) -> float: ...
+    @property
+    def hosts(self) -> Index | None: ...
+    @property
+    def caps(self) -> Float | None: ...
+
+
+def check_hosts(hosts: object, host_caps: object, pages: int) -> tuple[Index | None, Float | None]:
+    """``hosts`` and ``host_caps`` checked and converted (None, None: no caps)."""
+    if host_caps is not None and hosts is None:
+        raise ValueError("host_caps needs hosts: give the host id of every page")
+    if hosts is None or host_caps is None:
+        return None, None
+    h = np.ascontiguousarray(hosts)
+    if h.shape != (pages,) or not np.issubdtype(h.dtype, np.integer):
+        raise ValueError("hosts must be an integer array with one host id per page")
+    h = h.astype(np.intp, copy=False)
+    c = np.ascontiguousarray(host_caps, dtype=np.float64)
+    if c.ndim != 1 or np.isnan(c).any() or (c < 0.0).any():
+        raise ValueError("host_caps must be a 1-D array of fetches per second ≥ 0 (∞: none)")
+    if h.size and (h.min() < 0 or h.max() >= c.size):
+        raise ValueError(f"host ids must lie in [0, {c.size}): host_caps has one entry per host id")
+    return h, c
 
 
 def _finite_nonnegative(a: Float) -> bool:
@@ -169,7 +192,7 @@ def _frozen(a: NDArray[np.generic] | None) -> None:
 
 def _finish(
     name: str,
-    problem: Problem,
+    problem: Budgeted,
     f: Float,
     leftover: float,
     multiplier: float,
@@ -253,47 +276,131 @@ def water_fill(name: str, problem: Problem, shares: Float | None) -> Allocation:
     return _finish(name, problem, f, leftover, t, level, capped, unvalued)
 
 
+class Pages:
+    """Pages of one objective as the solvers see them: each page's rate f(u) and df/du at
+    u = ln μ of its group, block by block into the caller's buffers. Two kinds: the plug-in
+    optimum (:class:`ResponsePages`, a response table of ``_table``) and the expected value
+    under a posterior (``_expected``)."""
+
+    #: a page's rate falls to 0 at a finite μ (freshness), making Σf a fine staircase
+    drops_out = False
+
+    @property
+    def size(self) -> int:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def take(self, index: Index) -> Pages:  # pragma: no cover - abstract
+        """The pages at ``index``."""
+        raise NotImplementedError
+
+    def level(self, u: Float) -> object:
+        """What one evaluation at the groups' levels ``u`` shares between its blocks."""
+        return u
+
+    def rates(  # pragma: no cover - abstract
+        self, block: slice, level: object, group: Index | None, f: Float, df: Float
+    ) -> None:
+        """f and df/du of the pages in ``block`` at ``level`` (``group``: the block's group
+        per page, None: one group), written into ``f`` and ``df``."""
+        raise NotImplementedError
+
+    def mass(self, group: Index | None, groups: int) -> Float:  # pragma: no cover - abstract
+        """Σ M_i per group (one entry for ``group`` None) of M_i ≥ 0 with f_i(u) ≤ M_i·e^(−u/2)
+        for every u: an upper end for each group's u."""
+        raise NotImplementedError
+
+    def start(self, budget: float) -> tuple[float, float] | None:
+        """A first guess of u for one group taking ``budget`` and the slope of ln Σf in u
+        there, from a compressed stand-in for the pages; None: no cheaper way than trying."""
+        return None
+
+
+class ResponsePages(Pages):
+    """The plug-in optimum: f = A·e^(−u/2)·R(u + ln s) (see ``_table``)."""
+
+    def __init__(self, response: Response, log_s: Float, amp: Float) -> None:
+        self.response, self.log_s, self.amp = response, log_s, amp
+        self.drops_out = response.drops_out
+
+    @property
+    def size(self) -> int:
+        return self.log_s.size
+
+    def take(self, index: Index) -> ResponsePages:
+        return ResponsePages(self.response, self.log_s[index], self.amp[index])
+
+    def level(self, u: Float) -> object:
+        with np.errstate(over="ignore"):
+            return u, np.exp(-0.5 * u)
+
+    def rates(self, block: slice, level: object, group: Index | None, f: Float, df: Float) -> None:
+        u, scale = cast(tuple[Float, Float], level)
+        if group is None:
+            v = self.log_s[block] + u[0]
+            a = self.amp[block] * scale[0]
+        else:
+            v = self.log_s[block] + u[group]
+            a = self.amp[block] * scale[group]
+        r, dr = self.response(v)
+        # f = A·e^(−u/2)·R(v), df/du = A·e^(−u/2)·(R'(v) − R/2)
+        np.multiply(a, r, out=f)
+        dr -= 0.5 * r
+        np.multiply(a, dr, out=df)
+
+    def mass(self, group: Index | None, groups: int) -> Float:
+        # R ≤ 1
+        return np.array([self.amp.sum()]) if group is None else group_sum(group, self.amp, groups)
+
+    def start(self, budget: float) -> tuple[float, float] | None:
+        if self.size <= _BINS:
+            return None
+        return _Histogram(self.log_s, self.amp).start(self.response, budget)
+
+
+def _step_slope(f: Float, df: Float) -> Float:
+    """df/du held to at most ``_ELASTIC`` times f in size: the slope to step along. A page
+    close to its drop-out (or, under a posterior, to its cut-off) has a slope that a step of
+    1e-8 already leaves behind; summed, it would make the pages' slope that of the one page
+    about to drop, and every step along it vanish. Held, the slope is the other pages' (whose
+    elasticity is of order 1), which is what a step of the size the search takes sees. The
+    true slope stays what the last first-order step to the root moves the pages along."""
+    return np.maximum(df, f * -_ELASTIC)
+
+
 class _Work:
     """Pages of one solve (of one group, or of several with ``group``), evaluated block by
     block into reusable buffers. ``index`` maps them to the caller's order (None: same)."""
 
-    def __init__(
-        self,
-        response: Response,
-        log_s: Float,
-        amp: Float,
-        group: Index | None = None,
-        index: Index | None = None,
-    ) -> None:
-        self.response = response
-        self.log_s, self.amp, self.group, self.index = log_s, amp, group, index
-        self.f = np.empty_like(log_s)
-        self.df = np.empty_like(log_s)
+    def __init__(self, pages: Pages, group: Index | None = None, index: Index | None = None):
+        self.pages, self.group, self.index = pages, group, index
+        self.f = np.empty(pages.size)
+        self.df = np.empty(pages.size)
+        self.step = np.zeros(0)  # per group, Σ of _step_slope (when asked for)
 
     def keep(self, mask: Mask) -> _Work:
         assert self.group is not None
-        index = np.flatnonzero(mask) if self.index is None else self.index[mask]
-        return _Work(self.response, self.log_s[mask], self.amp[mask], self.group[mask], index)
+        rows = np.flatnonzero(mask)
+        index = rows if self.index is None else self.index[rows]
+        return _Work(self.pages.take(rows), self.group[rows], index)
 
-    def evaluate(self, u: Float) -> tuple[Float, Float]:
-        """Σf and dΣf/du per group at u = log μ (one entry per group); fills f and df."""
-        with np.errstate(over="ignore"):
-            scale = np.exp(-0.5 * u)
-        n = self.log_s.size
-        for start in range(0, n, _CHUNK):
-            block = slice(start, min(start + _CHUNK, n))
-            if self.group is None:
-                v = self.log_s[block] + u[0]
-                a = self.amp[block] * scale[0]
-            else:
-                g = self.group[block]
-                v = self.log_s[block] + u[g]
-                a = self.amp[block] * scale[g]
-            r, dr = self.response(v)
-            # f = A·e^(−u/2)·R(v), df/du = A·e^(−u/2)·(R'(v) − R/2)
-            np.multiply(a, r, out=self.f[block])
-            dr -= 0.5 * r
-            np.multiply(a, dr, out=self.df[block])
+    def evaluate(self, u: Float, *, step: bool = False) -> tuple[Float, Float]:
+        """Σf and dΣf/du per group at u = log μ (one entry per group); fills f and df, and
+        with ``step`` ``self.step``."""
+        level = self.pages.level(u)
+        n = self.f.size
+        self.step = np.zeros(u.size)
+        with np.errstate(over="ignore", invalid="ignore"):  # far out of the way Σf may be ∞
+            for start in range(0, n, _CHUNK):
+                block = slice(start, min(start + _CHUNK, n))
+                group = None if self.group is None else self.group[block]
+                f, df = self.f[block], self.df[block]
+                self.pages.rates(block, level, group, f, df)
+                if not step:
+                    continue
+                if group is None:
+                    self.step[0] += _step_slope(f, df).sum()
+                else:
+                    self.step += group_sum(group, _step_slope(f, df), u.size)
         if self.group is None:
             return np.array([self.f.sum()]), np.array([self.df.sum()])
         return group_sum(self.group, self.f, u.size), group_sum(self.group, self.df, u.size)
@@ -330,7 +437,7 @@ class _Histogram:
         keep = self.mass > 0.0
         centre = np.divide(self.moment, self.mass, out=np.zeros(_BINS), where=keep)
         b = np.array([budget])
-        u, _, df = _solve_groups(response, centre[keep], self.mass[keep], None, b)
+        u, _, df = _solve_groups(ResponsePages(response, centre[keep], self.mass[keep]), None, b)
         if response.drops_out and np.isfinite(u[0]):
             cliff = math.floor((-u[0] - self.lo) / self.width)
             first, last = max(cliff - 2, 0), min(cliff + 2, _BINS - 1)
@@ -339,14 +446,12 @@ class _Histogram:
                 edge_hi = self.lo + (last + 1) * self.width if last < _BINS - 1 else np.inf
                 exact = np.flatnonzero((self.log_s >= edge_lo) & (self.log_s < edge_hi))
                 keep[first : last + 1] = False
-                u, _, df = _solve_groups(
+                pages = ResponsePages(
                     response,
                     np.concatenate((centre[keep], self.log_s[exact])),
                     np.concatenate((self.mass[keep], self.amp[exact])),
-                    None,
-                    b,
-                    start=u,
                 )
+                u, _, df = _solve_groups(pages, None, b, start=u)
         return float(u[0]), float(df.sum()) / budget
 
 
@@ -367,28 +472,35 @@ def _between(
 ) -> tuple[Float, Float, Float]:
     """Rates of ``work``'s groups interpolated between the bracket ends, where the groups take
     more (lo) and less (hi) than their budgets, so that they take them exactly. With
-    ``caps_by`` (one group), the hosts over their caps at lo are the capped ones and the
-    others share what the caps leave.
+    ``caps_by`` (one group), each host's sum is interpolated alike and counts up to its
+    cap: the weight solves Σ_h min(D_h, c_h) = budget, piecewise linear in it (a host may
+    reach its cap inside the bracket, or leave it: the page it owes it to is the one
+    crossing its drop-out), and the hosts over their caps there are the capped ones.
 
     Returns (u, f, df/du at lo)."""
     at_lo, _ = work.evaluate(lo)
     f_lo, df_lo = work.f.copy(), work.df.copy()
-    over = None
-    if caps_by is not None:
-        at_lo, _, over, _ = _capped_totals(work, caps_by)
     at_hi, _ = work.evaluate(hi)
-    if caps_by is not None and over is not None:
+    if caps_by is not None:
         host, caps, capped = caps_by
-        capped[...] = over
-        free = ~over[host]
-        rest = budgets[0] - float(caps[over].sum())
-        f = f_lo.copy()
-        gap = float(f_lo[free].sum() - work.f[free].sum())
-        theta = (rest - float(work.f[free].sum())) / gap if gap > 0.0 else 1.0
-        theta = min(max(theta, 0.0), 1.0)
-        f[free] = work.f[free] + theta * (f_lo[free] - work.f[free])
-        placed = float(f[free].sum())
-        f[free] *= rest / placed if placed > 0.0 else 0.0
+        d_lo = group_sum(host, f_lo, caps.size)
+        d_hi = group_sum(host, work.f, caps.size)
+
+        def taken(theta: float) -> float:
+            return float(np.minimum(d_hi + theta * (d_lo - d_hi), caps).sum())
+
+        low, high = 0.0, 1.0  # taken(0) < budget ≤ taken(1): the bracket's ends
+        for _ in range(60):
+            mid = 0.5 * (low + high)
+            low, high = (mid, high) if taken(mid) < budgets[0] else (low, mid)
+        theta = high
+        sums = d_hi + theta * (d_lo - d_hi)
+        capped[...] = sums > caps * (1.0 + _CAP_SLACK)
+        f = work.f + theta * (f_lo - work.f)
+        free = ~capped[host]
+        rest = budgets[0] - float(caps[capped].sum())
+        placed = float(np.sum(f, where=free))
+        np.multiply(f, rest / placed if placed > 0.0 else 0.0, out=f, where=free)
         return lo + (1.0 - theta) * (hi - lo), f, df_lo
     with np.errstate(invalid="ignore", divide="ignore"):
         theta_g = np.clip(np.nan_to_num((budgets - at_hi) / (at_lo - at_hi)), 0.0, 1.0)
@@ -401,18 +513,22 @@ def _between(
 
 def _capped_totals(
     work: _Work, caps_by: tuple[Index, Float, Mask], u: float = math.nan, budget: float = 0.0
-) -> tuple[Float, Float, Mask, float]:
-    """(Σ_h min(D_h, c_h), its derivative in u, hosts over their caps, the u where the hosts'
-    local models take ``budget``) for ``work``'s last evaluation at u, D_h being the sum over
-    host h's pages. The model holds each D_h log-linear in u through its value and slope."""
+) -> tuple[Float, Float, Float, Mask, float]:
+    """(Σ_h min(D_h, c_h), its derivative in u, the slope to step along, hosts over their
+    caps, the u where the hosts' local models take ``budget``) for ``work``'s last evaluation
+    at u, D_h being the sum over host h's pages. The model holds each D_h log-linear in u
+    through its value and slope (to step along; only asked for with a ``budget``)."""
     host, caps, _ = caps_by
     demand = group_sum(host, work.f, caps.size)
     dslope = group_sum(host, work.df, caps.size)
     over = demand > caps * (1.0 + _CAP_SLACK)
     total = float(np.where(over, caps, demand).sum())
     slope = float(np.where(over, 0.0, dslope).sum())
+    step = slope
     model = math.nan
     if math.isfinite(u) and budget > 0.0:
+        dslope = group_sum(host, _step_slope(work.f, work.df), caps.size)
+        step = float(np.where(over, 0.0, dslope).sum())
         live = demand > 0.0
         d, c = demand[live], caps[live]
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -431,64 +547,66 @@ def _capped_totals(
             if taken(hi) <= budget:
                 break
             hi = u + 2.0 * (hi - u)
-        for _ in range(50):
-            mid = 0.5 * (lo + hi)
-            lo, hi = (mid, hi) if taken(mid) > budget else (lo, mid)
-        model = 0.5 * (lo + hi)
-    return np.array([total]), np.array([slope]), over, model
+        if taken(lo) >= budget >= taken(hi):  # else the hosts with demand cannot take it
+            for _ in range(50):
+                mid = 0.5 * (lo + hi)
+                lo, hi = (mid, hi) if taken(mid) > budget else (lo, mid)
+            model = 0.5 * (lo + hi)
+    return np.array([total]), np.array([slope]), np.array([step]), over, model
 
 
 def _solve_groups(
-    response: Response,
-    log_s: Float,
-    amp: Float,
+    pages: Pages,
     group: Index | None,
     budgets: Float,
     *,
     lo: Float | None = None,
     hi: Float | None = None,
     start: Float | None = None,
-    start_slope: float = math.nan,
+    start_slope: Float | float = math.nan,
     caps_by: tuple[Index, Float, Mask] | None = None,
+    seen: tuple[float, float] | None = None,
 ) -> tuple[Float, Float, Float]:
     """Find u_g = log μ_g with Σ_{i∈g} f_i = budgets[g] for every group holding pages.
 
     ``group`` None means one group. ``lo``/``hi`` optionally bracket u (Σf > budget at lo,
     < budget at hi); ``start`` is a first guess, ``start_slope`` the slope of log Σf in
-    log μ to take the first step with (one group; default: the local one). Returns u per
-    group (+∞ for a zero budget, NaN for a group without pages), f per page (each group's
-    sum exactly its budget) and df/du per page.
+    log μ to take the first step with (per group or one for all; default: the local one).
+    Returns u per group (+∞ for a zero budget, NaN for a group without pages), f per page
+    (each group's sum exactly its budget) and df/du per page.
 
     ``caps_by`` = (host per page, cap per host, capped: out) makes one group of pages on
     capped hosts: a host counts with min(Σ_{i∈h} f_i, c_h), and u is the global multiplier
     of the capped problem. The hosts over their caps at u are marked in ``capped``; their
-    pages' rates are left as they are at u (their own multipliers are the caller's job)."""
+    pages' rates are left as they are at u (their own multipliers are the caller's job).
+    ``seen`` = (u, log Σf − log budget) of a point already evaluated (one group): the first
+    step is the secant through it, not a model's."""
     single = group is None
     groups = budgets.size
-    total_amp = np.array([amp.sum()]) if group is None else group_sum(group, amp, groups)
+    ftol = _FTOL_ONE if single else _FTOL
+    total_amp = pages.mass(group, groups)
     u = np.full(groups, np.nan)
     present = total_amp > 0.0
     u[present & (budgets <= 0.0)] = np.inf
     active = present & (budgets > 0.0)
     if not active.any():
-        return u, np.zeros_like(log_s), np.zeros_like(log_s)
+        return u, np.zeros(pages.size), np.zeros(pages.size)
     # filled group by group as they converge (a single group returns the work buffers)
-    f_out = np.zeros(0) if single else np.zeros_like(log_s)
-    df_out = np.zeros(0) if single else np.zeros_like(log_s)
+    f_out = np.zeros(0) if single else np.zeros(pages.size)
+    df_out = np.zeros(0) if single else np.zeros(pages.size)
     log_b = np.log(np.where(active, budgets, 1.0))
-    # R ≤ 1, so Σf ≤ e^(−u/2)·ΣA: at u = 2·log(ΣA/b) the group takes at most its budget.
+    # f ≤ M·e^(−u/2), so at u = 2·log(ΣM/b) the group takes at most its budget.
     with np.errstate(divide="ignore"):
         bound = 2.0 * (np.log(np.where(active, total_amp, 1.0)) - log_b)
     lo_u = np.full(groups, -np.inf) if lo is None else np.array(lo, np.float64, copy=True)
     hi_u = bound if hi is None else np.minimum(bound, hi)
     lo_u = np.minimum(lo_u, hi_u)
     # the first step's slope of log Σf in u: the smoothed one when known, else the local one
-    first_slope = np.full(groups, np.nan)
-    if single:
-        first_slope[0] = start_slope
-    if start is None and single and log_s.size > _BINS:
-        u0, first_slope[0] = _Histogram(log_s, amp).start(response, float(budgets[0]))
-        start = np.array([u0])
+    first_slope = np.array(np.broadcast_to(start_slope, (groups,)), dtype=np.float64)
+    guess = pages.start(float(budgets[0])) if start is None and single else None
+    if guess is not None:
+        start = np.array([guess[0]])
+        first_slope[0] = guess[1]
     u = np.where(active, hi_u, u)
     if start is not None:
         inside = (start > lo_u) & (start < hi_u)
@@ -496,27 +614,34 @@ def _solve_groups(
     expand = np.ones(groups)
     previous = np.full(groups, np.inf)
     previous_u = np.full(groups, np.nan)
+    if seen is not None:
+        previous_u[0], previous[0] = seen
     err_lo = np.full(groups, np.inf)  # log Σf − log budget at lo_u (> 0) and hi_u (< 0)
     err_hi = np.full(groups, -np.inf)
     last_side = np.zeros(groups, np.int8)
-    work = _Work(response, log_s, amp, group)
+    work = _Work(pages, group)
     if group is not None and not active[group].all():
         work = work.keep(active[group])
-    for _ in range(_MAX_ITERATIONS):
-        total, slope = work.evaluate(np.where(active, u, 0.0))
+    elastic = np.full(groups, np.nan)  # d ln Σf/du to step along, from the first evaluation
+    for iteration in range(_MAX_ITERATIONS):
+        first = iteration == 0
+        total, slope = work.evaluate(np.where(active, u, 0.0), step=first and caps_by is None)
+        step_slope = work.step
         model = math.nan
         if caps_by is not None:
             # the hosts' local models only serve the first step
-            ask = float(budgets[0]) if not np.isfinite(previous[0]) else 0.0
-            total, slope, over, model = _capped_totals(work, caps_by, float(u[0]), ask)
+            ask = float(budgets[0]) if first and seen is None else 0.0
+            total, slope, step_slope, over, model = _capped_totals(work, caps_by, float(u[0]), ask)
         with np.errstate(divide="ignore", invalid="ignore"):
+            if first:
+                elastic = step_slope / total
             err = np.log(total) - log_b
             # Then the secant through the last two points: pages crossing their drop-out
             # make Σf a fine staircase, whose average slope the derivative at a point misses.
             secant = (err - previous) / (u - previous_u)
             secant = np.where(np.isfinite(first_slope), first_slope, secant)
             use = np.isfinite(secant) & (secant < 0.0)
-            newton = u - err / np.where(use, secant, slope / total)
+            newton = u - err / np.where(use, secant, elastic)
             if math.isfinite(model) and not np.isfinite(previous[0]):
                 # first step of a capped solve: the root of the hosts' local models, each
                 # host's sum log-linear in u up to its cap, which sees hosts reach their caps
@@ -530,7 +655,7 @@ def _solve_groups(
         lo_u, err_lo = np.where(to_lo, u, lo_u), np.where(to_lo, err, err_lo)
         hi_u, err_hi = np.where(to_hi, u, hi_u), np.where(to_hi, err, err_hi)
         last_side = np.where(to_lo, 1, np.where(to_hi, -1, last_side))
-        converged = active & (np.abs(err) <= _FTOL) & (total > 0.0)
+        converged = active & (np.abs(err) <= ftol) & (total > 0.0)
         # μ pinned to 1e-8 but Σf still off: the root sits on pages crossing their drop-out,
         # where Σf is steep beyond what a double resolves. Every page's rate between the two
         # ends has a marginal value within 1e-8 of μ, so interpolate the rates between them.
@@ -541,7 +666,8 @@ def _solve_groups(
             # μ absorb most of it. A rescale then makes the sum exact. (When the budget is
             # below what a double resolves on the steep pages, the correction can cancel to
             # nothing; then the rescale alone places it.)
-            delta = np.divide(budgets - total, slope, out=np.zeros(groups), where=converged)
+            flat = converged & (slope != 0.0)  # a sum held at the caps has no slope
+            delta = np.divide(budgets - total, slope, out=np.zeros(groups), where=flat)
             u = np.where(converged, u + delta, u)
             if work.group is None and caps_by is not None:
                 host, caps, capped = caps_by
@@ -598,6 +724,14 @@ def _solve_groups(
         inside = np.isfinite(position) & (position > lo_u) & (position < hi_u)
         step = np.where(bounded, np.where(inside, position, middle), outward)
         expand = np.where(fallback & ~bounded, 2.0 * expand, expand)
+        # A bracket across which ln Σf falls ten times faster than the pages' slope says it
+        # holds a jump (pages crossing their drop-out): no secant or false position finds a
+        # level there, halving it is the fastest way to pin it (see ``narrow``).
+        with np.errstate(divide="ignore", invalid="ignore"):
+            jump = bounded & (hi_u - lo_u < 1e-5)
+            jump &= err_lo - err_hi > -10.0 * elastic * (hi_u - lo_u)
+        fallback |= jump
+        step = np.where(jump, middle, step)
         previous_u = u
         u = np.where(active, np.where(fallback, step, newton), u)
         previous = err
@@ -608,7 +742,7 @@ def _solve_groups(
 
 def optimal(name: str, response: Response, problem: Problem) -> Allocation:
     """Maximise Σ w_i·V(λ_i, f_i) for the objective tabulated by ``response``."""
-    lam, w, budget = problem.rates, problem.weights, problem.budget
+    lam, w = problem.rates, problem.weights
     everything = lam.size > 0 and lam.min() > 0.0 and (w is None or w.min() > 0.0)
     valued = np.ones(lam.shape, dtype=bool) if everything else lam > 0.0
     if w is not None and not everything:
@@ -619,23 +753,48 @@ def optimal(name: str, response: Response, problem: Problem) -> Allocation:
         index = np.flatnonzero(valued)
         lam_v = lam[index]
         w_v = None if w is None else w[index]
+    unvalued = None if index is None else ~valued
+    pages = response_pages(response, lam_v, w_v)
+    return solve_pages(name, pages, problem, lam.size, index, unvalued)
+
+
+def response_pages(response: Response, rates: Float, weights: Float | None) -> ResponsePages:
+    """The plug-in optimum's pages of rates > 0 and weights > 0 (None: all 1)."""
     # y = μ·s with s = λᵖ/w; f = A·μ^(−1/2)·R(log μ + log s) with A = √(λ^(2−p)·w/2)
-    log_s = np.log(lam_v)
+    log_s = np.log(rates)
     if response.power != 1:
         log_s *= response.power
-    half = 0.5 * lam_v if response.power == 1 else np.full_like(lam_v, 0.5)
-    if w_v is not None:
-        log_s -= np.log(w_v)
-        half *= w_v
-    amp = np.sqrt(half, out=half)
+    half = 0.5 * rates if response.power == 1 else np.full_like(rates, 0.5)
+    if weights is not None:
+        log_s -= np.log(weights)
+        half *= weights
+    return ResponsePages(response, log_s, np.sqrt(half, out=half))
+
+
+def solve_pages(
+    name: str,
+    pages: Pages,
+    problem: Budgeted,
+    n: int,
+    index: Index | None,
+    unvalued: Mask | None,
+    hint: Allocation | None = None,
+) -> Allocation:
+    """The optimum over ``pages``: the pages at ``index`` (None: all) of ``n``, under the
+    problem's budget and host caps; ``unvalued`` marks the pages left out (they take what
+    the caps leave, see ``_finish``). ``hint``: an allocation of the same pages and hosts
+    whose multipliers start the searches (a capped host's own level does not depend on the
+    budget, so a second solve at another budget finds most of them at once)."""
+    budget = problem.budget
     hosts, caps = problem.hosts, problem.caps
-    unvalued = None if index is None else ~valued
-    if lam_v.size == 0:
-        return _finish(name, problem, np.zeros_like(lam), budget, 0.0, None, None, unvalued)
+    if pages.size == 0:
+        return _finish(name, problem, np.zeros(n), budget, 0.0, None, None, unvalued)
+    first = None
+    if hint is not None and 0.0 < hint.multiplier < math.inf:
+        first = np.array([math.log(hint.multiplier)])
     if hosts is None or caps is None:
-        u, fv, _ = _solve_groups(response, log_s, amp, None, np.array([budget]))
-        f = _spread(fv, index, lam.size)
-        return _finish(name, problem, f, 0.0, _exp(u[0]), None, None, unvalued)
+        u, fv, _ = _solve_groups(pages, None, np.array([budget]), start=first)
+        return _finish(name, problem, _spread(fv, index, n), 0.0, _exp(u[0]), None, None, unvalued)
     n_hosts = caps.size
     host_v = _take(hosts, index)
     has_pages = np.bincount(host_v, minlength=n_hosts) > 0
@@ -651,46 +810,132 @@ def optimal(name: str, response: Response, problem: Problem) -> Allocation:
         u_global, leftover = -np.inf, budget - room
         start = np.full(n_hosts, np.nan)
         lo_h = None
-        f_v = np.zeros_like(lam_v)
+        f_v = np.zeros(pages.size)
     else:
-        capped = np.zeros(n_hosts, dtype=bool)
-        u, f_open, df_open = _solve_groups(
-            response,
-            _take(log_s, rows_open),
-            _take(amp, rows_open),
-            None,
-            np.array([budget]),
-            caps_by=(host_open, caps, capped),
+        known = np.zeros(n_hosts, dtype=bool)
+        before = None if hint is None or budget < hint.budget else hint.capped_hosts
+        if before is not None and before.shape == known.shape:
+            known = before & ~closed  # at a larger budget μ is lower: they stay at their caps
+        u_global, f_open, capped, start = _solve_global(
+            pages if rows_open is None else pages.take(rows_open),
+            host_open,
+            caps,
+            budget,
+            first,
+            known,
         )
-        u_global, leftover = float(u[0]), 0.0
-        f_v = _spread(f_open, rows_open, lam_v.size)
-        # the capped hosts' own μ_h > μ: start from a Newton step off the global solution
-        # (their pages' rates are still those at μ)
-        demand = group_sum(host_open, f_open, n_hosts)
-        slope = group_sum(host_open, df_open, n_hosts)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            start = u_global - (np.log(demand) - np.log(caps)) * demand / slope
+        leftover = 0.0
+        f_v = _spread(f_open, rows_open, pages.size)
         lo_h = np.full(n_hosts, u_global)
+    if capped.any() and hint is not None and hint.host_multipliers is not None:
+        levels = np.asarray(hint.host_multipliers)
+        if levels.shape == caps.shape and hint.capped_hosts is not None:
+            with np.errstate(divide="ignore"):
+                known = np.where(hint.capped_hosts & (levels > 0.0), np.log(levels), np.nan)
+            start = np.where(np.isfinite(known), known, start)
     if capped.any():
-        rows = np.flatnonzero(capped[host_v])
-        uh, f_rows, _ = _solve_groups(
-            response,
-            log_s[rows],
-            amp[rows],
-            host_v[rows],
-            np.where(capped, caps, 0.0),
-            lo=lo_h,
-            start=start,
-        )
-        host_u[capped] = uh[capped]
+        host_u[capped], f_rows, rows = _solve_hosts(pages, host_v, caps, capped, lo_h, start)
         f_v[rows] = f_rows
     capped |= closed
-    f = _spread(f_v, index, lam.size)
+    f = _spread(f_v, index, n)
     mu = _exp(u_global)
     with np.errstate(over="ignore"):  # a host capped near 0 has μ_h = ∞
         levels = np.where(capped, np.exp(host_u), mu)
-    capped_out = capped
-    return _finish(name, problem, f, leftover, mu, levels, capped_out, unvalued)
+    return _finish(name, problem, f, leftover, mu, levels, capped, unvalued)
+
+
+def _solve_global(
+    pages: Pages, host: Index, caps: Float, budget: float, first: Float | None, known: Mask
+) -> tuple[float, Float, Mask, Float]:
+    """The global multiplier under the caps: (u, f per page at u, the hosts over their caps,
+    a first guess of each one's own level).
+
+    A host over its cap at a level at or above the root stays over it down to the root, so
+    its pages need not be evaluated again: it takes its cap. ``known`` are such hosts (a
+    hint's, at a smaller budget); otherwise the pages are first evaluated at the uncapped
+    root (``Pages.start``), where Σf is the budget, so that the caps' sum falls short of it
+    and the hosts over their caps there are settled. The rest is solved without them, from
+    the root of the hosts' local models."""
+    n_hosts = caps.size
+    f, df = np.zeros(pages.size), np.zeros(pages.size)
+    start_h = np.full(n_hosts, np.nan)
+    hi = first
+    seen = None
+    settled = known
+    guess = None if first is not None or known.any() else pages.start(budget)
+    if guess is not None:
+        u0 = np.array([guess[0]])
+        work = _Work(pages)
+        work.evaluate(u0)
+        total, _, _, over, model = _capped_totals(work, (host, caps, known), guess[0], budget)
+        if total[0] < budget and over.any():
+            settled, hi = over, u0
+            f, df = work.f, work.df
+            start_h = _host_start(guess[0], host, f, df, caps, over)
+            if math.isfinite(model):
+                first = np.array([model])
+                # the rest's error there: the secant through it takes the step after
+                held = float(caps[over].sum())
+                seen = (guess[0], math.log((total[0] - held) / (budget - held)))
+        else:
+            first = u0
+    rest = None if not settled.any() else np.flatnonzero(~settled[host])
+    if rest is not None and rest.size == 0:  # (cannot be: the caps would take it all)
+        settled, rest, hi, seen = np.zeros(n_hosts, dtype=bool), None, None, None
+    capped = np.zeros(n_hosts, dtype=bool)
+    u, f_rest, df_rest = _solve_groups(
+        pages if rest is None else pages.take(rest),
+        None,
+        np.array([budget - float(caps[settled].sum())]),
+        hi=hi,
+        start=first,
+        caps_by=(_take(host, rest), caps, capped),
+        seen=seen,
+    )
+    if rest is None:
+        f, df = f_rest, df_rest
+    else:
+        f[rest], df[rest] = f_rest, df_rest
+    # the capped hosts' own μ_h > μ: a Newton step off the global solution, or off the
+    # level at which a settled host was last evaluated (its pages' rates are those there)
+    later = _host_start(float(u[0]), _take(host, rest), f_rest, df_rest, caps, capped)
+    start_h = np.where(capped, later, start_h)
+    return float(u[0]), f, capped | settled, start_h
+
+
+def _host_start(u: float, host: Index, f: Float, df: Float, caps: Float, capped: Mask) -> Float:
+    """A Newton step from ``u`` towards each capped host's own level, from its pages' sum
+    and slope to step along at u (NaN elsewhere)."""
+    demand = group_sum(host, f, caps.size)
+    slope = group_sum(host, _step_slope(f, df), caps.size)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        start = u - (np.log(demand) - np.log(caps)) * demand / slope
+    return np.where(capped, start, np.nan)
+
+
+def _solve_hosts(
+    pages: Pages,
+    host: Index,
+    caps: Float,
+    capped: Mask,
+    lo: Float | None,
+    start: Float,
+) -> tuple[Float, Float, Index]:
+    """Every capped host's own level, all at once: (u per capped host, f of their pages,
+    those pages' rows). The hosts are numbered densely, so a round costs what their pages
+    do, not what all hosts do."""
+    ids = np.flatnonzero(capped)
+    dense = np.full(caps.size, -1, np.intp)
+    dense[ids] = np.arange(ids.size)
+    rows = np.flatnonzero(capped[host])
+    u, f, _ = _solve_groups(
+        pages.take(rows),
+        dense[host[rows]],
+        caps[ids],
+        lo=None if lo is None else lo[ids],
+        start=start[ids],
+    )
+    return u, f, rows
 
 
 def _exp(u: float) -> float:

@@ -64,15 +64,29 @@ class _Table:
         return cls(lo, scale, *parts)
 
     def __call__(self, z: Float) -> tuple[Float, Float]:
-        """Values and derivatives d/dz at z, clamped to the table's range."""
-        t = (z - self.lo) * self.scale
+        """Values and derivatives d/dz at z, clamped to the table's range (in place: few
+        temporaries, which at a block's size cost more than the arithmetic)."""
+        t = z - self.lo
+        t *= self.scale
         np.clip(t, 0.0, self.c0.size - 1e-9, out=t)
         i = t.astype(np.intp)
         t -= i
-        c1, c2, c3 = self.c1[i], self.c2[i], self.c3[i]
-        value = ((c3 * t + c2) * t + c1) * t + self.c0[i]
-        slope = ((3.0 * c3 * t + 2.0 * c2) * t + c1) * self.scale
-        return value, slope
+        c1, c2, c3 = np.take(self.c1, i), np.take(self.c2, i), np.take(self.c3, i)
+        # value = ((c3·t + c2)·t + c1)·t + c0, slope = ((3·c3·t + 2·c2)·t + c1)·scale
+        value = c3 * t
+        value += c2
+        value *= t
+        value += c1
+        value *= t
+        value += np.take(self.c0, i)
+        c3 *= 3.0
+        c3 *= t
+        c2 *= 2.0
+        c3 += c2
+        c3 *= t
+        c3 += c1
+        c3 *= self.scale
+        return value, c3
 
 
 class Response:
@@ -114,12 +128,16 @@ class _FreshnessResponse(Response):
         clamped = np.maximum(neg, self._RAMP)
         value, slope = self._table(np.log(clamped))
         # dR/dv = dR/dξ · dξ/dv with dξ/dv = 1/v
-        slope /= -clamped
-        ramp = neg < self._RAMP
+        clamped *= -1.0
+        slope /= clamped
+        ramp = neg < self._RAMP  # many pages are past their drop-out: masked copies, no gathers
         if ramp.any():
-            on = np.maximum(neg[ramp], 0.0) / self._RAMP
-            value[ramp] = self._ramp_top * on
-            slope[ramp] = np.where(on > 0.0, -self._ramp_top / self._RAMP, 0.0)
+            np.maximum(neg, 0.0, out=neg)
+            on = neg > 0.0
+            neg /= self._RAMP
+            neg *= self._ramp_top
+            np.copyto(value, neg, where=ramp)
+            np.copyto(slope, np.where(on, -self._ramp_top / self._RAMP, 0.0), where=ramp)
         return value, slope
 
 

@@ -5,6 +5,9 @@ at each allocation pass the node's estimated pages become its :class:`policies.D
 plan is the node's pages allocated at the fleet's last agreed level (:class:`Solution`): the
 optimal policies' μ, uniform's rate per page, proportional's fetches per change. Host caps stay
 with the node: the pages of a host over its cap get the host's own multiplier, solved here.
+The demand is the one :func:`refresher.refresh._allocate.plan` plans with (``policy.decide``:
+the expected value under each rate's posterior when every node can), and exploration goes to
+the starved pages as that plan gives it (by their worth, from the node's own estimates).
 
 Whichever node holds the coordinator lease (one row in PostgreSQL, claimed like a partition
 lease: free or expired, take it and increment its epoch; held, renew it) runs the rounds of
@@ -17,8 +20,9 @@ before the first one it plans alone for B/N, N being the nodes seen answering.
 A node is live while its answer row is fresher than the lease ttl (each node rewrites it
 every tick); a round waits for every live node, at most a lease ttl, then goes on with the
 answers it has. The coordinator starts a new solve every ``resolve_interval`` seconds and at
-once when the fleet's budget, policy or exploration share changes (its own configuration's)
-or a node joins or leaves (the set of live nodes differs from the one the last solve heard).
+once when the fleet's budget, policy, exploration share or ``policy.decide`` changes (its own
+configuration's) or a node joins or leaves (the set of live nodes differs from the one the
+last solve heard).
 """
 
 from __future__ import annotations
@@ -35,9 +39,9 @@ import trio
 
 from refresher import policies
 from refresher._errors import StoreError
-from refresher.fleet._solve import FleetSolver, Solution, answer, target_rates
+from refresher.fleet._solve import FleetSolver, Solution, answer, node_plan
 from refresher.ops._logging import get_logger
-from refresher.refresh._allocate import Plan, PolicyInputs, demand, plan
+from refresher.refresh._allocate import Plan, PolicyInputs, demand, plan, worth_fetching
 from refresher.store._pg_budget import BudgetStore
 
 __all__ = ["FleetBudget", "FleetBudgetStatistics"]
@@ -91,16 +95,17 @@ class FleetBudget:
         self._on_solution = on_solution
         # what the allocator's last plan saw (written from its worker thread)
         self._inputs = _NO_PAGES
-        self._settings: tuple[str, float, float] | None = None
+        self._settings: tuple[str, float, float, str] | None = None
         self._solution: Solution | None = None
         self._solution_epoch = 0
-        # node side: the demand pinned for the current solve, and what was answered
-        self._pinned: policies.Demand | None = None
+        # node side: the demand pinned for the current solve (with its inputs), and what
+        # was answered
+        self._pinned: tuple[policies.Demand, PolicyInputs] | None = None
         self._answer: dict[str, Any] | None = None
         # coordinator side
         self._epoch: int | None = None
         self._solver: FleetSolver | None = None
-        self._solver_settings: tuple[str, float, float] | None = None
+        self._solver_settings: tuple[str, float, float, str] | None = None
         self._solve_id = 0
         self._members: frozenset[str] = frozenset()  # the nodes the last solve heard
         self._posted_at = 0.0
@@ -122,14 +127,15 @@ class FleetBudget:
         explore: float,
         decide: str = "plug-in",
     ) -> Plan:
-        """The :class:`Planner`: ``inputs`` allocated at the fleet's level (``decide`` is
-        plug-in in a fleet: the level is the plug-in problem's)."""
+        """The :class:`Planner`: ``inputs`` allocated at the fleet's level, planned as
+        :func:`plan` plans (``decide``: with the expected value when every node can)."""
         self._inputs = inputs
-        self._settings = (policy, budget, explore)
+        self._settings = (policy, budget, explore, decide)
         solution = self._solution
-        if solution is None or solution.policy != policy:
-            # no level for this policy yet: plan alone for this node's share of B
-            result = plan(inputs, policy, budget / max(self._nodes, 1), explore=explore)
+        if solution is None or solution.policy != policy or solution.asked != decide:
+            # no level for these settings yet: plan alone for this node's share of B
+            share = budget / max(self._nodes, 1)
+            result = plan(inputs, policy, share, explore=explore, decide=decide)
         else:
             result = self._plan_at(inputs, solution)
         self._node_budget = float(result.target.sum())
@@ -137,18 +143,11 @@ class FleetBudget:
 
     @staticmethod
     def _plan_at(inputs: PolicyInputs, solution: Solution) -> Plan:
-        d = demand(inputs, solution.policy)
-        rates = d.rates(solution.level)
-        target = target_rates(d, solution)
-        rates.flags.writeable = False
-        alloc = policies.Allocation(
-            policy=solution.policy,
-            rates=rates,
-            budget=solution.budget,
-            unplaced=solution.unplaced,
-            multiplier=solution.mu,
-        )
-        explored = int((rates <= 0.0).sum()) if solution.explore_each > 0.0 else 0
+        d = demand(inputs, solution.policy, solution.decide)
+        target, alloc = node_plan(d, solution, lambda a: worth_fetching(inputs, a))
+        explored = 0
+        if solution.explore_each > 0.0 or solution.explore_worth > 0.0:
+            explored = int((np.asarray(alloc.rates) <= 0.0).sum())
         return Plan(target=target, allocation=alloc, explored=explored)
 
     @property
@@ -225,10 +224,15 @@ class FleetBudget:
         if mine is None or (mine["epoch"], mine.get("solve"), mine.get("round")) != key:
             inputs = self._inputs
             if query["stage"] == "census" or self._pinned is None:
-                policy = str(query["policy"])
-                self._pinned = await trio.to_thread.run_sync(lambda: demand(inputs, policy))
-            pinned = self._pinned
-            reply = await trio.to_thread.run_sync(lambda: answer(pinned, query))
+                policy, decide = str(query["policy"]), str(query.get("decide", "plug-in"))
+                pinned_demand = await trio.to_thread.run_sync(
+                    lambda: demand(inputs, policy, decide)
+                )
+                self._pinned = (pinned_demand, inputs)
+            d, seen = self._pinned
+            reply = await trio.to_thread.run_sync(
+                lambda: answer(d, query, lambda a: worth_fetching(seen, a))
+            )
             mine = {**reply, "epoch": epoch, "solve": query.get("solve")}
             self._answer = mine
         summary = mine
@@ -295,9 +299,9 @@ class FleetBudget:
 
     async def _start(self, epoch: int, now: float) -> None:
         assert self._settings is not None
-        policy, budget, explore = self._settings
+        policy, budget, explore, decide = self._settings
         self._solve_id += 1
-        self._solver = FleetSolver(policy=policy, budget=budget, explore=explore)
+        self._solver = FleetSolver(policy=policy, budget=budget, explore=explore, decide=decide)
         self._solver_settings = self._settings
         await self._post(epoch, self._solver.query, now)
 

@@ -22,24 +22,41 @@ The rounds:
    When Σ room ≤ B every such host sits at its cap (y = −∞) and the round is skipped.
 3. ``spare``: what the caps left, water-filled fleet-wide into the unvalued pages' hosts
    (only when there is some); what even those cannot take is the fleet's ``unplaced``.
+4. ``worth`` (``policy.decide = "expected"``, the optimal policies, with exploration): at the
+   level found, each node's starved pages and Σ of their worth (the posterior probability
+   that an exploration fetch can change the plan, :func:`refresher.refresh._allocate.
+   worth_fetching`). As the single allocator does, the exploration share goes to the starved
+   pages in proportion to their worth, and what their mean worth leaves of it goes back to
+   the policy: then the level is searched again for the larger share (from the first one)
+   and the worth asked again there.
+
+The census also says whether every node can plan with the expected value (rates > 0 with a
+posterior sd); when one cannot, the fleet plans with the point estimates, as a single node
+would over the union of the pages.
 
 Then the :class:`Solution`: the level, the factor that makes Σf exactly B (|ln Σ − ln B| is
 below 1e-10 before it), the exploration share per starved page (as the single allocator gives
-it: in equal parts) and the unplaced budget.
+it: in equal parts, or per unit of worth) and the unplaced budget.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-from refresher.policies import WATER_FILL, Demand, Level
+from refresher.policies import EXPECTED_POLICIES, WATER_FILL, Allocation, Demand, Level
 
-__all__ = ["FleetSolver", "Solution", "answer", "target_rates"]
+__all__ = ["FleetSolver", "Solution", "Worth", "answer", "node_plan", "target_rates"]
+
+#: a node's worth of an exploration fetch per page, given its pages' allocation at a level
+Worth = Callable[[Allocation], NDArray[np.float64]]
+#: the most of the exploration share the worth may leave before it goes back to the policy
+_EXPLORE_KEPT = 0.999
 
 _TOL = 1e-10  # |ln Σ_n T_n(y) − ln B| at which a level is accepted
 # a bracket this narrow in y = ln μ is the answer: the root sits on pages dropping out, a
@@ -70,6 +87,9 @@ class Solution:
     nodes: int = 0  # the nodes whose census answers it was solved over
     y_hi: float = math.nan  # on a cliff: the other end of the bracket …
     theta: float = 1.0  # … and the weight of y's rates against y_hi's
+    decide: str = "plug-in"  # how the fleet planned (``policy.decide``, as it could)
+    asked: str = "plug-in"  # how it was asked to
+    explore_worth: float = 0.0  # fetches per second per unit of a starved page's worth
 
     @property
     def level(self) -> Level:
@@ -88,16 +108,20 @@ class Solution:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Solution:
+        defaults = {f.name: f.default for f in fields(cls)}
+        text = ("policy", "decide", "asked")
         floats = {
-            k: float(data[k])
+            k: float(data.get(k, defaults[k]))
             for k in cls.__dataclass_fields__
-            if k not in ("policy", "rounds", "starved", "nodes")
+            if k not in (*text, "rounds", "starved", "nodes")
         }
         return cls(
             policy=str(data["policy"]),
             rounds=int(data["rounds"]),
             starved=int(data["starved"]),
             nodes=int(data.get("nodes", 0)),
+            decide=str(data.get("decide", "plug-in")),
+            asked=str(data.get("asked", "plug-in")),
             **floats,
         )
 
@@ -109,8 +133,9 @@ def _num(v: Any) -> Any:
     return v
 
 
-def answer(demand: Demand, query: dict[str, Any]) -> dict[str, Any]:
-    """A node's answer to the coordinator's ``query`` (JSON both ways)."""
+def answer(demand: Demand, query: dict[str, Any], worth: Worth | None = None) -> dict[str, Any]:
+    """A node's answer to the coordinator's ``query`` (JSON both ways); ``worth``: the
+    node's worth of exploring its pages (for the ``worth`` stage)."""
     stage = query["stage"]
     out: dict[str, Any] = {"round": query["round"], "pages": demand.pages}
     if stage == "census":
@@ -121,7 +146,14 @@ def answer(demand: Demand, query: dict[str, Any]) -> dict[str, Any]:
             unvalued=demand.unvalued,
             start=demand.start(share),
             guess=demand.start(min(share, 0.5 * demand.room)) if demand.pages else -math.inf,
+            expected=demand.expected,
         )
+    elif stage == "worth":
+        level = _level(query)
+        alloc = demand.allocation(level, float(query["budget"]))
+        idle = np.asarray(alloc.rates) <= 0.0
+        value = np.ones(demand.pages) if worth is None else worth(alloc)
+        out.update(starved=int(idle.sum()), worth=float(value[idle].sum()))
     else:
         y, spare_y = float(query["y"]), float(query["spare_y"])
         if stage == "spare":
@@ -134,14 +166,35 @@ def answer(demand: Demand, query: dict[str, Any]) -> dict[str, Any]:
     return {k: _num(v) for k, v in out.items()}
 
 
-def target_rates(demand: Demand, solution: Solution) -> NDArray[np.float64]:
-    """A node's target rate per page under the fleet's ``solution`` (exploration included)."""
-    f = demand.rates(solution.level)
-    if solution.explore_each > 0.0:
+def node_plan(
+    demand: Demand, solution: Solution, worth: Worth | None = None
+) -> tuple[NDArray[np.float64], Allocation]:
+    """A node's target rate per page under the fleet's ``solution`` (exploration included;
+    ``worth`` as for :func:`answer`) and its pages' allocation at the fleet's level."""
+    alloc = demand.allocation(solution.level, solution.budget, solution.unplaced)
+    f = np.asarray(alloc.rates)
+    if solution.explore_worth > 0.0 and worth is not None:
+        f = np.where(f <= 0.0, solution.explore_worth * worth(alloc), f)
+    elif solution.explore_each > 0.0:
         f = np.where(f <= 0.0, solution.explore_each, f)
     elif solution.scale != 1.0:
         f = f * solution.scale
-    return f
+    return f, alloc
+
+
+def target_rates(
+    demand: Demand, solution: Solution, worth: Worth | None = None
+) -> NDArray[np.float64]:
+    """:func:`node_plan`'s target rates."""
+    return node_plan(demand, solution, worth)[0]
+
+
+def _level(query: dict[str, Any]) -> Level:
+    """The :class:`Level` a ``worth`` query carries."""
+    return Level(**{k: float(query[k]) for k in _LEVEL_KEYS})
+
+
+_LEVEL_KEYS = ("y", "delta", "factor", "y_hi", "theta", "spare_y", "spare_factor")
 
 
 @dataclass(slots=True)
@@ -206,34 +259,47 @@ class _Search:
 @dataclass(slots=True)
 class FleetSolver:
     """The coordinator's side: ``query`` is the question for this round; give every live
-    node's answer to :meth:`answers`; ``solution`` is set when the fleet has agreed."""
+    node's answer to :meth:`answers`; ``solution`` is set when the fleet has agreed.
+    ``decide``: ``policy.decide`` (the expected value needs every node able to)."""
 
     policy: str
     budget: float
     explore: float = 0.0
+    decide: str = "plug-in"
     query: dict[str, Any] = field(default_factory=dict)
     solution: Solution | None = None
     _search: _Search | None = None
     _census: dict[str, float] = field(default_factory=dict)
     _leftover: float = 0.0
     _heard: int = 0
+    _share: float = math.nan  # what the policy splits (B less what exploration keeps)
+    _asked: str = "plug-in"
+    _again: bool = False  # the level is being searched a second time (worth)
+    _found: tuple[Level, float, int] | None = None  # the level found, pending its worth
+    _last: tuple[float, float, float] = (math.nan, math.nan, math.nan)  # y, T, slope
 
     def __post_init__(self) -> None:
-        self.query = {"round": 0, "stage": "census", "share": self.share, "policy": self.policy}
+        self._share = self.budget * (1.0 - self.explore)
+        self._asked = self.decide
+        self.query = {"round": 0, "stage": "census", **self._about()}
 
     @property
     def share(self) -> float:
-        """What the policy splits: B less the exploration share."""
-        return self.budget * (1.0 - self.explore)
+        """What the policy splits: B less the exploration share (less its worth's leftover,
+        once known)."""
+        return self._share
 
-    def _ask(self, stage: str, y: float, spare_y: float = math.nan) -> None:
+    def _about(self) -> dict[str, Any]:
+        return {"share": self._share, "policy": self.policy, "decide": self.decide}
+
+    def _ask(self, stage: str, y: float, spare_y: float = math.nan, **more: Any) -> None:
         self.query = {
             "round": self.query["round"] + 1,
             "stage": stage,
-            "share": self.share,
-            "policy": self.policy,
+            **self._about(),
             "y": _num(y),
             "spare_y": _num(spare_y),
+            **{k: _num(v) for k, v in more.items()},
         }
 
     def answers(self, answers: list[dict[str, Any]]) -> None:
@@ -248,27 +314,20 @@ class FleetSolver:
             return float(sum(float(a[key]) for a in got))
 
         stage = self.query["stage"]
-        share = self.share
         if stage == "census":
-            self._census = {k: total(k) for k in ("room", "spare_room", "unvalued", "pages")}
-            self._heard = len(got)
-            if share <= 0.0 or self._census["pages"] == 0:
-                self._finish(math.inf, 0.0, math.nan, 1.0, unplaced=share, starved=0)
-                return
-            if share >= self._census["room"]:
-                self._spare(share - self._census["room"])
-                return
-            start = max(float(a["start"]) for a in got)
-            y0 = start if math.isfinite(start) else max(float(a["guess"]) for a in got)
-            self._search = _Search(share, lo=start)
-            self._ask("level", y0)
+            self._take_census(got, total)
+            return
+        if stage == "worth":
+            self._take_worth(total("starved"), total("worth"))
             return
         capped, free, slope = total("capped"), total("free"), total("slope")
         starved = int(total("starved"))
         y, spare_y = float(self.query["y"]), float(self.query["spare_y"])
         if self._search is None:  # the spare round that only counts the starved pages
-            self._finish(y, 1.0, spare_y, 1.0, unplaced=self._leftover, starved=starved)
+            self._done(Level(y=y, spare_y=spare_y), unplaced=self._leftover, starved=starved)
             return
+        if stage == "level":
+            self._last = (y, capped + free, slope)
         nxt = self._search.next(y if stage == "level" else spare_y, capped + free, slope)
         if nxt is not None:
             if stage == "level":
@@ -282,23 +341,75 @@ class FleetSolver:
             # on a cliff: between the two ends, where the fleet takes more and less than B
             gap = search.total_lo - search.total_hi
             theta = (target - search.total_hi) / gap if gap > 0.0 else 1.0
-            self._finish(
-                search.lo,
-                1.0,
-                math.nan,
-                1.0,
-                unplaced=0.0,
-                starved=starved,
-                y_hi=search.hi,
-                theta=min(max(theta, 0.0), 1.0),
-            )
+            level = Level(y=search.lo, y_hi=search.hi, theta=min(max(theta, 0.0), 1.0))
         elif stage == "level":
             # the last step to the root along the derivative, as the single solve takes it
-            delta = (target - capped - free) / slope if slope < 0.0 else 0.0
-            self._finish(y, 1.0, math.nan, 1.0, unplaced=0.0, starved=starved, delta=delta)
+            level = Level(y=y, delta=(target - capped - free) / slope if slope < 0.0 else 0.0)
         else:
             factor = (target - capped) / free if free > 0.0 else 1.0
-            self._finish(y, 1.0, spare_y, factor, unplaced=0.0, starved=starved)
+            level = Level(y=y, spare_y=spare_y, spare_factor=factor)
+        self._done(level, unplaced=0.0, starved=starved)
+
+    def _take_census(self, got: list[dict[str, Any]], total: Callable[[str], float]) -> None:
+        if self.decide == "expected" and not all(a.get("expected", False) for a in got):
+            # a node cannot plan with the expected value: the union is planned with the
+            # point estimates, as one node would plan it
+            self.decide = "plug-in"
+            self._ask("census", math.nan)
+            return
+        self._census = {k: total(k) for k in ("room", "spare_room", "unvalued", "pages")}
+        self._heard = len(got)
+        share = self._share
+        if share <= 0.0 or self._census["pages"] == 0:
+            self._done(Level(y=math.inf, factor=0.0), unplaced=share, starved=0)
+            return
+        if share >= self._census["room"]:
+            self._spare(share - self._census["room"])
+            return
+        start = max(float(a["start"]) for a in got)
+        y0 = start if math.isfinite(start) else max(float(a["guess"]) for a in got)
+        self._search = _Search(share, lo=start)
+        self._ask("level", y0)
+
+    def _weighs(self) -> bool:
+        """Exploration goes by worth: the expected value of an optimal policy, explored."""
+        return (
+            self.decide == "expected"
+            and self.policy in EXPECTED_POLICIES
+            and self.budget > self._share
+        )
+
+    def _done(self, level: Level, *, unplaced: float, starved: int) -> None:
+        """The level is found: finish, or first ask for the starved pages' worth there."""
+        if not (self._weighs() and starved > 0):
+            self._finish(level, unplaced=unplaced, starved=starved)
+            return
+        self._found = (level, unplaced, starved)
+        more = {k: getattr(level, k) for k in _LEVEL_KEYS if k not in ("y", "spare_y")}
+        self._ask("worth", level.y, level.spare_y, budget=self.budget, **more)
+
+    def _take_worth(self, starved: float, worth: float) -> None:
+        """The starved pages' worth at the level found: the exploration share goes to them by
+        worth; what their mean worth leaves of it goes back to the policy (once)."""
+        spare = self.budget - self._share
+        used = spare * worth / starved if starved > 0 else spare
+        if not self._again and used < spare * _EXPLORE_KEPT:
+            self._again = True
+            self._share = self.budget - used
+            y, total, slope = self._last
+            if math.isfinite(y):  # the level was searched: its last point starts the next
+                self._search = _Search(self._share)
+                nxt = self._search.next(y, total, slope)  # the first level is one of its points
+                if nxt is not None:
+                    self._ask("level", nxt)
+                    return
+            self._search = None  # no level searched (the caps took it all): from the census
+            self._ask("census", math.nan)
+            return
+        assert self._found is not None
+        level, unplaced, count = self._found
+        each = spare / worth if worth > 0.0 else 0.0
+        self._finish(level, unplaced=unplaced, starved=count, explore_worth=each)
 
     def _spare(self, leftover: float) -> None:
         """Every host of valued pages at its cap: ``leftover`` goes to the unvalued pages."""
@@ -318,22 +429,15 @@ class FleetSolver:
         self._ask("spare", -math.inf, y0)
 
     def _finish(
-        self,
-        y: float,
-        factor: float,
-        spare_y: float,
-        spare_factor: float,
-        *,
-        unplaced: float,
-        starved: int,
-        delta: float = 0.0,
-        y_hi: float = math.nan,
-        theta: float = 1.0,
+        self, level: Level, *, unplaced: float, starved: int, explore_worth: float = 0.0
     ) -> None:
-        spare = self.budget - self.share
-        placed = self.share - unplaced
-        explore_each = spare / starved if starved and spare > 0.0 else 0.0
-        scale = self.budget / placed if not starved and spare > 0.0 and placed > 0.0 else 1.0
+        y = level.y
+        spare = self.budget - self._share
+        placed = self._share - unplaced
+        explore_each = spare / starved if starved and spare > 0.0 and not explore_worth else 0.0
+        scale = 1.0
+        if not explore_each and not explore_worth and spare > 0.0 and placed > 0.0:
+            scale = self.budget / placed
         if self.policy in WATER_FILL:
             mu = math.exp(-y) if y > -math.inf else math.inf
         else:
@@ -342,12 +446,12 @@ class FleetSolver:
             policy=self.policy,
             budget=self.budget,
             y=y,
-            delta=delta,
-            y_hi=y_hi,
-            theta=theta,
-            factor=factor,
-            spare_y=spare_y,
-            spare_factor=spare_factor,
+            delta=level.delta,
+            y_hi=level.y_hi,
+            theta=level.theta,
+            factor=level.factor,
+            spare_y=level.spare_y,
+            spare_factor=level.spare_factor,
             explore_each=explore_each,
             scale=scale,
             unplaced=unplaced,
@@ -355,4 +459,7 @@ class FleetSolver:
             rounds=int(self.query["round"]),
             starved=starved,
             nodes=self._heard,
+            decide=self.decide,
+            asked=self._asked,
+            explore_worth=explore_worth,
         )

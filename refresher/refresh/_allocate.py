@@ -164,10 +164,12 @@ def load_inputs(
         raise ValueError(f"weights must be 'pagerank' or 'none', not {weights!r}")
     ids = raw.page_ids
     n = ids.size
-    hosts, host_index = np.unique(raw.page_host, return_inverse=True)
+    hosts, host_index = _dense_hosts(raw.page_host)
     delay = np.maximum(raw.host_delay, min_delay)
     host_delay = np.zeros(hosts.size)
-    np.maximum.at(host_delay, host_index, delay)
+    host_delay[host_index] = delay  # a host's pages carry its one delay …
+    if not (delay <= host_delay[host_index]).all():  # … else the largest of theirs
+        np.maximum.at(host_delay, host_index, delay)
     with np.errstate(divide="ignore"):
         caps = np.where(host_delay > 0, 1.0 / host_delay, np.inf)
     if n and bool((raw.stats.observations > 0).any()):
@@ -197,6 +199,19 @@ def load_inputs(
         rate_sd=rate_sd,
         static_p=static_p,
     )
+
+
+def _dense_hosts(page_host: NDArray[np.int64]) -> tuple[NDArray[np.int64], NDArray[np.intp]]:
+    """The distinct host ids, sorted, and each page's index among them (``np.unique`` with
+    ``return_inverse``); by counting when the ids are small, as the store's are, which
+    takes a pass where a sort of ten million ids takes seconds."""
+    if page_host.size == 0 or page_host.min() < 0 or page_host.max() > 4 * page_host.size + 1024:
+        hosts, index = np.unique(page_host, return_inverse=True)
+        return hosts, index.astype(np.intp)
+    present = np.bincount(page_host) > 0
+    hosts = np.flatnonzero(present)
+    dense = np.cumsum(present) - 1
+    return hosts.astype(np.int64), dense[page_host].astype(np.intp)
 
 
 def uncertainty(
@@ -245,19 +260,49 @@ def reported_rates(inputs: PolicyInputs, target: NDArray[np.float64]) -> NDArray
     lam = inputs.rates
     if not p0.any():
         return lam
-    goal = page_freshness(inputs, target)
+    out = np.where(p0 > 0, (1.0 - p0) * lam, lam)
+    rows = np.flatnonzero((p0 > 0) & (target > 0))
+    if rows.size:
+        f = target[rows]
+        x = lam[rows] / f
+        # F̄ = φ(x) = (1 − e^(−x))/x at x = λ/f: the x' with φ(x') = P₀ + (1 − P₀)·φ(x)
+        out[rows] = f * _inverse_phi(p0[rows] + (1.0 - p0[rows]) * _phi(x), x)
+    return out
+
+
+def _phi(x: NDArray[np.float64]) -> NDArray[np.float64]:
+    """F̄ as a function of x = λ/f: (1 − e^(−x))/x, 1 at x = 0."""
     with np.errstate(divide="ignore", invalid="ignore"):
-        # F̄ is convex in λ, so F̄((1 − P₀)λ̂) ≤ goal: the root lies below the mean rate
-        hi = np.log(np.maximum((1.0 - p0) * lam, 1e-300))
-        lo = hi - 40.0
-        f = np.where(target > 0, target, 1.0)
-        for _ in range(60):  # bisection on ln λ: F̄ falls as λ grows
-            mid = 0.5 * (lo + hi)
-            above = policies.freshness(np.exp(mid), f) > goal
-            lo, hi = np.where(above, mid, lo), np.where(above, hi, mid)
-        out = np.exp(0.5 * (lo + hi))
-    out = np.where(target > 0, out, (1.0 - p0) * lam)
-    return np.asarray(np.where(p0 > 0, out, lam), np.float64)
+        return np.where(x > 0.0, -np.expm1(-x) / x, 1.0)
+
+
+def _inverse_phi(goal: NDArray[np.float64], above: NDArray[np.float64]) -> NDArray[np.float64]:
+    """x ∈ (0, ``above``] with φ(x) = ``goal`` (φ falls from 1 at 0): safeguarded Newton in
+    ln x on ln φ, whose slope there is x/(eˣ − 1) − 1 ∈ (−1, 0); to 1e-14 in x. Each round
+    works on the pages still moving."""
+    # φ ≈ 1 − x/2 near 0 and ≈ 1/x far out: start from the lesser of the two inverses
+    with np.errstate(divide="ignore"):
+        x = np.minimum(np.minimum(2.0 * (1.0 - goal), 1.0 / goal), above)
+    np.maximum(x, 1e-300, out=x)
+    lo, hi = np.zeros_like(x), np.array(above, dtype=np.float64)
+    log_goal = np.log(goal)
+    rows = np.arange(x.size)
+    for _ in range(60):
+        xr, lo_r, hi_r, goal_r = x[rows], lo[rows], hi[rows], goal[rows]
+        value = _phi(xr)
+        up = value > goal_r  # φ(x) too high: the root lies above x
+        lo_r, hi_r = np.where(up, xr, lo_r), np.where(up, hi_r, xr)
+        slope = np.where(xr > 1e-8, xr / np.expm1(np.minimum(xr, 700.0)), 1.0 - 0.5 * xr) - 1.0
+        newton = -(np.log(value) - log_goal[rows]) / np.minimum(slope, -1e-300)
+        step = xr * np.exp(np.clip(newton, -30.0, 30.0))
+        bad = ~((step > lo_r) & (step < hi_r))
+        nxt = np.where(bad, 0.5 * (lo_r + hi_r), step)
+        moving = np.abs(nxt - xr) > 1e-14 * xr
+        x[rows], lo[rows], hi[rows] = nxt, lo_r, hi_r
+        rows = rows[moving]
+        if rows.size == 0:
+            break
+    return x
 
 
 def _weights(raw: EstimatorInputs, weights: str) -> NDArray[np.float64]:
@@ -291,14 +336,7 @@ def plan(
     if n == 0:
         alloc = policies.solve(policy, np.zeros(0), budget)
         return Plan(target=np.zeros(0), allocation=alloc, explored=0)
-    if decide not in DECISIONS:
-        raise ValueError(f"decide must be one of {', '.join(DECISIONS)}, not {decide!r}")
-    expected = (
-        decide == "expected"
-        and inputs.rate_sd is not None
-        and policy in policies.EXPECTED_POLICIES
-        and bool((inputs.rates > 0).all())
-    )
+    expected = plans_expected(inputs, policy, decide)
     share = budget * (1.0 - explore)
     alloc = _solve(inputs, policy, share, expected)
     target = np.array(alloc.rates, dtype=np.float64)
@@ -310,7 +348,7 @@ def plan(
         used = spare * float(worth[starved].mean())
         if used < spare * 0.999:  # the rest of the share goes back to the plan
             share = budget - used
-            alloc = _solve(inputs, policy, share, expected)
+            alloc = _solve(inputs, policy, share, expected, hint=alloc)
             target = np.array(alloc.rates, dtype=np.float64)
             starved = target <= 0.0
             worth = worth_fetching(inputs, alloc)
@@ -339,9 +377,32 @@ class Planner(Protocol):
     ) -> Plan: ...
 
 
-def demand(inputs: PolicyInputs, policy: str) -> policies.Demand:
-    """The page set's demand curve under ``policy`` with its host caps (plug-in rates): what a
-    node tells the fleet so that one level allocates the union of the nodes' pages."""
+def plans_expected(inputs: PolicyInputs, policy: str, decide: str) -> bool:
+    """Whether :func:`plan` maximises the expected value for these inputs: asked to, an
+    optimal policy, and every page has a posterior (an sd, a rate > 0)."""
+    if decide not in DECISIONS:
+        raise ValueError(f"decide must be one of {', '.join(DECISIONS)}, not {decide!r}")
+    return (
+        decide == "expected"
+        and inputs.rate_sd is not None
+        and policy in policies.EXPECTED_POLICIES
+        and bool((inputs.rates > 0).all())
+    )
+
+
+def demand(inputs: PolicyInputs, policy: str, decide: str = "plug-in") -> policies.Demand:
+    """The page set's demand curve under ``policy`` with its host caps, planned as
+    :func:`plan` plans (``decide``): what a node tells the fleet so that one level allocates
+    the union of the nodes' pages."""
+    if plans_expected(inputs, policy, decide):
+        return policies.Demand(
+            policy,
+            inputs.rates,
+            weights=_effective_weights(inputs),
+            hosts=inputs.host_index,
+            host_caps=inputs.host_caps,
+            log_sd=inputs.rate_sd,
+        )
     return policies.Demand(
         policy,
         inputs.rates,
@@ -358,7 +419,15 @@ def _effective_weights(inputs: PolicyInputs) -> NDArray[np.float64]:
     return np.asarray(inputs.weights * (1.0 - inputs.static_p), dtype=np.float64)
 
 
-def _solve(inputs: PolicyInputs, policy: str, share: float, expected: bool) -> policies.Allocation:
+def _solve(
+    inputs: PolicyInputs,
+    policy: str,
+    share: float,
+    expected: bool,
+    hint: policies.Allocation | None = None,
+) -> policies.Allocation:
+    """The policy's split of ``share``; ``hint``: the same pages' split of another share,
+    which starts the expected-value search (same answer, fewer passes)."""
     if expected:
         assert inputs.rate_sd is not None
         return policies.solve_expected(
@@ -369,6 +438,7 @@ def _solve(inputs: PolicyInputs, policy: str, share: float, expected: bool) -> p
             weights=_effective_weights(inputs),
             hosts=inputs.host_index,
             host_caps=inputs.host_caps,
+            hint=hint,
         )
     return policies.solve(
         policy,

@@ -153,42 +153,46 @@ def _log_normal_map(
     ev: PageEvidence, mean: Float, sd: float, start: Float | None, z: float
 ) -> Estimate:
     """:func:`refresher.refresh._estimate.estimate_log_normal` over page evidence: the MAP
-    θ = ln λ under N(mean, sd²), by safeguarded Newton, block by block of pages."""
+    θ = ln λ under N(mean, sd²), by safeguarded Newton, block by block of pages (the
+    interval and the method too: no page-sized temporaries)."""
     n_pages = ev.fetches.size
     inv_var = 1.0 / sd**2
-    theta, n_eff = np.empty(n_pages), np.empty(n_pages)
+    rate, lower, upper, n_eff = (np.empty(n_pages) for _ in range(4))
+    fetches = np.empty(n_pages, np.int64)
+    method = np.empty(n_pages, np.uint8)
     for b in _blocks(n_pages):
         timed = ev.timed[b]
-        timed_changes = np.where(timed, ev.changes[b], 0.0)
+        changes = ev.changes[b]
+        timed_changes = np.where(timed, changes, 0.0)
         quiet = ev.exposure[b] - ev.changed_time[b] + np.where(timed, ev.quiet_after[b], 0.0)
         nodes = ev.nodes(b, ~timed)
         if start is None:
             untimed_time = np.where(timed, 0.0, ev.changed_time[b])
             with np.errstate(divide="ignore", invalid="ignore"):
-                guess = np.log((ev.changes[b] + 0.5) / (quiet + 0.5 * untimed_time))
+                guess = np.log((changes + 0.5) / (quiet + 0.5 * untimed_time))
         else:
             with np.errstate(divide="ignore", invalid="ignore"):
                 guess = np.log(start[b])
-        live = ev.fetches[b] > 0
+        observed = ev.fetches[b]
+        live = observed > 0
         m = mean[b]
         th_b = np.where(np.isfinite(guess) & live, np.clip(guess, -59.0, 24.0), m)
-        _newton(th_b, live, nodes, timed_changes, quiet, m, inv_var)
-        theta[b] = th_b
-        _, curv = _terms(th_b, nodes, timed_changes, quiet)
-        n_eff[b] = np.maximum(-curv, 0.0)
-    half = z / np.sqrt(n_eff + inv_var)
-    method = np.where(
-        ev.fetches == 0,
-        Method.PRIOR,
-        np.where(ev.timed & (ev.changes > 0), Method.LAST_MODIFIED, Method.IRREGULAR),
-    ).astype(np.uint8)
+        info = np.empty(th_b.size)
+        _newton(th_b, live, nodes, timed_changes, quiet, m, inv_var, info)
+        np.maximum(info, 0.0, out=info)
+        n_eff[b] = info
+        half = z / np.sqrt(info + inv_var)
+        np.exp(th_b, out=rate[b])
+        np.exp(th_b - half, out=lower[b])
+        np.exp(th_b + half, out=upper[b])
+        fetches[b] = observed
+        method[b] = np.where(
+            observed == 0,
+            Method.PRIOR,
+            np.where(timed & (changes > 0), Method.LAST_MODIFIED, Method.IRREGULAR),
+        )
     return Estimate(
-        rate=np.exp(theta),
-        lower=np.exp(theta - half),
-        upper=np.exp(theta + half),
-        n_eff=n_eff,
-        fetches=ev.fetches.astype(np.int64),
-        method=method,
+        rate=rate, lower=lower, upper=upper, n_eff=n_eff, fetches=fetches, method=method
     )
 
 
@@ -200,16 +204,24 @@ def _newton(
     quiet: Float,
     mean: Float,
     inv_var: float,
+    info: Float,
 ) -> None:
     """Safeguarded Newton (bisection inside a bracket) on the pages in ``live``, in place:
-    the objective is concave in θ, so it converges for every page."""
+    the objective is concave in θ, so it converges for every page. ``info``: each live
+    page's observed information (minus the likelihood's curvature) at its last step, which
+    moved θ by 1e-8 at most (0 for the others, which have no observation)."""
     lo, hi = np.full(theta.size, -60.0), np.full(theta.size, 25.0)  # λ from 1e-26 to 7e10 /s
     idx: Index | None = None if live.all() else np.flatnonzero(live)
+    info[:] = 0.0
     for _ in range(_NEWTON_STEPS):
         th = theta if idx is None else theta[idx]
         if th.size == 0:
             return
         grad, curv = _terms(th, nodes.take(idx), _take(timed_changes, idx), _take(quiet, idx))
+        if idx is None:
+            np.negative(curv, out=info)
+        else:
+            info[idx] = -curv
         grad -= (th - _take(mean, idx)) * inv_var
         curv -= inv_var
         up = grad > 0.0

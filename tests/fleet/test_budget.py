@@ -3,6 +3,7 @@ solve over the union of their pages makes (pure: no network)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
 from typing import Any
@@ -15,7 +16,7 @@ from refresher import policies
 from refresher.fleet import FleetBudget
 from refresher.fleet._solve import FleetSolver, answer, target_rates
 from refresher.policies import Demand
-from refresher.refresh._allocate import PolicyInputs, plan
+from refresher.refresh._allocate import PolicyInputs, demand, plan, worth_fetching
 from refresher.store._pg_budget import PgBudget
 from refresher.store._pg_schema import init_fleet
 from tests.conftest import wait_for
@@ -24,19 +25,29 @@ POLICIES = ("optimal", "optimal-age", "uniform", "proportional")
 
 
 def _pages(
-    seed: int, n: int, hosts: int, *, every_host_capped: bool = False
+    seed: int, n: int, hosts: int, *, every_host_capped: bool = False, uncertain: bool = False
 ) -> dict[str, np.ndarray]:
+    """A page set: rates, weights, host per page and caps per host; ``uncertain``: each
+    rate a posterior median with its sd and a probability of never changing (as the
+    estimator gives them: every rate > 0)."""
     rng = np.random.default_rng(seed)
     rates = np.exp(rng.normal(np.log(1 / 3600), 1.5, n))
-    rates[rng.random(n) < 0.05] = 0.0  # pages that never change
+    if not uncertain:
+        rates[rng.random(n) < 0.05] = 0.0  # pages that never change
     weights = np.exp(rng.normal(0.0, 0.5, n))
     host = rng.integers(0, hosts, n)
     capped = rng.random(hosts) < (1.0 if every_host_capped else 0.5)
     caps = np.where(capped, 1.0 / rng.uniform(1, 30, hosts), np.inf)
     caps[rng.random(hosts) < 0.02] = 0.0  # hosts closed (paused)
-    if every_host_capped:  # some hosts hold only pages that never change
+    if every_host_capped and not uncertain:  # some hosts hold only pages that never change
         rates[np.isin(host, np.arange(hosts // 10))] = 0.0
-    return {"rates": rates, "weights": weights, "hosts": host, "caps": caps}
+    pages = {"rates": rates, "weights": weights, "hosts": host, "caps": caps}
+    if uncertain:
+        pages["sd"] = rng.uniform(0.05, 2.5, n)
+        pages["static"] = np.where(rng.random(n) < 0.3, rng.uniform(0.0, 0.9, n), 0.0)
+        if every_host_capped:  # some hosts hold only pages that are surely static
+            pages["static"][np.isin(host, np.arange(hosts // 10))] = 1.0
+    return pages
 
 
 def _split(pages: dict[str, np.ndarray], nodes: int, seed: int) -> list[np.ndarray]:
@@ -167,7 +178,97 @@ def _inputs(pages: dict[str, np.ndarray], rows: np.ndarray) -> PolicyInputs:
         rates=pages["rates"][rows],
         rate_n=np.ones(rows.size),
         weights=pages["weights"][rows],
+        rate_sd=pages["sd"][rows] if "sd" in pages else None,
+        static_p=pages["static"][rows] if "static" in pages else None,
     )
+
+
+def _fleet_plan(
+    pages: dict[str, np.ndarray],
+    parts: list[np.ndarray],
+    policy: str,
+    budget: float,
+    *,
+    explore: float,
+    decide: str,
+) -> tuple[np.ndarray, Any]:
+    """The fleet's targets over the union, the nodes planning as the daemon's do: each node's
+    demand pinned at the census, its worth of exploring its pages at hand."""
+    nodes = [_inputs(pages, rows) for rows in parts]
+    solver = FleetSolver(policy=policy, budget=budget, explore=explore, decide=decide)
+    pinned: list[Demand] = []
+    while solver.solution is None:
+        query = solver.query
+        if query["stage"] == "census":
+            pinned = [demand(inputs, policy, query["decide"]) for inputs in nodes]
+        solver.answers(
+            [
+                answer(d, query, lambda a, inputs=inputs: worth_fetching(inputs, a))
+                for d, inputs in zip(pinned, nodes, strict=True)
+            ]
+        )
+    solution = solver.solution
+    f = np.zeros(pages["rates"].size)
+    for rows, inputs in zip(parts, nodes, strict=True):
+        d = demand(inputs, policy, solution.decide)
+        f[rows] = target_rates(d, solution, lambda a, inputs=inputs: worth_fetching(inputs, a))
+    return f, solution
+
+
+@pytest.mark.parametrize("policy", ["optimal", "optimal-age"])
+@pytest.mark.parametrize("nodes", [2, 3, 4])
+@pytest.mark.parametrize("budget", [0.05, 2.0, 1e4])
+def test_a_default_fleet_plans_the_expected_value_as_one_default_node_over_the_union(
+    policy: str, nodes: int, budget: float
+) -> None:
+    # policy.decide = "expected" and 5 % exploration, the defaults: the nodes answer with
+    # the expected-value demand and the worth of exploring their starved pages
+    pages = _pages(nodes, 20_000, 800, uncertain=True)
+    parts = _split(pages, nodes, seed=7 + nodes)
+    single = plan(
+        _inputs(pages, np.arange(20_000)), policy, budget, explore=0.05, decide="expected"
+    )
+    f, solution = _fleet_plan(pages, parts, policy, budget, explore=0.05, decide="expected")
+    assert solution.decide == "expected"
+    assert f.sum() == pytest.approx(single.target.sum(), rel=1e-6)
+    np.testing.assert_allclose(f, single.target, rtol=1e-6, atol=1e-12 * single.target.max())
+    assert solution.unplaced == pytest.approx(single.allocation.unplaced, rel=1e-6, abs=1e-9)
+    assert solution.starved == single.explored
+    assert solution.rounds <= 60
+
+
+@pytest.mark.parametrize("policy", ["optimal", "optimal-age"])
+@pytest.mark.parametrize("budget", [0.5, 10.0, 1e4])
+def test_an_expected_fleet_whose_caps_bind_everywhere_plans_as_one_node(
+    policy: str, budget: float
+) -> None:
+    pages = _pages(11, 5_000, 300, every_host_capped=True, uncertain=True)
+    parts = _split(pages, 3, seed=5)
+    single = plan(_inputs(pages, np.arange(5_000)), policy, budget, explore=0.05, decide="expected")
+    f, solution = _fleet_plan(pages, parts, policy, budget, explore=0.05, decide="expected")
+    np.testing.assert_allclose(f, single.target, rtol=1e-6, atol=1e-12 * single.target.max())
+    assert solution.unplaced == pytest.approx(single.allocation.unplaced, rel=1e-9, abs=1e-12)
+
+
+def test_a_node_without_posteriors_makes_the_fleet_plan_with_point_estimates() -> None:
+    # one node's estimator gives no sd (the gamma model): the union has no posterior, and a
+    # single node over it would plan with the point estimates
+    pages = _pages(3, 6_000, 300, uncertain=True)
+    parts = _split(pages, 2, seed=2)
+    nodes = [_inputs(pages, rows) for rows in parts]
+    nodes[1] = dataclasses.replace(nodes[1], rate_sd=None)
+    solver = FleetSolver(policy="optimal", budget=1.0, explore=0.05, decide="expected")
+    while solver.solution is None:
+        query = solver.query
+        demands = [demand(inputs, "optimal", query["decide"]) for inputs in nodes]
+        solver.answers([answer(d, query) for d in demands])
+    assert solver.solution.decide == "plug-in" and solver.solution.asked == "expected"
+    union = dataclasses.replace(_inputs(pages, np.arange(6_000)), rate_sd=None)
+    single = plan(union, "optimal", 1.0, explore=0.05, decide="expected")
+    f = np.zeros(6_000)
+    for rows, inputs in zip(parts, nodes, strict=True):
+        f[rows] = target_rates(demand(inputs, "optimal", "plug-in"), solver.solution)
+    _close(f, pages, _as_allocation(single, "optimal"))
 
 
 def _nodes(
@@ -178,6 +279,8 @@ def _nodes(
     budget: float,
     *,
     ttl: float,
+    explore: float = 0.0,
+    decide: str = "plug-in",
 ) -> list[FleetBudget]:
     """One in-process node per part on a fresh fleet database, each having planned once."""
     init_fleet(dsn, partitions=8)
@@ -186,7 +289,7 @@ def _nodes(
         for k in range(len(parts))
     ]
     for node, rows in zip(nodes, parts, strict=True):
-        node(_inputs(pages, rows), policy, budget, explore=0.0)
+        node(_inputs(pages, rows), policy, budget, explore=explore, decide=decide)
     return nodes
 
 
@@ -224,6 +327,35 @@ async def test_two_nodes_on_postgresql_converge_to_one_mu_and_the_union_allocati
     _close(f, pages, single)
     solution = nodes[0].solution
     assert solution is not None and solution.mu == pytest.approx(single.multiplier, rel=1e-6)
+    for node in nodes:
+        node.close()
+
+
+@pytest.mark.parametrize("policy", ["optimal", "optimal-age"])
+async def test_two_default_nodes_on_postgresql_converge_to_the_expected_plan_over_the_union(
+    postgres: Callable[..., str], policy: str
+) -> None:
+    # the daemon's defaults: policy.decide = "expected", 5 % exploration
+    pages = _pages(23, 6_000, 300, uncertain=True)
+    parts = _split(pages, 2, seed=1)
+    budget = 1.5
+    settings = {"explore": 0.05, "decide": "expected"}
+    nodes = _nodes(postgres(), pages, parts, policy, budget, ttl=2.0, **settings)
+    async with trio.open_nursery() as nursery:
+        for node in nodes:
+            nursery.start_soon(node.run)
+
+        await wait_for(lambda: _agreed(nodes), what="both hold one solution, solved over both")
+        nursery.cancel_scope.cancel()
+    f = np.zeros(pages["rates"].size)
+    for node, rows in zip(nodes, parts, strict=True):
+        f[rows] = node(_inputs(pages, rows), policy, budget, **settings).target
+    single = plan(_inputs(pages, np.arange(6_000)), policy, budget, **settings)
+    solution = nodes[0].solution
+    assert solution is not None and solution.decide == "expected"
+    assert f.sum() == pytest.approx(budget, rel=1e-9)
+    np.testing.assert_allclose(f, single.target, rtol=1e-6, atol=1e-12 * single.target.max())
+    assert solution.mu == pytest.approx(single.allocation.multiplier, rel=1e-6)
     for node in nodes:
         node.close()
 

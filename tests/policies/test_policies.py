@@ -537,3 +537,25 @@ def test_a_policy_plugs_in_through_the_entry_point_group(
     assert f.tolist() == [3.0, 0.0, 0.0]
     with pytest.raises(ConfigError, match=r"failed to load.*no luck"):
         policies.get("broken")
+
+
+def test_a_host_whose_page_drops_out_at_the_root_is_not_held_at_its_cap() -> None:
+    # Found by hypothesis: host 2's page 24 (w/λ = 0.0675) drops out exactly at μ, and with
+    # it host 2 falls below its cap. The bracket's interpolation held host 2 at its cap (it
+    # was over it at the lower end) and scaled the others down to what was left, off μ.
+    rates = np.ones(30)
+    rates[[5, 6, 22, 23, 24, 29]] = [421.69650343, 10.0, 10.0, 316.22776602, 133.35214322, 100.0]
+    weights = np.ones(30)
+    weights[[1, 6, 14, 22, 24]] = [3.0, 19.0, 2.0, 6.0, 9.0]
+    hosts = np.zeros(30, np.intp)
+    hosts[[1, 6, 14, 26, 27, 28]] = 1
+    hosts[[22, 24]] = 2
+    caps = np.array([0.0, 177.12273321, 22.14034165])
+    result = policies.solve(
+        "optimal", rates, 70.84909328, weights=weights, hosts=hosts, host_caps=caps
+    )
+    f = result.rates
+    assert result.capped_hosts is not None and not result.capped_hosts[2]
+    value = weights * marginal("optimal", rates, f)
+    np.testing.assert_allclose(value[f > 0.0], result.multiplier, rtol=1e-7)
+    assert f.sum() == pytest.approx(70.84909328, rel=1e-12)

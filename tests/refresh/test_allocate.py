@@ -615,3 +615,19 @@ def test_a_page_likely_never_to_change_reads_fresh_and_its_stored_rate_says_so()
     assert stored[0] == 0.05
     assert policies.freshness(stored[:3], target[:3]) == pytest.approx(fresh[:3], rel=1e-6)
     assert stored[1] < stored[0] and stored[2] < stored[1] and stored[3] == 0.0
+
+
+def test_the_stored_rate_gives_the_pages_freshness_over_every_range_of_rate_and_chance():
+    from dataclasses import replace
+
+    rng = np.random.default_rng(3)
+    n = 200_000
+    rates = np.exp(rng.uniform(-30.0, 5.0, n))
+    target = np.exp(rng.uniform(-25.0, 5.0, n))  # λ/f from 1e-15 to 1e15
+    p0 = np.where(rng.random(n) < 0.1, 0.0, rng.uniform(0.0, 1.0, n) ** 3)
+    given = replace(inputs(rates), static_p=p0)
+    stored = reported_rates(given, target)
+    fresh = page_freshness(given, target)
+    np.testing.assert_allclose(policies.freshness(stored, target), fresh, rtol=1e-12)
+    assert (stored <= rates * (1.0 + 1e-12)).all()  # a chance of never changing lowers it
+    assert (stored[p0 == 0.0] == rates[p0 == 0.0]).all()
