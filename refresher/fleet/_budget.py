@@ -22,7 +22,10 @@ every tick); a round waits for every live node, at most a lease ttl, then goes o
 answers it has. The coordinator starts a new solve every ``resolve_interval`` seconds and at
 once when the fleet's budget, policy, exploration share or ``policy.decide`` changes (its own
 configuration's) or a node joins or leaves (the set of live nodes differs from the one the
-last solve heard).
+last solve heard), and when a node's page set has grown or shrunk by more than a tenth since
+it answered the census (each tick's row says how many pages its last plan saw): a level is a
+price that stays valid while pages come and go, but not across a fleet that starts empty and
+is then seeded (its first solve, over no pages, places nothing).
 """
 
 from __future__ import annotations
@@ -47,6 +50,10 @@ from refresher.store._pg_budget import BudgetStore
 __all__ = ["FleetBudget", "FleetBudgetStatistics"]
 
 log = get_logger("fleet.budget")
+
+# a node's pages may move this much (relative) from what its census answer counted before
+# the coordinator solves again
+_PAGES_MOVED = 0.1
 
 _NO_PAGES = PolicyInputs(
     page_ids=np.zeros(0, np.int64),
@@ -235,7 +242,9 @@ class FleetBudget:
             )
             mine = {**reply, "epoch": epoch, "solve": query.get("solve")}
             self._answer = mine
-        summary = mine
+        # with the page count of the allocator's last plan: the coordinator solves again when
+        # it has moved far from what this node's census answer counted
+        summary = {**mine, "pages_now": int(self._inputs.page_ids.size)}
         # rewritten every tick: the row's freshness is this node's liveness
         await trio.to_thread.run_sync(lambda: self._store.answer(self.node_id, epoch, summary))
 
@@ -262,6 +271,7 @@ class FleetBudget:
                 self._settings != self._solver_settings
                 or now - self._solved_at >= self.resolve_interval
                 or members != self._members
+                or any(_pages_moved(r.summary) for r in live)
             )
         ):
             self._members = members
@@ -329,3 +339,12 @@ class FleetBudget:
             node_budget=self._node_budget,
             errors=self.errors,
         )
+
+
+def _pages_moved(summary: dict[str, Any]) -> bool:
+    """Whether a node's pages now differ from those its answers count by more than
+    ``_PAGES_MOVED`` of them (any page at all, when it answered for none)."""
+    now, pinned = summary.get("pages_now"), summary.get("pages")
+    if now is None or pinned is None:
+        return False
+    return abs(int(now) - int(pinned)) > _PAGES_MOVED * max(int(pinned), 1)

@@ -360,6 +360,37 @@ async def test_two_default_nodes_on_postgresql_converge_to_the_expected_plan_ove
         node.close()
 
 
+async def test_a_fleet_that_starts_empty_solves_again_once_its_pages_arrive(
+    postgres: Callable[..., str],
+) -> None:
+    # a fleet started before its seeds: the first solve is over no pages and places nothing;
+    # once the allocator has planned the seeded pages the level must be solved again, or
+    # every page keeps a target of 0 until the next resolve_interval
+    pages = _pages(41, 2_000, 100)
+    everything = np.arange(2_000)
+    nodes = _nodes(postgres(), pages, [everything[:0]], "uniform", 50.0, ttl=1.0)
+    node = nodes[0]
+    node.resolve_interval = 3600.0
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(node.run)
+        await wait_for(lambda: node.solution is not None, what="a solution over no pages")
+        empty = node.solution
+        assert empty is not None and empty.unplaced == pytest.approx(50.0)
+        node(_inputs(pages, everything), "uniform", 50.0, explore=0.0)  # the seeds planned
+
+        def solved_again() -> bool:
+            s = node.solution
+            return s is not None and s.to_json() != empty.to_json()
+
+        await wait_for(solved_again, what="a new solution once the pages are there")
+        nursery.cancel_scope.cancel()
+    f = node(_inputs(pages, everything), "uniform", 50.0, explore=0.0).target
+    single = _single(pages, "uniform", 50.0)
+    assert (f[np.asarray(single.rates) > 0] > 0).all()
+    _close(f, pages, single)
+    node.close()
+
+
 async def test_nodes_keep_the_last_mu_while_the_coordinator_changes_hands(
     postgres: Callable[..., str],
 ) -> None:
