@@ -309,6 +309,9 @@ class FleetConfig:
     lease_ttl: float = 10.0
     #: shared directory of the fleet's Parquet history (and archives); "" = none
     history_dir: str = ""
+    #: seconds after its last heartbeat when a node counts as gone for good: the live nodes
+    #: publish its unpublished history (under its id) to history_dir
+    absent_after: float = 3600.0
 
     @property
     def enabled(self) -> bool:
@@ -473,6 +476,7 @@ _CHECKS: dict[str, Callable[[Any], str | None]] = {
     ),
     "fleet.partitions": _positive,
     "fleet.lease_ttl": _positive,
+    "fleet.absent_after": _positive,
 }
 
 _TYPE_WORDS = {

@@ -431,7 +431,12 @@ class Daemon:
         from refresher.store._parquet import HistoryPublisher
 
         publisher = HistoryPublisher(c.fleet.dsn, c.fleet.node_id, Path(c.fleet.history_dir))
-        self._history = HistoryService(publisher)
+        # at least two looks per absent_after: a gone node's tail is published in time
+        self._history = HistoryService(
+            publisher,
+            interval=min(30.0, c.fleet.absent_after / 2),
+            absent_after=c.fleet.absent_after,
+        )
         return self._history
 
     async def _heartbeat(

@@ -69,7 +69,7 @@ from refresher.store._pg_dsn import connect, describe, redact
 from refresher.store._pg_schema import check_schema
 from refresher.store._service import BatchedService
 
-__all__ = ["Fencing", "PgStore", "PostgresStore", "Routed", "seed_fleet"]
+__all__ = ["Fencing", "PgStore", "PostgresStore", "Routed", "batch_key", "seed_fleet"]
 
 T = TypeVar("T")
 log = get_logger("store.pg")
@@ -90,6 +90,13 @@ def _signed(fp: int | None) -> int | None:
 
 def _unsigned(v: int | None) -> int | None:
     return None if v is None else v + _U64 if v < 0 else v
+
+
+def batch_key(records: Sequence[FetchRecord]) -> str | None:
+    """What names a batch of fetch records (its first record and size); None when empty."""
+    if not records:
+        return None
+    return f"{records[0].page_id}:{records[0].finished_at!r}:{len(records)}"
 
 
 def _nan_none(x: float | None) -> float | None:
@@ -155,7 +162,7 @@ class PgStore:
         #: transactions run again after a lost connection
         self.retries = 0
         #: the first record of a batch whose commit is unknown (the connection broke)
-        self._unsure: tuple[int, float] | None = None
+        self._unsure: str | None = None
         self.node_id = node_id
         self.partitions = partitions
         #: {partition: epoch} this node holds; replaced whole by set_owned (atomic)
@@ -512,13 +519,15 @@ class PgStore:
 
         # A batch whose commit may have happened as the connection broke is checked first
         # when it comes again (retried here or by the queue): it must not be added twice.
-        key = (records[0].page_id, records[0].finished_at) if records else None
+        # Its key is noted in node_batches in its own transaction (its rows may be published
+        # to Parquet, and gone from fetches, before the retry looks).
+        key = batch_key(records)
         unsure = key is not None and key == self._unsure
 
         def write(cur: Any) -> tuple[int, int, int]:
             nonlocal unsure
             check, unsure = unsure, True
-            if check and (already := self._committed(cur, records)):
+            if check and (already := self._committed(cur, key)) is not None:
                 # the connection broke as the batch committed: it is in, do not add it twice
                 log.info("batch found committed on retry", node=self.node_id, records=already)
                 return already, 0, 0
@@ -594,6 +603,13 @@ class PgStore:
                 )
             if keep_captures:
                 self._insert_captures(cur, keep_captures)
+            if key is not None:
+                cur.execute(
+                    "INSERT INTO node_batches (node_id, batch, written) VALUES (%s, %s, %s)"
+                    " ON CONFLICT (node_id) DO UPDATE SET batch = excluded.batch,"
+                    " written = excluded.written",
+                    (self.node_id, key, len(keep)),
+                )
             return (
                 len(keep),
                 len(records) - len(keep),
@@ -615,16 +631,12 @@ class PgStore:
             )
         return written
 
-    def _committed(self, cur: Any, records: Sequence[FetchRecord]) -> int:
-        """How many of ``records`` are in already: 0, or all those the batch kept (a batch
-        commits whole)."""
-        cur.execute(
-            "SELECT count(*) FROM fetches f"
-            " JOIN unnest(%s::bigint[], %s::float8[]) AS r(page_id, at)"
-            " ON f.page_id = r.page_id AND f.finished_at = r.at WHERE f.node_id = %s",
-            ([r.page_id for r in records], [r.finished_at for r in records], self.node_id),
-        )
-        return int(cur.fetchone()[0])
+    def _committed(self, cur: Any, key: str | None) -> int | None:
+        """The records the batch ``key`` wrote if it is this node's last committed batch (a
+        batch commits whole), else None."""
+        cur.execute("SELECT batch, written FROM node_batches WHERE node_id = %s", (self.node_id,))
+        row = cur.fetchone()
+        return int(row[1]) if row is not None and row[0] == key else None
 
     def _update_pages(self, cur: Any, records: Sequence[FetchRecord]) -> None:
         fold = fold_pages(records)  # a page fetched twice: the later state, counts added

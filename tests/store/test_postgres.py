@@ -21,7 +21,7 @@ from refresher.ops._cli import main
 from refresher.store import DocumentUpdate, HostUpdate, NewPage, PlanUpdate
 from refresher.store._pg_leases import PgLeases
 from refresher.store._pg_schema import init_fleet
-from refresher.store._postgres import PgStore, PostgresStore
+from refresher.store._postgres import PgStore, PostgresStore, batch_key
 
 P = 8
 NOW = 1_700_000_000.0
@@ -348,12 +348,19 @@ def test_a_batch_whose_commit_was_not_confirmed_is_not_added_twice(dsn: str) -> 
     batch = [fetch_record(r.id, r.host_id, NOW + 1) for r in rows_]
     assert core.write(batch, []) == 3
     # as if the connection broke while that commit went through: the queue sends it again
-    core._unsure = (batch[0].page_id, batch[0].finished_at)
+    core._unsure = batch_key(batch)
     assert core.write(batch, []) == 3
     assert rows(dsn, "SELECT count(*) FROM fetches") == [(3,)]
     assert rows(dsn, "SELECT sum(fetches) FROM pages") == [(3,)]
+    # even when its rows were published to Parquet (gone from fetches) before the retry looks
+    with psycopg.connect(dsn) as con:
+        con.execute("DELETE FROM fetches")
+    core._unsure = batch_key(batch)
+    assert core.write(batch, []) == 3
+    assert rows(dsn, "SELECT count(*) FROM fetches") == [(0,)]
+    assert rows(dsn, "SELECT sum(fetches) FROM pages") == [(3,)]
     # a new batch is written as usual
     assert core.write([fetch_record(rows_[0].id, rows_[0].host_id, NOW + 2)], []) == 1
-    assert rows(dsn, "SELECT count(*) FROM fetches") == [(4,)]
+    assert rows(dsn, "SELECT count(*) FROM fetches") == [(1,)]
     core.close()
     leases.close()
