@@ -709,6 +709,12 @@ def _check_whole(config: Config) -> None:
         problem = dsn_problem(config.fleet.dsn)
         if problem is not None:
             raise ConfigError(problem, key="fleet.dsn")
+        if config.fleet.absent_after <= config.fleet.lease_ttl:
+            raise ConfigError(
+                f"must exceed fleet.lease_ttl ({config.fleet.lease_ttl:g} s): a node counts as "
+                "gone only after its leases expired; raise it (default 3600)",
+                key="fleet.absent_after",
+            )
 
 
 def _check_sinks(s: SinksConfig) -> None:

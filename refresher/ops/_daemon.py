@@ -34,7 +34,7 @@ from refresher.crawl._dns import Resolver
 from refresher.crawl._fetch import Fetcher
 from refresher.crawl._frontier import Frontier
 from refresher.crawl._workers import Crawler
-from refresher.discover._discovery import Discovery
+from refresher.discover._discovery import Discovery, found_of
 from refresher.discover._filter import UrlFilter
 from refresher.discover._parse import available as parse_available
 from refresher.discover._seen import UrlSeen
@@ -47,7 +47,7 @@ from refresher.ops._reload import RELOAD, changed_keys, effective
 from refresher.refresh._allocate import Allocator, InputSettings, plan, priority_level
 from refresher.store._backup import backup_service
 from refresher.store._duckdb import DuckDBStore, StoreService
-from refresher.store._interface import HostRow, NewPage, PageRow
+from refresher.store._interface import Findings, HostRow, NewPage, PageRow
 from refresher.store._snapshot import Snapshotter, snapshot_path
 
 if TYPE_CHECKING:
@@ -404,8 +404,14 @@ class Daemon:
             pages_added=allocator.pages_added,
             # the crawler starts after the node (the node's first claims come first)
             abandon=lambda hosts: 0 if self._crawler is None else self._crawler.abandon(hosts),
+            rediscover=None if self._discovery is None else self._rediscover,
         )
         return self._fleet
+
+    def _rediscover(self, page_id: int, fetched_at: float, findings: Findings) -> bool:
+        """Findings a node left before discovery stored them, to this node's discovery."""
+        assert self._discovery is not None
+        return self._discovery.submit(found_of(page_id, fetched_at, findings))
 
     def _fleet_planner(self, c: Config) -> FleetBudget:
         """The fleet's one budget as the allocator's planner (issue 13: one μ for all nodes)."""

@@ -25,8 +25,10 @@ with the rest). ``pages.url`` is unique, so a URL delivered twice is one page.
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import time
+import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -55,6 +57,7 @@ from refresher.store._interface import (
     DocumentUpdate,
     EstimatorInputs,
     FetchRecord,
+    Findings,
     HostRow,
     HostSummary,
     HostUpdate,
@@ -97,6 +100,30 @@ def batch_key(records: Sequence[FetchRecord]) -> str | None:
     if not records:
         return None
     return f"{records[0].page_id}:{records[0].finished_at!r}:{len(records)}"
+
+
+def _findings_json(f: Findings) -> dict[str, Any]:
+    return {
+        "depth": f.depth,
+        "url": f.url,
+        "links": [list(link) for link in f.links],
+        "canonical": f.canonical,
+        "noindex": f.noindex,
+        "lastmod": [list(m) for m in f.lastmod],
+        "synthetic": f.synthetic,
+    }
+
+
+def _findings_of(doc: dict[str, Any]) -> Findings:
+    return Findings(
+        depth=int(doc["depth"]),
+        url=str(doc["url"]),
+        links=tuple((str(u), str(k)) for u, k in doc["links"]),
+        canonical=doc["canonical"],
+        noindex=bool(doc["noindex"]),
+        lastmod=tuple((str(u), float(t)) for u, t in doc["lastmod"]),
+        synthetic=bool(doc["synthetic"]),
+    )
 
 
 def _nan_none(x: float | None) -> float | None:
@@ -164,6 +191,8 @@ class PgStore:
         #: the first record of a batch whose commit is unknown (the connection broke)
         self._unsure: str | None = None
         self.node_id = node_id
+        #: this process's run of the node (names the findings it leaves for discovery)
+        self.run = uuid.uuid4().hex[:16]
         self.partitions = partitions
         #: {partition: epoch} this node holds; replaced whole by set_owned (atomic)
         self.owned: dict[int, int] = {}
@@ -430,12 +459,26 @@ class PgStore:
         def save(cur: Any) -> tuple[list[PageRow], dict[int, HostRow], int]:
             rows = self._route(cur, update.new, now).rows
             hosts = self._hosts(cur, {r.host_id for r in rows})
-            if update.synthetic:
-                return rows, hosts, 0
+            if update.synthetic and update.fetched_at is None:
+                return rows, hosts, 0  # robots.txt's sitemaps: new pages only
             cur.execute("SELECT partition FROM pages WHERE id = %s", (update.page_id,))
             found = cur.fetchone()
             if found is None or not self._held(cur, [int(found[0])]):
+                # The partition moved on: its owner hands the findings to its discovery again
+                # (at once: no run has them in flight any more).
                 self.dropped_plans += 1
+                if update.fetched_at is not None:
+                    cur.execute(
+                        "UPDATE owed_documents SET run = '' WHERE page_id = %s AND fetched_at = %s",
+                        (update.page_id, update.fetched_at),
+                    )
+                return rows, hosts, 0
+            if update.fetched_at is not None:  # discovery has it all now
+                cur.execute(
+                    "DELETE FROM owed_documents WHERE page_id = %s AND fetched_at = %s",
+                    (update.page_id, update.fetched_at),
+                )
+            if update.synthetic:
                 return rows, hosts, 0
             edges = 0
             if update.linked:
@@ -603,6 +646,9 @@ class PgStore:
                 )
             if keep_captures:
                 self._insert_captures(cur, keep_captures)
+            owed = [r for r in keep if r.findings is not None]
+            if owed:
+                self._insert_owed(cur, owed, [part[r.host_id] for r in owed])
             if key is not None:
                 cur.execute(
                     "INSERT INTO node_batches (node_id, batch, written) VALUES (%s, %s, %s)"
@@ -712,6 +758,58 @@ class PgStore:
                         c.truncated,
                     )
                 )
+
+    def _insert_owed(
+        self, cur: Any, records: Sequence[FetchRecord], partitions: Sequence[int]
+    ) -> None:
+        """Keep the records' findings until discovery has stored them (in the fetch's batch)."""
+        cur.execute(
+            "INSERT INTO owed_documents"
+            " (page_id, partition, fetched_at, node_id, run, created_at, document)"
+            " SELECT o.page_id, o.partition, o.fetched_at, %s, %s, %s, o.document"
+            " FROM unnest(%s::bigint[], %s::int[], %s::float8[], %s::jsonb[])"
+            " AS o(page_id, partition, fetched_at, document)",
+            (
+                self.node_id,
+                self.run,
+                time.time(),
+                [r.page_id for r in records],
+                list(partitions),
+                [r.finished_at for r in records],
+                [json.dumps(_findings_json(r.findings)) for r in records if r.findings],
+            ),
+        )
+
+    def owed_documents(
+        self, limit: int, *, grace: float, now: float
+    ) -> list[tuple[int, int, float, Findings]]:
+        """Take findings owed to discovery in the partitions this node holds: those another
+        node or run left (it died before its discovery stored them, or its discovery was
+        fenced off), and this run's own older than ``grace`` seconds (its discovery dropped
+        them). Taken rows become this run's, so they are not handed out again for ``grace``
+        seconds (while this node's discovery has them). (row id, page id, fetched_at,
+        findings), oldest first."""
+        owned = sorted(self.owned)
+        if not owned:
+            return []
+
+        def take(cur: Any) -> list[tuple[int, int, float, Findings]]:
+            cur.execute(
+                """
+                UPDATE owed_documents SET run = %(run)s, created_at = %(now)s
+                WHERE id IN (
+                    SELECT id FROM owed_documents
+                    WHERE partition = ANY(%(owned)s)
+                      AND (run <> %(run)s OR created_at < %(now)s - %(grace)s)
+                    ORDER BY id LIMIT %(limit)s FOR UPDATE SKIP LOCKED)
+                RETURNING id, page_id, fetched_at, document
+                """,
+                {"run": self.run, "now": now, "owned": owned, "grace": grace, "limit": limit},
+            )
+            got = [(int(i), int(p), float(t), _findings_of(doc)) for i, p, t, doc in cur.fetchall()]
+            return sorted(got, key=lambda o: o[0])
+
+        return self._tx("taking the findings owed to discovery", take)
 
     def archive_file_ends(self) -> dict[str, int]:
         """Per WARC file of this node, the end of its last indexed record group (bytes): where
@@ -970,6 +1068,13 @@ class PostgresStore(BatchedService[PgStore]):
         all in one transaction; (new pages, their hosts, rows taken)."""
         at = time.time() if now is None else now
         return await self._call(lambda s: s.drain_inbox(limit, now=at))
+
+    async def owed_documents(
+        self, limit: int, *, grace: float, now: float | None = None
+    ) -> list[tuple[int, int, float, Findings]]:
+        """See :meth:`PgStore.owed_documents`."""
+        at = time.time() if now is None else now
+        return await self._call(lambda s: s.owed_documents(limit, grace=grace, now=at))
 
     def fencing(self) -> Fencing:
         s = self.store

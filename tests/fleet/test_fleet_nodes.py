@@ -49,23 +49,25 @@ class Fleet:
     def __init__(self, dsn: str, root: Path, port: int, seeds: list[str], daemons: Any) -> None:
         self.dsn, self.root, self.port, self.seeds = dsn, root, port, seeds
         self._daemons = daemons
+        #: more config, per section (every node's)
+        self.extra: dict[str, dict[str, Any]] = {}
         self.nodes: dict[str, DaemonProcess] = {}
         self.runs: list[tuple[str, DaemonProcess]] = []  # every process ever started
 
     def config(self, node: str) -> Path:
         directory = self.root / node
         directory.mkdir(exist_ok=True)
-        return daemon_config(
-            directory,
-            port=self.port,
-            seeds=self.seeds,
-            crawl={"workers": 4},
-            budget={"fetches_per_second": 10.0},
-            politeness={"min_delay": MIN_DELAY},
-            fetch={"timeout": 0.4},
-            fleet={"dsn": self.dsn, "node_id": node, "partitions": P, "lease_ttl": TTL},
-            log={"level": "debug", "progress_interval": 0.5},
-        )
+        sections: dict[str, dict[str, Any]] = {
+            "crawl": {"workers": 4},
+            "budget": {"fetches_per_second": 10.0},
+            "politeness": {"min_delay": MIN_DELAY},
+            "fetch": {"timeout": 0.4},
+            "fleet": {"dsn": self.dsn, "node_id": node, "partitions": P, "lease_ttl": TTL},
+            "log": {"level": "debug", "progress_interval": 0.5},
+        }
+        for name, table in self.extra.items():
+            sections[name] = {**sections.get(name, {}), **table}
+        return daemon_config(directory, port=self.port, seeds=self.seeds, **sections)
 
     def start(self, node: str) -> DaemonProcess:
         d = self._daemons(self.config(node))
@@ -373,3 +375,112 @@ async def test_each_node_keeps_its_own_warc_files_indexed_in_the_fleets_database
         if kind == "response":
             assert blake2b(record.body, digest_size=16).digest() == bytes(digest)
             assert bytes(digest) in digests
+
+
+#: links every page of the linked site also has, to URLs the crawl's filter excludes: screening
+#: them keeps discovery busy a while after the fetch commits (the window a crash could hit)
+JUNK = tuple(f"/junk/{k}" for k in range(15_000))
+
+
+def linked_site(hosts: int = 10, length: int = 20) -> Site:
+    """A chain of static pages, each found only by the link on the one before, on the next
+    host (another partition): page k is /c{k} of host l{k mod hosts}. A link lost is a page
+    never found."""
+
+    def page(k: int) -> PageSpec:
+        nxt = (f"http://l{(k + 1) % hosts}.sim.test/c{k + 1}",) if k + 1 < length else ()
+        return PageSpec(path=f"/c{k}", links=(*nxt, *JUNK))
+
+    return Site(
+        [
+            HostSpec(
+                name=f"l{i}.sim.test",
+                pages=tuple(page(k) for k in range(i, length, hosts)),
+            )
+            for i in range(hosts)
+        ]
+    )
+
+
+async def test_a_node_killed_for_good_loses_no_link_and_its_tail_is_published_exactly_once(
+    postgres, short_dir, daemons, nursery
+):
+    """kill -9 between a fetch's commit and its links' storing, then for good: every page
+    reachable by links is found (the findings ride in the fetch's transaction and the next
+    owner stores them), and the dead node's history tail becomes Parquet under its id,
+    counted once by `query --fleet`."""
+    s = linked_site()
+    port = await nursery.start(serve_site, s)
+    fleet = Fleet(postgres(), short_dir, port, ["http://l0.sim.test/c0"], daemons)
+    history = short_dir / "history"
+    fleet.extra = {
+        "fleet": {"history_dir": str(history), "absent_after": 3.0},
+        "discovery": {
+            "allowed_domains": ["sim.test"],
+            "max_depth": 40,
+            "exclude": ["/junk/"],
+            "max_links_per_page": 20_000,
+        },
+        "store": {"flush_interval": 0.05},  # the fetch commits well before its links are done
+    }
+    assert cli("fleet", "init", "--config", str(fleet.config("init"))).returncode == 0
+    a = fleet.start("a")
+    await a.ready()
+    b = fleet.start("b")
+    await b.ready()
+    await wait_for(fleet.split_is(["a", "b"]), what="8 and 8")
+    dead: set[str] = {""}  # runs of b killed ("": findings no run has in flight)
+    hits = 0
+
+    def unstored() -> set[str]:
+        """b's runs with a fetch committed whose findings discovery has not stored."""
+        rows = fleet.rows("SELECT DISTINCT run FROM owed_documents WHERE node_id = 'b'")
+        return {r for (r,) in rows}
+
+    for _ in range(6):
+        await wait_for(
+            lambda gone=frozenset(dead): unstored() - gone,
+            timeout=120,
+            what="b between a fetch's commit and its links' storing",
+        )
+        b.signal(signal.SIGKILL)
+        assert await b.wait_exit() == -signal.SIGKILL
+        left_behind = unstored() - dead
+        hits += bool(left_behind)
+        dead |= left_behind
+        if hits == 2:
+            break
+        b = fleet.start("b")
+        await b.ready()
+    assert hits  # the dead node left findings unstored: the case under test happened
+    published = (
+        "SELECT (SELECT count(*) FROM fetches WHERE node_id = 'b')"
+        " + (SELECT coalesce(sum(rows), 0) FROM history_files WHERE node_id = 'b')"
+    )
+    (recorded,) = fleet.rows(published)[0]
+    assert recorded >= sum(d.acknowledged() for n, d in fleet.runs if n == "b") > 0
+    every = set(s.urls())
+
+    def all_found() -> bool:
+        return {u for (u,) in fleet.rows("SELECT url FROM pages")} == every
+
+    await wait_for(all_found, timeout=180, what="every linked page found")
+    await wait_for(
+        lambda: fleet.rows("SELECT count(*) FROM owed_documents") == [(0,)],
+        what="every document's findings stored",
+    )
+    await wait_for(
+        lambda: fleet.rows("SELECT count(*) FROM fetches WHERE node_id = 'b'") == [(0,)],
+        what="b's tail published by a",
+    )
+    done = await acli(
+        "query",
+        "--fleet",
+        "--config",
+        str(fleet.config("a")),
+        "SELECT count(*) || '/' || count(DISTINCT id) AS n FROM fetches WHERE node_id = 'b'",
+    )
+    assert f"{recorded}/{recorded}" in done.stdout, done.stdout + done.stderr
+    assert a.event("published the history tail of an absent node") is not None
+    a.signal(signal.SIGTERM)
+    assert await a.wait_exit() == 0
