@@ -16,7 +16,7 @@ import math
 import signal
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -529,6 +529,7 @@ class Daemon:
         WARC files indexed there; no snapshot or pruning of an embedded file), membership
         decides which hosts it fetches."""
         from refresher.fleet._assignment import LeaseTiming
+        from refresher.store._pg_archive import node_archive_dir
         from refresher.store._pg_dsn import redact
         from refresher.store._pg_retry import unavailable
         from refresher.store._postgres import PostgresStore
@@ -540,12 +541,14 @@ class Daemon:
         # PostgreSQL away while running: the queue waits and retries, membership stops the
         # fetching; both resume when it is back.
         service.transient = unavailable
-        # Each node keeps its own WARC files (its node id in their names), indexed in the
+        # Each node keeps its own WARC files in a directory of its own (its node id in their
+        # names too), under the fleet's shared directory when there is one, indexed in the
         # fleet's warc_records; their records are synced before the batch that acknowledges
         # their fetches commits, as on one node.
         prefix = f"{c.archive.prefix}-{c.fleet.node_id}"
+        own = replace(c, archive=replace(c.archive, dir=node_archive_dir(c)))
         self._warc = await trio.to_thread.run_sync(
-            lambda: open_writer(c, service.store, prefix=prefix)
+            lambda: open_writer(own, service.store, prefix=prefix)
         )
         service.archive = self._warc
         log.info("store opened", fleet=redact(c.fleet.dsn), node=c.fleet.node_id)

@@ -347,34 +347,65 @@ async def test_the_fleet_spends_its_budget_within_5_percent_over_a_minute(fleet,
     assert await a.wait_exit() == 0 and await b.wait_exit() == 0
 
 
-async def test_each_node_keeps_its_own_warc_files_indexed_in_the_fleets_database(fleet):
+async def test_the_fleets_copy_is_read_whole_from_any_node_while_the_nodes_run(fleet):
+    """Each node keeps its own WARC files (under the shared directory, indexed in the fleet's
+    warc_records); `refresher get/cdx/export` on one node's config read every node's copy while
+    they run, and a file not reachable from here is one line."""
     from refresher.archive._warc import read_record
 
+    history = fleet.root / "history"
+    fleet.extra = {"fleet": {"history_dir": str(history)}}
     a = fleet.start("a")
     await a.ready()
     b = fleet.start("b")
     await b.ready()
     await wait_for(fleet.split_is(["a", "b"]), what="8 and 8")
     await wait_for(lambda: a.acknowledged() >= 20 and b.acknowledged() >= 20, what="fetches")
+    reader = str(fleet.config("reader"))  # a machine with no node of its own
+    responses = "SELECT DISTINCT url FROM warc_records WHERE kind = 'response'"
+    before = {u for (u,) in fleet.rows(responses)}
+    out = fleet.root / "pages.jsonl"
+    done = await acli("export", "--format", "jsonl", "--output", str(out), "--config", reader)
+    assert done.returncode == 0, done.stderr
+    exported = {json.loads(line)["url"] for line in out.read_text().splitlines()}
+    assert before <= exported <= {u for (u,) in fleet.rows(responses)}
+    ((url, digest),) = fleet.rows(
+        "SELECT url, digest FROM warc_records WHERE node_id = 'b' AND kind = 'response'"
+        " ORDER BY captured_at DESC LIMIT 1"
+    )
+    got = await acli("get", url, "--config", reader)
+    assert got.returncode == 0, got.stderr
+    versions = fleet.rows(
+        "SELECT digest FROM warc_records WHERE url = %s AND kind = 'response'", url
+    )
+    assert blake2b(got.stdout.encode("latin-1"), digest_size=16).digest() in {
+        bytes(d) for (d,) in versions
+    }
+    cdx = (await acli("cdx", "--config", reader)).stdout.splitlines()
+    assert {json.loads(line.split(" ", 2)[2])["filename"].split("/")[0] for line in cdx} == {
+        "node=a",
+        "node=b",
+    }
     a.signal(signal.SIGTERM)
     b.signal(signal.SIGTERM)
     assert await a.wait_exit() == 0 and await b.wait_exit() == 0
+
     rows = fleet.rows(
         "SELECT node_id, kind, digest, file, record_offset, status FROM warc_records ORDER BY id"
     )
     assert {r[0] for r in rows if r[1] == "response"} == {"a", "b"}
-    digests = {
-        bytes(d) for (d,) in fleet.rows("SELECT digest FROM fetches WHERE digest IS NOT NULL")
-    }
     for node, kind, digest, file, offset, status in rows:
-        assert (
-            f"-{node}-" in file
-        )  # a node's files carry its id: one archive directory may hold many
-        record = read_record(fleet.root / node / "archive" / file, offset)
+        assert f"-{node}-" in file  # a node's files carry its id too
+        record = read_record(history / "archive" / f"node={node}" / file, offset)
         assert record.status == status
         if kind == "response":
             assert blake2b(record.body, digest_size=16).digest() == bytes(digest)
-            assert bytes(digest) in digests
+
+    # b's files out of reach of this machine: one line naming the node, exit 1
+    (history / "archive" / "node=b").rename(fleet.root / "b-elsewhere")
+    gone = await acli("get", url, "--config", reader)
+    assert gone.returncode == 1
+    assert gone.stderr.count("\n") == 1 and "of node 'b' is not reachable" in gone.stderr
 
 
 #: links every page of the linked site also has, to URLs the crawl's filter excludes: screening
