@@ -7,6 +7,7 @@ __version__ = "0.1.0"
 from refresher._config import Config, load_config
 from refresher._errors import (
     ArchiveError,
+    ArchiveUnreachable,
     BodyTooLarge,
     ConfigError,
     ConnectFailure,
@@ -47,6 +48,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "Archive",
     "ArchiveError",
+    "ArchiveUnreachable",
     "BodyTooLarge",
     "Change",
     "Config",

@@ -24,6 +24,7 @@ PUBLIC_API = [
     "SCHEMA_VERSION",
     "Archive",
     "ArchiveError",
+    "ArchiveUnreachable",
     "BodyTooLarge",
     "Change",
     "Config",

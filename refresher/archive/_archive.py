@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Protocol
 
 from refresher._config import Config
-from refresher._errors import ArchiveError, InvalidURL, StoreError
-from refresher.archive._warc import WarcWriter, read_record
+from refresher._errors import ArchiveError, ArchiveUnreachable, InvalidURL, StoreError
+from refresher.archive._warc import StoredRecord, WarcWriter, read_record
 from refresher.discover._url import canonicalize
 from refresher.ops._logging import get_logger
 from refresher.store._captures import CaptureSource, IndexedCapture, LocalIndex
@@ -124,32 +124,51 @@ class Archive:
 
     def get(self, url: str, *, at: float | datetime | None = None) -> Version | None:
         """The latest version of ``url`` (or the one current at ``at``: unix seconds or a
-        datetime); None if none is archived. A version whose file cannot be reached from this
-        machine (a fleet node's) raises :class:`ArchiveError` rather than fall back."""
+        datetime); None if none is archived. A record that does not read gives the next older
+        version; one whose file this machine cannot reach (a fleet node's) raises
+        :class:`ArchiveUnreachable` rather than fall back."""
         when = at.timestamp() if isinstance(at, datetime) else at
         seen: set[tuple[str | None, str, int]] = set()
         for c in self.source.lookup(_keys(url), at=when):
             if (c.node_id, c.file, c.offset) in seen:
                 continue
             seen.add((c.node_id, c.file, c.offset))
-            path = self.source.locate(c)
             try:
-                record = read_record(path, c.offset)
+                where, record = self.read(c)
+            except ArchiveUnreachable:
+                raise
             except ArchiveError as e:
                 log.error("archived version unreadable; trying an older one", error=str(e))
                 continue
             return Version(
-                url=c.url,
-                target_uri=c.target_uri,
-                captured_at=c.captured_at,
+                url=where.url,
+                target_uri=where.target_uri,
+                captured_at=where.captured_at,
                 status=record.status,
                 headers=record.headers,
                 body=record.body,
                 truncated=record.truncated,
-                mime=c.mime,
-                file=c.file,
+                mime=where.mime,
+                file=where.file,
             )
         return None
+
+    def read(self, capture: IndexedCapture) -> tuple[IndexedCapture, StoredRecord]:
+        """The record of ``capture``, and where it is: when its file is gone, a retention
+        pass rewrote it since the index was read, so the version is looked up again."""
+        try:
+            return capture, read_record(self.source.locate(capture), capture.offset)
+        except ArchiveError:
+            again = self.source.lookup([capture.url], at=capture.captured_at)
+            here = (capture.node_id, capture.file, capture.offset)
+            moved = [
+                c
+                for c in again
+                if c.captured_at == capture.captured_at and (c.node_id, c.file, c.offset) != here
+            ]
+            if not moved:
+                raise
+            return moved[0], read_record(self.source.locate(moved[0]), moved[0].offset)
 
     def captures(self) -> list[IndexedCapture]:
         """Every indexed record (responses and revisits), by URL and time."""
@@ -158,10 +177,6 @@ class Archive:
     def latest(self) -> Iterator[IndexedCapture]:
         """The latest response of every page, by URL (streamed from a fleet's index)."""
         return self.source.latest()
-
-    def locate(self, capture: IndexedCapture) -> Path:
-        """The WARC file holding ``capture`` (:class:`ArchiveError` when not reachable)."""
-        return self.source.locate(capture)
 
     def cdxj(self) -> Iterator[str]:
         """The index as CDXJ lines (pywb, OutbackCDX), sorted by SURT key and time. A fleet's

@@ -17,6 +17,7 @@ import signal
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, replace
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +28,7 @@ from refresher._config import Config
 from refresher._errors import ConfigError, ControlError, InvalidURL, RefresherError
 from refresher.archive._archive import open_writer
 from refresher.archive._keep import Keeper
-from refresher.archive._retention import HistoryRetention, Pruner
+from refresher.archive._retention import HistoryPruning, HistoryRetention, Pruner
 from refresher.archive._sinks import ChangeFeed, load_sinks
 from refresher.archive._warc import WarcWriter
 from refresher.crawl._dns import Resolver
@@ -227,7 +228,7 @@ class Daemon:
             if not isinstance(self._store, StoreService):
                 raise ControlError(
                     "backup copies the embedded store; a fleet's state is in PostgreSQL: "
-                    "back it up with pg_dump",
+                    "back the whole fleet up with `refresher fleet backup DEST`",
                     kind="fleet",
                 )
             result = await backup_service(self._store, Path(dest))
@@ -335,7 +336,7 @@ class Daemon:
             self._prune.keep_versions = new.archive.keep_versions
             self._prune.max_bytes = new.archive.max_bytes
             self._prune.interval = new.archive.prune_interval
-            self._prune.history = HistoryRetention.from_config(new)
+            self._prune.history = _history_retention(new)
         if self._warc is not None:
             self._warc.min_free_bytes = new.archive.min_free_bytes
 
@@ -372,18 +373,26 @@ class Daemon:
         )
 
     def _pruner(self, c: Config, writer: WarcWriter | None) -> Pruner:
-        assert isinstance(self._store, StoreService)
+        """Retention: one node's store and archive, or a fleet node's own WARC files (and the
+        fleet's history, one node at a time), never while a fleet backup copies files."""
+        assert self._store is not None
+        directory, lock = c.archive_dir, None
+        if c.fleet.enabled:
+            from refresher.store._pg_archive import maintenance_lock, node_archive_dir
+
+            directory, lock = node_archive_dir(c), partial(maintenance_lock, c.fleet.dsn)
         self._prune = Pruner(
             store=self._store,
-            directory=c.archive_dir,
+            directory=directory,
             keep_versions=c.archive.keep_versions,
             max_bytes=c.archive.max_bytes,
             interval=c.archive.prune_interval,
             protect=writer.unsettled if writer is not None else set,
             rotate=writer.rotate if writer is not None else None,
-            history=HistoryRetention.from_config(c),
+            history=_history_retention(c),
             archive=writer is not None,
             on_change=self._snapshot_rebuild,
+            lock=lock,
         )
         return self._prune
 
@@ -552,6 +561,11 @@ class Daemon:
         )
         service.archive = self._warc
         log.info("store opened", fleet=redact(c.fleet.dsn), node=c.fleet.node_id)
+        if c.snapshot.interval > 0:
+            log.info(
+                "no snapshot file in a fleet: `refresher query --fleet` reads one consistent "
+                "PostgreSQL snapshot and the Parquet history"
+            )
         try:
             await self._serve_store(service, signals, close=service.store.close)
         finally:
@@ -654,14 +668,14 @@ class Daemon:
                 if c.metrics.port is not None:
                     port = await services.start(self._metrics_server(c).run)
                     log.info("metrics serving", url=f"http://{c.metrics.host}:{port}/metrics")
-                # The snapshot and the pruner work on the embedded file: not in a fleet.
-                if isinstance(self._store, StoreService):
-                    if c.snapshot.interval > 0:
-                        self._snapshotter = Snapshotter(
-                            store=self._store, path=snapshot_path(c), interval=c.snapshot.interval
-                        )
-                        await services.start(self._snapshotter.run)
-                    await services.start(self._pruner(c, self._warc).run)
+                # The snapshot copies the embedded file: not in a fleet (query --fleet reads
+                # one PostgreSQL snapshot instead).
+                if isinstance(self._store, StoreService) and c.snapshot.interval > 0:
+                    self._snapshotter = Snapshotter(
+                        store=self._store, path=snapshot_path(c), interval=c.snapshot.interval
+                    )
+                    await services.start(self._snapshotter.run)
+                await services.start(self._pruner(c, self._warc).run)
                 await services.start(self._heartbeat)
                 await services.start(self._progress)
                 # The watchdog pings while both the event loop and the frontier's loader turn.
@@ -701,6 +715,15 @@ class Daemon:
                 # After the last fetches are queued: their batch commits, then the leases go.
                 await self._fleet.stop()
             services.cancel_scope.cancel()
+
+
+def _history_retention(c: Config) -> HistoryPruning:
+    """``store.history_retention`` for one node's store or for a fleet's history."""
+    if c.fleet.enabled:
+        from refresher.store._pg_retention import FleetHistoryRetention
+
+        return FleetHistoryRetention.from_config(c)
+    return HistoryRetention.from_config(c)
 
 
 def _pid() -> int:

@@ -31,6 +31,7 @@ __all__ = [
     "LocalIndex",
     "ParquetWriter",
     "captured_files",
+    "choose_drops",
     "delete_captures",
     "file_ends",
     "files_of",
@@ -133,8 +134,8 @@ class CaptureSource(Protocol):
         ...
 
     def locate(self, capture: IndexedCapture) -> Path:
-        """The WARC file holding ``capture`` on this machine; :class:`ArchiveError` (one line)
-        when it cannot be reached from here."""
+        """The WARC file holding ``capture`` on this machine; :class:`ArchiveUnreachable`
+        (one line) when it cannot be reached from here."""
         ...
 
 
@@ -298,20 +299,27 @@ def prune_candidates(con: Any, *, keep_versions: int | None, max_bytes: int | No
         SELECT id, span,
                -- a revisit belongs to the version before it: it goes when that version goes
                CASE WHEN kind = 'response' THEN newer_responses > ? ELSE newer_responses >= ?
-               END AS over, captured_at,
+               END AS over,
                kind = 'response' AND newer_responses = 1 AS latest
         FROM ranked ORDER BY captured_at, id
         """,
         [keep, keep],
     ).fetchall()
-    drop = [int(r[0]) for r in rows if r[2] and not r[4]]
+    return choose_drops(rows, max_bytes=max_bytes)
+
+
+def choose_drops(rows: Sequence[Sequence[Any]], *, max_bytes: int | None) -> list[int]:
+    """Of ``rows`` (id, span, past keep_versions, a page's latest response), oldest first:
+    those past ``keep_versions``, then the oldest until the rest fit in ``max_bytes`` bytes,
+    never a page's latest response."""
+    drop = [int(r[0]) for r in rows if r[2] and not r[3]]
     if max_bytes is not None:
         dropped = set(drop)
         total = sum(int(r[1]) for r in rows if int(r[0]) not in dropped)
         for r in rows:
             if total <= max_bytes:
                 break
-            if int(r[0]) not in dropped and not r[4]:
+            if int(r[0]) not in dropped and not r[3]:
                 drop.append(int(r[0]))
                 dropped.add(int(r[0]))
                 total -= int(r[1])

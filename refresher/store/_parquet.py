@@ -73,10 +73,13 @@ __all__ = [
     "FETCH_COLUMNS",
     "HistoryPublisher",
     "PublisherStatistics",
+    "copy_out",
+    "day_of",
     "node_directory",
     "open_fleet_query",
     "parquet_glob",
     "run_fleet_query",
+    "write_parquet",
 ]
 
 log = get_logger("fleet.history")
@@ -168,7 +171,7 @@ def parquet_glob(history_dir: Path) -> str:
     return str(history_dir / "**" / "*.parquet")
 
 
-def _day(unix: float) -> str:
+def day_of(unix: float) -> str:
     return dt.datetime.fromtimestamp(unix, dt.UTC).strftime("%Y-%m-%d")
 
 
@@ -176,7 +179,7 @@ def _select(columns: tuple[tuple[str, str], ...], table: str) -> str:
     return f"SELECT {', '.join(c for c, _ in columns)} FROM {table}"
 
 
-def _copy_out(cur: Any, sql: str, params: Any, path: Path) -> None:
+def copy_out(cur: Any, sql: str, params: Any, path: Path) -> None:
     """The rows of ``sql`` as CSV with a header in ``path`` (PostgreSQL's COPY)."""
     with (
         path.open("wb") as out,
@@ -207,6 +210,31 @@ def _fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def write_parquet(csv: Path, target: Path) -> None:
+    """Fetch records in ``csv`` (:func:`copy_out` of :data:`FETCH_COLUMNS`) as the Parquet
+    file ``target``, atomically (a hidden temporary file, fsync, rename)."""
+    temp = target.parent / f".{target.name}.{os.getpid()}.{next(_TEMPS)}.tmp"
+    con = duckdb.connect()
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        con.execute(
+            f"COPY ({_read_csv(csv, FETCH_COLUMNS)}) TO '{_quote(temp)}'"
+            " (FORMAT parquet, COMPRESSION zstd)"
+        )
+        with temp.open("rb") as f:
+            os.fsync(f.fileno())
+        os.replace(temp, target)
+        _fsync_dir(target.parent)
+    except (duckdb.Error, OSError) as e:
+        temp.unlink(missing_ok=True)
+        raise StoreError(f"writing the history file {str(target)!r}: {e}") from e
+    finally:
+        con.close()
+
+
+_TEMPS = itertools.count()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -383,13 +411,13 @@ class HistoryPublisher:
             rows = cur.fetchall()
             if not rows:
                 return None
-            day = _day(float(rows[0][1]))
+            day = day_of(float(rows[0][1]))
             last, count = int(rows[0][0]), 0
             for rid, finished in rows:
-                if _day(float(finished)) != day:
+                if day_of(float(finished)) != day:
                     break
                 last, count = int(rid), count + 1
-            _copy_out(
+            copy_out(
                 cur,
                 _select(FETCH_COLUMNS, "fetches")
                 + " WHERE node_id = %s AND id > %s AND id <= %s ORDER BY id",
@@ -412,7 +440,7 @@ class HistoryPublisher:
             watermark, batch = read
             first, last, count, day = batch
             target = self.directory / f"day={day}" / f"fetches-{first:019d}-{last:019d}.parquet"
-            self._write(Path(tmp) / "batch.csv", target)
+            write_parquet(Path(tmp) / "batch.csv", target)
         try:
             self._run(
                 "committing the published history",
@@ -444,26 +472,6 @@ class HistoryPublisher:
                 target.unlink(missing_ok=True)
 
         self._run("removing a refused history file", drop)
-
-    def _write(self, csv: Path, target: Path) -> None:
-        """``csv`` as the Parquet file ``target``, atomically (temp file, fsync, rename)."""
-        temp = target.parent / f".{target.name}.{os.getpid()}.{next(_TEMPS)}.tmp"
-        con = duckdb.connect()
-        try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            con.execute(
-                f"COPY ({_read_csv(csv, FETCH_COLUMNS)}) TO '{_quote(temp)}'"
-                " (FORMAT parquet, COMPRESSION zstd)"
-            )
-            with temp.open("rb") as f:
-                os.fsync(f.fileno())
-            os.replace(temp, target)
-            _fsync_dir(target.parent)
-        except (duckdb.Error, OSError) as e:
-            temp.unlink(missing_ok=True)
-            raise StoreError(f"writing the history file {str(target)!r}: {e}") from e
-        finally:
-            con.close()
 
     def absent_nodes(self, absent_after: float) -> list[str]:
         """Other nodes whose last heartbeat is older than ``absent_after`` seconds (on the
@@ -535,9 +543,6 @@ class HistoryPublisher:
         )
 
 
-_TEMPS = itertools.count()
-
-
 def _fetch_bool(cur: Any, sql: str, params: Any) -> bool:
     cur.execute(sql, params)
     return bool(cur.fetchone()[0])
@@ -556,7 +561,7 @@ def open_fleet_query(dsn: str, history_dir: Path | None) -> duckdb.DuckDBPyConne
                     cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
                     cur.execute("SELECT path FROM history_files ORDER BY path")
                     files = [str(r[0]) for r in cur.fetchall()]
-                    _copy_out(
+                    copy_out(
                         cur,
                         _select(FETCH_COLUMNS, "fetches f")
                         + " WHERE f.id > coalesce((SELECT through_id FROM published p"
@@ -564,9 +569,9 @@ def open_fleet_query(dsn: str, history_dir: Path | None) -> duckdb.DuckDBPyConne
                         None,
                         paths["tail"],
                     )
-                    _copy_out(cur, _select(_PAGE_COLUMNS, "pages"), None, paths["pages"])
-                    _copy_out(cur, _select(_HOST_COLUMNS, "hosts"), None, paths["hosts"])
-                    _copy_out(cur, _select(_POLICY_COLUMNS, "policy_periods"), None, paths["pp"])
+                    copy_out(cur, _select(_PAGE_COLUMNS, "pages"), None, paths["pages"])
+                    copy_out(cur, _select(_HOST_COLUMNS, "hosts"), None, paths["hosts"])
+                    copy_out(cur, _select(_POLICY_COLUMNS, "policy_periods"), None, paths["pp"])
             except psycopg.Error as e:
                 raise StoreError(
                     f"reading the fleet's tail ({redact(dsn)!r}): {describe(e)}"

@@ -29,7 +29,7 @@ import json
 import math
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -68,8 +68,10 @@ from refresher.store._interface import (
     StoreStatus,
     success_sql,
 )
+from refresher.store._pg_archive import apply_node_prune, plan_node_prune
 from refresher.store._pg_dsn import connect, describe, redact
 from refresher.store._pg_schema import check_schema
+from refresher.store._prune import PruneCalls, PrunePlan
 from refresher.store._service import BatchedService
 
 __all__ = ["Fencing", "PgStore", "PostgresStore", "Routed", "batch_key", "seed_fleet"]
@@ -825,6 +827,31 @@ class PgStore:
 
         return self._tx("reading the archive's index", read)
 
+    def plan_prune(
+        self, *, keep_versions: int | None, max_bytes: int | None, protect: Collection[str] = ()
+    ) -> PrunePlan:
+        """The archive index rows a retention pass of this node drops from its own files
+        (reads only; :func:`refresher.store._pg_archive.plan_node_prune`)."""
+        return self._tx(
+            "planning the archive's retention",
+            lambda cur: plan_node_prune(
+                cur,
+                self.node_id,
+                keep_versions=keep_versions,
+                max_bytes=max_bytes,
+                protect=protect,
+            ),
+        )
+
+    def apply_prune(
+        self, plan: PrunePlan, copies: dict[str, tuple[str, list[tuple[int, int]]]]
+    ) -> None:
+        """A retention pass's index change, in one transaction (``copies``: rewritten files)."""
+        self._tx(
+            "pruning the archive's index",
+            lambda cur: apply_node_prune(cur, self.node_id, plan, copies),
+        )
+
     def set_meta(self, key: str, value: str) -> None:
         """Note a fact of this node (``archive_dir``) in ``fleet_meta`` as ``key@node_id``."""
 
@@ -1024,7 +1051,7 @@ class PgStore:
         return self._tx("summarising hosts", read)
 
 
-class PostgresStore(BatchedService[PgStore]):
+class PostgresStore(PruneCalls, BatchedService[PgStore]):
     """:class:`refresher.store.Store` on the fleet's PostgreSQL for one node: the batched
     writer (:class:`refresher.store._service.BatchedService`) in front of a :class:`PgStore`,
     with the fleet's own operations below."""

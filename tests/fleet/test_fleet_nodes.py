@@ -349,12 +349,16 @@ async def test_the_fleet_spends_its_budget_within_5_percent_over_a_minute(fleet,
 
 async def test_the_fleets_copy_is_read_whole_from_any_node_while_the_nodes_run(fleet):
     """Each node keeps its own WARC files (under the shared directory, indexed in the fleet's
-    warc_records); `refresher get/cdx/export` on one node's config read every node's copy while
-    they run, and a file not reachable from here is one line."""
+    warc_records) and prunes them (archive.keep_versions); `refresher get/cdx/export` on one
+    node's config read every node's copy while they run, and a file not reachable from here is
+    one line."""
     from refresher.archive._warc import read_record
 
     history = fleet.root / "history"
-    fleet.extra = {"fleet": {"history_dir": str(history)}}
+    fleet.extra = {
+        "fleet": {"history_dir": str(history)},
+        "archive": {"keep_versions": 1, "prune_interval": 1.0},
+    }
     a = fleet.start("a")
     await a.ready()
     b = fleet.start("b")
@@ -375,17 +379,23 @@ async def test_the_fleets_copy_is_read_whole_from_any_node_while_the_nodes_run(f
     )
     got = await acli("get", url, "--config", reader)
     assert got.returncode == 0, got.stderr
-    versions = fleet.rows(
-        "SELECT digest FROM warc_records WHERE url = %s AND kind = 'response'", url
+    fetched = fleet.rows(  # every body the page ever had (old versions may be pruned by now)
+        "SELECT f.digest FROM fetches f JOIN pages p ON p.id = f.page_id"
+        " WHERE p.url = %s AND f.digest IS NOT NULL",
+        url,
     )
     assert blake2b(got.stdout.encode("latin-1"), digest_size=16).digest() in {
-        bytes(d) for (d,) in versions
+        bytes(d) for (d,) in fetched
     }
     cdx = (await acli("cdx", "--config", reader)).stdout.splitlines()
     assert {json.loads(line.split(" ", 2)[2])["filename"].split("/")[0] for line in cdx} == {
         "node=a",
         "node=b",
     }
+    await wait_for(
+        lambda: a.event("archive pruned") and b.event("archive pruned"),
+        what="both nodes prune their old versions",
+    )
     a.signal(signal.SIGTERM)
     b.signal(signal.SIGTERM)
     assert await a.wait_exit() == 0 and await b.wait_exit() == 0

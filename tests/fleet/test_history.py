@@ -367,3 +367,39 @@ async def test_the_history_service_repairs_then_rolls_the_tail_as_it_comes_due(
             (NODES[0],),
         )
         assert left.fetchone() == (0,)
+
+
+def test_history_retention_drops_whole_old_days_and_the_old_tail_exported_first(
+    postgres: Callable[..., str], tmp_path: Path
+) -> None:
+    from refresher.store._pg_retention import FleetHistoryRetention
+
+    dsn, history, export = postgres(), tmp_path / "history", tmp_path / "old"
+    h = _history(seed=10)
+    _load_pg(dsn, h)
+    pub = HistoryPublisher(dsn, NODES[0], history, rows_per_file=100, roll_seconds=0)
+    pub.publish(force=True)  # one node published; the other's rows stay in the tail
+    pub.close()
+    midnight = 20_718 * 86_400.0
+    retention = FleetHistoryRetention(dsn=dsn, seconds=60.0, history_dir=history, export_dir=export)
+    cutoff = midnight + 60.0  # one minute into 09-22
+    in_files = sum(1 for r in h["fetches"] if r[18] == NODES[0] and r[4] < midnight)
+    in_tail = sum(1 for r in h["fetches"] if r[18] == NODES[1] and r[4] < cutoff)
+    removed, where = retention.apply(cutoff + 60.0)
+    assert removed == in_files + in_tail and where == str(export)
+    assert not (history / "node=n-1" / "day=2026-09-21").exists()  # the whole day went
+    assert {p.parent.relative_to(export).as_posix() for p in export.rglob("day=*/*")} == {
+        "node=n-1/day=2026-09-21"
+    }
+    con = open_fleet_query(dsn, history)
+    assert _rows(con, f"SELECT count(*), min(finished_at) >= {midnight} FROM fetches") == [
+        (600 - removed, True)
+    ]
+    con.close()
+    # what went is in the export: the day's files as they were, the tail's rows in one file
+    plain = duckdb.connect()
+    (exported,) = plain.execute(
+        f"SELECT count(*) FROM read_parquet('{export}/**/*.parquet', union_by_name = true)"
+    ).fetchone()
+    assert exported == removed
+    assert retention.apply(cutoff + 60.0) == (0, None)  # nothing older left
