@@ -20,6 +20,7 @@ PUBLIC_API = [
     "HostUpdate",
     "HostRow",
     "FetchRecord",
+    "Findings",
     "DuckDBStore",
     "SCHEMA_VERSION",
     "Archive",
