@@ -648,16 +648,8 @@ class PgStore:
                 )
             if keep_captures:
                 self._insert_captures(cur, keep_captures)
-            owed = [r for r in keep if r.findings is not None]
-            if owed:
-                self._insert_owed(cur, owed, [part[r.host_id] for r in owed])
-            if key is not None:
-                cur.execute(
-                    "INSERT INTO node_batches (node_id, batch, written) VALUES (%s, %s, %s)"
-                    " ON CONFLICT (node_id) DO UPDATE SET batch = excluded.batch,"
-                    " written = excluded.written",
-                    (self.node_id, key, len(keep)),
-                )
+            self._insert_owed(cur, keep, part)
+            self._note_batch(cur, key, len(keep))
             return (
                 len(keep),
                 len(records) - len(keep),
@@ -761,10 +753,24 @@ class PgStore:
                     )
                 )
 
+    def _note_batch(self, cur: Any, key: str | None, written: int) -> None:
+        """This node's last committed batch, in its transaction (:meth:`_committed`)."""
+        if key is not None:
+            cur.execute(
+                "INSERT INTO node_batches (node_id, batch, written) VALUES (%s, %s, %s)"
+                " ON CONFLICT (node_id) DO UPDATE SET batch = excluded.batch,"
+                " written = excluded.written",
+                (self.node_id, key, written),
+            )
+
     def _insert_owed(
-        self, cur: Any, records: Sequence[FetchRecord], partitions: Sequence[int]
+        self, cur: Any, records: Sequence[FetchRecord], partition: dict[int, int]
     ) -> None:
-        """Keep the records' findings until discovery has stored them (in the fetch's batch)."""
+        """Keep the records' findings until discovery has stored them (in the fetch's batch;
+        ``partition``: host id → partition)."""
+        records = [r for r in records if r.findings is not None]
+        if not records:
+            return
         cur.execute(
             "INSERT INTO owed_documents"
             " (page_id, partition, fetched_at, node_id, run, created_at, document)"
@@ -776,7 +782,7 @@ class PgStore:
                 self.run,
                 time.time(),
                 [r.page_id for r in records],
-                list(partitions),
+                [partition[r.host_id] for r in records],
                 [r.finished_at for r in records],
                 [json.dumps(_findings_json(r.findings)) for r in records if r.findings],
             ),
