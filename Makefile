@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint typecheck bench fuzz clean
+.PHONY: run test lint typecheck bench bench-vs-scrapy fuzz clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,18 @@ typecheck: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/bench_daemon.py
+
+# make bench-vs-scrapy: refresher and Scrapy side by side (bench/bench_vs_scrapy.py) from a clean
+# clone: nginx and the Python docs from Debian (apt-get, as root), Scrapy in its own venv.
+SCRAPY_VENV ?= /tmp/scrapy-venv
+VS_SCRAPY_ARGS ?= --rounds 3
+bench-vs-scrapy: $(STAMP)
+	@command -v nginx >/dev/null && test -f /usr/share/doc/python3.11/html/index.html || \
+		(apt-get update -q && apt-get install -y -q nginx python3.11-doc)
+	@test -x $(SCRAPY_VENV)/bin/scrapy || \
+		($(PYTHON) -m venv $(SCRAPY_VENV) && $(SCRAPY_VENV)/bin/pip install --quiet scrapy)
+	nice -n 10 $(BIN)/python bench/bench_vs_scrapy.py --scrapy $(SCRAPY_VENV)/bin/python \
+		$(VS_SCRAPY_ARGS)
 
 # make fuzz: each parser's fuzz target in turn for FUZZ_SECONDS (atheris, niced); new inputs
 # go to var/fuzz/TARGET, crashes to var/fuzz/crash-*; fuzz/corpus/TARGET is the seed corpus.

@@ -85,6 +85,41 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def descendants(pid: int) -> list[int]:
+    """The processes ``pid`` started, and theirs (the daemon's parse processes and the fork
+    server that starts them), from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                children.setdefault(parent, []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        kids = children.get(todo.pop(), [])
+        found += kids
+        todo += kids
+    return found
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """:func:`cpu_seconds` of a process and every process under it that is still running."""
+    total = cpu_seconds(pid)
+    for child in descendants(pid):
+        with contextlib.suppress(OSError):
+            total += cpu_seconds(child)
+    return total
+
+
+def tree_rss_bytes(pid: int) -> int:
+    """:func:`rss_bytes` of a process and every process under it."""
+    total = rss_bytes(pid)
+    for child in descendants(pid):
+        with contextlib.suppress(OSError, RuntimeError):
+            total += rss_bytes(child)
+    return total
+
+
 def cpu_wait_seconds(pid: int) -> float:
     """Seconds the threads of a process spent runnable but waiting for a CPU (schedstat).
 
@@ -120,13 +155,14 @@ def stop(process: subprocess.Popen[bytes], timeout: float = STOP_TIMEOUT) -> int
 
 @contextlib.contextmanager
 def site_server(
-    hosts: int, pages: int, directory: Path
+    hosts: int, pages: int, directory: Path, extra: Sequence[str] = ()
 ) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
-    """The demo site in a child process; yields (process, port) and stops it afterwards."""
+    """The demo site in a child process (``extra``: more of its command-line options, e.g.
+    ``--seed 3``); yields (process, port) and stops it afterwards."""
     port_file = directory / "site.port"
     command = [sys.executable, "-m", "refresher.sim._site", "--hosts", str(hosts)]
     command += ["--pages", str(pages), "--port", "0", "--port-file", str(port_file)]
-    command += ["--crawl-delay", "-1"]
+    command += ["--crawl-delay", "-1", *extra]
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     with (directory / "site.log").open("wb") as log:
         process = subprocess.Popen(
@@ -285,10 +321,11 @@ def run_throughput(
             time.sleep(args.warmup)
             robots = daemon.count(ROBOTS_LINE)
             spy = start_py_spy(args, daemon.pid, workers)
-            t0, d0, s0 = time.time(), cpu_seconds(daemon.pid), cpu_seconds(server_pid)
+            t0, d0, s0 = time.time(), tree_cpu_seconds(daemon.pid), cpu_seconds(server_pid)
             w0 = cpu_wait_seconds(daemon.pid)
             time.sleep(args.seconds)
-            d1, s1, rss = cpu_seconds(daemon.pid), cpu_seconds(server_pid), rss_bytes(daemon.pid)
+            d1, s1 = tree_cpu_seconds(daemon.pid), cpu_seconds(server_pid)
+            rss = tree_rss_bytes(daemon.pid)
             w1 = cpu_wait_seconds(daemon.pid)
             t1 = time.time()
             robots_after = daemon.count(ROBOTS_LINE)
@@ -372,14 +409,14 @@ def run_cold(
         daemon = Daemon(config)
         try:
             ready = daemon.wait_ready()
-            t0, d0, s0 = time.time(), cpu_seconds(daemon.pid), cpu_seconds(server_pid)
+            t0, d0, s0 = time.time(), tree_cpu_seconds(daemon.pid), cpu_seconds(server_pid)
             w0 = cpu_wait_seconds(daemon.pid)
             all_robots = math.nan
             while time.time() - t0 < args.cold_seconds:
                 if math.isnan(all_robots) and daemon.count(ROBOTS_LINE) >= args.hosts:
                     all_robots = time.time() - t0
                 time.sleep(0.25)
-            d1, s1 = cpu_seconds(daemon.pid), cpu_seconds(server_pid)
+            d1, s1 = tree_cpu_seconds(daemon.pid), cpu_seconds(server_pid)
             w1 = cpu_wait_seconds(daemon.pid)
             t1 = time.time()
             robots = daemon.count(ROBOTS_LINE)

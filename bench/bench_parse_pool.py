@@ -24,7 +24,6 @@ import sys
 import time
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 from bench_daemon import cpu_seconds
 from bench_parsers import DEFAULT_DIR, load
@@ -32,45 +31,17 @@ from bench_parsers import DEFAULT_DIR, load
 from refresher.discover._document import Extracted
 from refresher.discover._parse import Document, process
 
-Fields = tuple[Any, ...]
-
-
-def in_worker(doc: Document) -> Fields:
-    """:func:`process` in a worker process: ``Extracted`` as plain values (its ``skipped``
-    is a read-only mapping, which does not pickle)."""
-    e = process(doc)
-    return (e.links, e.canonical, e.noindex, e.nofollow, e.lastmod, e.fingerprint, dict(e.skipped))
-
-
-def rebuilt(fields: Fields) -> Extracted:
-    """The worker's answer as the crawler would use it."""
-    links, canonical, noindex, nofollow, lastmod, fingerprint, skipped = fields
-    return Extracted(
-        links=links,
-        canonical=canonical,
-        noindex=noindex,
-        nofollow=nofollow,
-        lastmod=lastmod,
-        fingerprint=fingerprint,
-        skipped=skipped,
-    )
-
 
 def run(executor: Executor, docs: list[Document], in_flight: int) -> float:
     """Seconds to process every doc, at most ``in_flight`` at a time, one page per task."""
-    pool = isinstance(executor, ProcessPoolExecutor)
     start = time.perf_counter()
-    pending: list[Future[Any]] = []
-
-    def finish(future: Future[Any]) -> Extracted:
-        return rebuilt(future.result()) if pool else future.result()
-
-    for doc in docs:
-        pending.append(executor.submit(in_worker if pool else process, doc))
+    pending: list[Future[Extracted]] = []
+    for doc in docs:  # Extracted pickles: a worker process sends it back as it is
+        pending.append(executor.submit(process, doc))
         if len(pending) >= in_flight:
-            finish(pending.pop(0))
+            pending.pop(0).result()
     for future in pending:
-        finish(future)
+        future.result()
     return time.perf_counter() - start
 
 

@@ -181,6 +181,9 @@ class DiscoveryConfig(FilterConfig):
     sitemaps: bool = True
     #: parsed documents waiting for link processing; more are dropped (and counted)
     queue: int = 1000
+    #: worker processes that parse pages of 16 KiB and more (0: every page on the daemon's
+    #: parse threads, one per core); the daemon's own process then keeps the GIL for fetching
+    parse_processes: int = 0
 
     def filter_config(self) -> FilterConfig:
         """Just the URL filter's part of these settings."""
@@ -461,6 +464,7 @@ _CHECKS: dict[str, Callable[[Any], str | None]] = {
     "discovery.seen_cache_entries": _positive,
     "discovery.max_links_per_page": _positive,
     "discovery.queue": _positive,
+    "discovery.parse_processes": _non_negative,
     "estimate.change": _one_of("raw", "meaningful"),
     "metrics.port": lambda v: None if 0 <= v < 65536 else "must be 0 (any free port) to 65535",
     "log.format": _one_of("auto", "json", "console"),

@@ -2,8 +2,11 @@
 
 :func:`capture_of` decides (pure): a 2xx whose body is new for the page (the first fetch, a
 change, or a body cut at the cap) is a ``response``; a 304 or an unchanged 2xx is a ``revisit``
-(when revisits are on); anything else is not archived. :class:`Keeper` writes the capture to the
-WARC files (in a worker thread: compression is CPU work) and offers each change to the sinks.
+(when revisits are on); anything else is not archived. :class:`Keeper` offers each change to
+the sinks and hands the capture back to the crawler, which queues it with the fetch's record:
+the store writer has the archive write a whole batch's captures in one go, off the event loop,
+just before the transaction that indexes them (a thread hop per fetch cost more than the
+record).
 """
 
 from __future__ import annotations
@@ -11,17 +14,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Literal, Protocol
 
-import trio
-
-from refresher.archive._warc import Capture
 from refresher.crawl._fetch import ACCEPT, ACCEPT_ENCODING, FetchResult
-from refresher.store._captures import CaptureRow
+from refresher.store._captures import Capture
 
-__all__ = ["CaptureWriter", "ChangeListener", "Keeper", "capture_of"]
-
-
-class CaptureWriter(Protocol):
-    def write(self, capture: Capture) -> CaptureRow | None: ...
+__all__ = ["ChangeListener", "Keeper", "capture_of"]
 
 
 class ChangeListener(Protocol):
@@ -90,17 +86,17 @@ class Keeper:
     def __init__(
         self,
         *,
-        writer: CaptureWriter | None,
+        archiving: bool,
         listener: ChangeListener | None = None,
         user_agent: Callable[[], str],
         revisits: bool = True,
     ) -> None:
-        self.writer = writer
+        self.archiving = archiving  # the archive is on: captures go to the store with records
         self.listener = listener
         self._user_agent = user_agent
         self.revisits = revisits
 
-    async def keep(
+    def keep(
         self,
         *,
         page_id: int,
@@ -110,8 +106,9 @@ class Keeper:
         etag: str | None,
         last_modified: str | None,
         meaningful: bool | None,
-    ) -> CaptureRow | None:
-        """Archive ``result`` and offer a change to the sinks; the index row, if archived."""
+    ) -> Capture | None:
+        """Offer a change in ``result`` to the sinks; the capture to archive, if any (queue
+        it with the fetch's record: :meth:`refresher.store.Store.record`)."""
         capture = capture_of(
             page_id=page_id,
             url=url,
@@ -120,12 +117,10 @@ class Keeper:
             etag=etag,
             last_modified=last_modified,
             user_agent=self._user_agent(),
-            revisits=self.revisits and self.writer is not None,
+            revisits=self.revisits and self.archiving,
         )
         if capture is None:
             return None
         if capture.kind == "response" and self.listener is not None:
             self.listener.submit(capture, previous=previous_digest, meaningful=meaningful)
-        if self.writer is None:
-            return None
-        return await trio.to_thread.run_sync(self.writer.write, capture)
+        return capture if self.archiving else None

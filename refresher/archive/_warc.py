@@ -13,8 +13,9 @@ describe the transfer are kept under ``X-Archive-Orig-`` names (pywb's conventio
 stored payload's. A body cut at the cap carries ``WARC-Truncated: length``.
 
 Durability: :meth:`WarcWriter.write` appends (no fsync) and returns the index row;
-:meth:`WarcWriter.sync` fsyncs and returns the rows whose records are on disk; the store
-writer calls it just before the transaction that indexes them commits. A crash can leave a
+:meth:`WarcWriter.sync` fsyncs and returns the rows whose records are on disk. The store
+writer calls :meth:`WarcWriter.write_batch` (both, for a whole batch's captures in one
+``write``) just before the transaction that indexes them commits. A crash can leave a
 half-written record after the last indexed one: :meth:`WarcWriter.recover` cuts it off at
 start. Files are named ``PREFIX-TIMESTAMP17-SERIAL-PID~HOST.warc.gz`` (the Heritrix pattern)
 and rotate past ``archive.max_file_bytes``; each process starts a new file.
@@ -29,6 +30,7 @@ from __future__ import annotations
 import errno
 import io
 import os
+import random
 import shutil
 import socket
 import threading
@@ -37,7 +39,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from warcio.archiveiterator import ArchiveIterator
 from warcio.statusandheaders import StatusAndHeaders
@@ -46,7 +48,7 @@ from warcio.warcwriter import WARCWriter
 
 from refresher._errors import ArchiveError
 from refresher.ops._logging import get_logger
-from refresher.store._captures import CaptureRow
+from refresher.store._captures import Capture, CaptureRow
 
 __all__ = [
     "Capture",
@@ -64,25 +66,6 @@ _TRANSFER_HEADERS = ("content-encoding", "transfer-encoding", "content-length")
 _NOT_MODIFIED = "http://netpreserve.org/warc/1.1/revisit/server-not-modified"
 _IDENTICAL = "http://netpreserve.org/warc/1.1/revisit/identical-payload-digest"
 WARC_SUFFIX = ".warc.gz"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Capture:
-    """One fetch as the archive keeps it."""
-
-    page_id: int
-    url: str  # the page's canonical URL
-    target_uri: str  # the URL last requested
-    fetched_at: float  # unix seconds
-    kind: Literal["response", "revisit"]
-    status: int
-    reason: str | None
-    http_version: str | None  # "HTTP/1.1"
-    headers: tuple[tuple[str, str], ...]  # response header fields as received
-    request_headers: tuple[tuple[str, str], ...]
-    payload: bytes | None  # decoded; None for a 304
-    truncated: bool
-    digest: bytes | None  # BLAKE2b-128 of the payload: fetches.digest
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -116,8 +99,44 @@ class WarcWriterStatistics:
 
 
 def _gzip_member(data: bytes, level: int) -> bytes:
-    c = zlib.compressobj(level, zlib.DEFLATED, zlib.MAX_WBITS | 16)
-    return c.compress(data) + c.flush()
+    return zlib.compress(data, level, wbits=zlib.MAX_WBITS | 16)
+
+
+def _record_id(rng: random.Random) -> str:
+    """A WARC-Record-ID: a random (version 4) UUID URN, as warcio makes them, but drawn from a
+    generator seeded once from the OS (warcio reads os.urandom for every record)."""
+    n = rng.getrandbits(128)
+    n = (n & ~(0xF000 << 64) | 0x4000 << 64) & ~(0xC000 << 48) | 0x8000 << 48
+    h = f"{n:032x}"
+    return f"<urn:uuid:{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}>"
+
+
+def _builder() -> WARCWriter:
+    """warcio's record writer, uncompressed (each record becomes its own gzip member here);
+    one per batch: making one looks up the host name."""
+    return WARCWriter(io.BytesIO(), gzip=False, warc_version="1.1")
+
+
+def _row(
+    c: Capture, file: str, offset: int, length: int, span: int, payload_digest: str | None
+) -> CaptureRow:
+    return CaptureRow(
+        page_id=c.page_id,
+        url=c.url,
+        target_uri=c.target_uri,
+        captured_at=c.fetched_at,
+        kind=c.kind,
+        status=c.status,
+        mime=_media_type(c.headers),
+        digest=c.digest,
+        payload_digest=payload_digest,
+        file=file,
+        offset=offset,
+        length=length,
+        span=span,
+        payload_bytes=0 if c.payload is None else len(c.payload),
+        truncated=c.truncated,
+    )
 
 
 def _warc_date(t: float) -> str:
@@ -160,6 +179,7 @@ class WarcWriter:
         self.compress_level = compress_level
         self._software = software
         self._lock = threading.Lock()
+        self._ids = random.Random()  # seeded from os.urandom
         self._fd: int | None = None
         self._name = ""
         self._size = 0
@@ -183,50 +203,52 @@ class WarcWriter:
 
     def write(self, capture: Capture) -> CaptureRow | None:
         """Append ``capture``; its index row, or None when it could not be archived."""
-        records, payload_digest = self._serialize(capture)
-        data = b"".join(records)
+        rows = self._append([capture], _builder())
+        return rows[0] if rows else None
+
+    def write_batch(self, captures: Sequence[Capture]) -> list[CaptureRow]:
+        """Append ``captures`` in one write and fsync (:meth:`sync`): the index rows of those
+        on disk. The store writer calls this with each batch, just before the transaction
+        that indexes them: one thread hop, one ``write`` and one fsync per batch."""
+        if not captures:
+            return self.sync([])
+        return self.sync(self._append(captures, _builder()))
+
+    def _append(self, captures: Sequence[Capture], builder: WARCWriter) -> list[CaptureRow]:
+        """Serialise ``captures`` (outside the lock: the CPU work) and append them together;
+        their rows, or none when they could not be archived."""
+        serialised = [self._serialize(c, builder) for c in captures]
+        data = b"".join(b"".join(members) for members, _ in serialised)
         with self._lock:
             if not self._room_for(len(data)):
-                self._skipped += 1
-                return None
+                self._skipped += len(captures)
+                return []
             try:
                 fd = self._current()
-                offset = self._size
+                start = self._size
                 _write_all(fd, data)
             except OSError as e:
                 self._fail(f"writing {self._name!r}: {e}")
                 self._cut(self._synced.get(self._name, 0))
-                self._skipped += 1
-                return None
+                self._skipped += len(captures)
+                return []
             self._size += len(data)
             self._bytes += len(data)
             name = self._name
-            self._pending[name] = self._pending.get(name, 0) + 1
-            if capture.kind == "response":
-                self._responses += 1
-            else:
-                self._revisits += 1
+            self._pending[name] = self._pending.get(name, 0) + len(captures)
+            responses = sum(c.kind == "response" for c in captures)
+            self._responses += responses
+            self._revisits += len(captures) - responses
             if self._failing is not None:
                 log.info("archiving resumed", directory=str(self.directory))
                 self._failing = None
-        payload = capture.payload
-        return CaptureRow(
-            page_id=capture.page_id,
-            url=capture.url,
-            target_uri=capture.target_uri,
-            captured_at=capture.fetched_at,
-            kind=capture.kind,
-            status=capture.status,
-            mime=_media_type(capture.headers),
-            digest=capture.digest,
-            payload_digest=payload_digest,
-            file=name,
-            offset=offset,
-            length=len(records[0]),
-            span=len(data),
-            payload_bytes=0 if payload is None else len(payload),
-            truncated=capture.truncated,
-        )
+        rows = []
+        offset = start
+        for c, (members, payload_digest) in zip(captures, serialised, strict=True):
+            span = sum(map(len, members))
+            rows.append(_row(c, name, offset, len(members[0]), span, payload_digest))
+            offset += span
+        return rows
 
     def sync(self, rows: Sequence[CaptureRow]) -> list[CaptureRow]:
         """Make every record written so far durable; the ``rows`` whose records are."""
@@ -376,14 +398,16 @@ class WarcWriter:
         w.write_record(w.create_warcinfo_record(name, info))
         return _gzip_member(buf.getvalue(), self.compress_level)
 
-    def _serialize(self, c: Capture) -> tuple[list[bytes], str | None]:
+    def _serialize(self, c: Capture, w: WARCWriter) -> tuple[list[bytes], str | None]:
         """The capture's gzip members (the response or revisit, then the request) and its
-        WARC-Payload-Digest."""
-        w = WARCWriter(io.BytesIO(), gzip=False, warc_version="1.1")
+        WARC-Payload-Digest, built with warcio's writer ``w``."""
         protocol = c.http_version or "HTTP/1.1"
         statusline = f"{c.status} {c.reason or ''}".strip()
         http = StatusAndHeaders(statusline, _stored_headers(c), protocol)
-        warc_headers = {"WARC-Date": _warc_date(c.fetched_at)}
+        warc_headers = {
+            "WARC-Date": _warc_date(c.fetched_at),
+            "WARC-Record-ID": _record_id(self._ids),
+        }
         if c.truncated:
             warc_headers["WARC-Truncated"] = "length"
         if c.kind == "response":
@@ -419,6 +443,7 @@ class WarcWriter:
             ),
             warc_headers_dict={
                 "WARC-Date": warc_headers["WARC-Date"],
+                "WARC-Record-ID": _record_id(self._ids),
                 "WARC-Concurrent-To": record.rec_headers.get_header("WARC-Record-ID"),
             },
         )

@@ -132,8 +132,13 @@ def parse_static(static: Mapping[str, str]) -> dict[str, StaticTarget]:
     return parsed
 
 
+_IPV4_CHARACTERS = frozenset("0123456789.")
+
+
 def _ip_literal(host: str) -> str | None:
     text = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if ":" not in text and not _IPV4_CHARACTERS.issuperset(text):
+        return None  # a name (ipaddress would raise twice to say so, on every request)
     try:
         return str(ipaddress.ip_address(text))
     except ValueError:

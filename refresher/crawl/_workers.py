@@ -36,8 +36,16 @@ from refresher.crawl._outcome import GONE_RECHECK, Outcome, classify, meaningful
 from refresher.crawl._robots import RobotsRules, rules_for_response
 from refresher.discover._content import ContentSeen, document_key
 from refresher.discover._discovery import Discovery, Found, findings_of, sitemap_links
-from refresher.discover._parse import Document, Extracted, HtmlLinks, Link, Processor, process
-from refresher.discover._threads import ParseThreads
+from refresher.discover._parse import (
+    Document,
+    Extracted,
+    HtmlLinks,
+    Link,
+    Processor,
+    portable,
+    process,
+)
+from refresher.discover._threads import ParseCrashed, Parsers
 from refresher.discover._url import canonicalize
 from refresher.ops._logging import get_logger
 from refresher.refresh._allocate import Allocator
@@ -137,12 +145,19 @@ class Crawler:
         self._builtins = processors(config.discovery)
         # One parse thread per core: libxml2 parses without the GIL, but link resolution
         # and the simhash hold it, and twenty threads taking turns at it spend their time
-        # switching (bench/bench_parsers.py measures 1, 2, 8 and 20 threads).
-        self._parsing = ParseThreads()
+        # switching (bench/bench_parsers.py measures 1, 2, 8 and 20 threads). Pages of real
+        # size go to parse processes, which leave this process's GIL to the fetches.
+        self._parsing = self._parsers()
         self.idle = trio.Event()  # set when every worker has stopped
         # host id → (host name, the cancel scope of its request on the wire): at most one each
         self._on_wire_now: dict[int, tuple[str, trio.CancelScope]] = {}
         self._abandoned = 0
+
+    def _parsers(self) -> Parsers:
+        c = self.config
+        return Parsers(
+            processes=c.discovery.parse_processes, log_format=c.log.format, log_level=c.log.level
+        )
 
     def abandon(self, hosts: Callable[[str], bool]) -> int:
         """Cut the requests on the wire to the hosts ``hosts`` accepts; how many were cut.
@@ -182,7 +197,7 @@ class Crawler:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         self._wire_since = trio.current_time()
-        self._parsing = ParseThreads()  # its threads start with the first parse
+        self._parsing = self._parsers()  # threads and processes start with the first parse
         try:
             async with trio.open_nursery() as nursery:
                 for _ in range(self.config.crawl.workers):
@@ -409,7 +424,7 @@ class Crawler:
         due = r.finished_at + (self._allocator.interval(page) if o.due else GONE_RECHECK)
         capture = None
         if self._keeper is not None:
-            capture = await self._keeper.keep(
+            capture = self._keeper.keep(
                 page_id=page.id,
                 url=page.url,
                 result=r,
@@ -424,8 +439,7 @@ class Crawler:
         record = self._fetch_record(lease, r, o, due, fingerprint, change, duplicate_of)
         if found is not None:
             record = replace(record, findings=findings_of(found))
-        await self._store.record(record, capture)
-        await self._store.update_host(_host_update(host.id, timing))
+        await self._store.record(record, capture, _host_update(host.id, timing))
         lease = self._frontier.update_page(
             lease,
             etag=o.etag,
@@ -451,8 +465,13 @@ class Crawler:
         doc = Document(
             url=r.final_url, content_type=r.content_type, body=r.body, robots_tag=r.robots_tag
         )
-        # lxml work is CPU-bound: off the event loop, on the parse threads.
-        return await self._parsing.run(functools.partial(process, doc, builtins=self._builtins))
+        # lxml work is CPU-bound: off the event loop, on the parse threads or processes.
+        job = functools.partial(process, doc, builtins=self._builtins)
+        try:
+            return await self._parsing.run(job, size=len(r.body), portable=portable())
+        except ParseCrashed:
+            log.error("the page's parse process died; its links are not taken", url=r.final_url)
+            return Extracted(skipped={"processor_crashed": 1})
 
     def _content_seen(
         self, page_id: int, r: FetchResult, o: Outcome, extracted: Extracted | None

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from types import MappingProxyType
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 from urllib.parse import urljoin, urlsplit
 
 from refresher._errors import InvalidURL
@@ -61,7 +61,7 @@ class Extracted:
     text). ``skipped`` counts what was left out or tolerated, by reason: "too_many_links",
     "too_long", "control_chars", "scheme", "idna", "bad_url", "self" (empty or fragment-only
     href), "charset", "parse_error", "too_deep", "too_large", "gzip", "lastmod", "entity",
-    "not_sitemap", "processor_error".
+    "not_sitemap", "processor_error", "processor_crashed" (the parse process died).
     """
 
     links: tuple[Link, ...] = ()
@@ -79,12 +79,44 @@ class Extracted:
         if not isinstance(self.skipped, MappingProxyType):
             object.__setattr__(self, "skipped", frozen_counts(self.skipped))
 
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        # For the parse processes: a read-only mapping does not pickle; a dict does.
+        return _extracted, (
+            self.links,
+            self.canonical,
+            self.noindex,
+            self.nofollow,
+            self.lastmod,
+            self.fingerprint,
+            dict(self.skipped),
+        )
+
     def follow(self) -> tuple[Link, ...]:
         """The links a polite crawler may follow: none under meta robots nofollow, else those
         without rel=nofollow."""
         if self.nofollow:
             return ()
         return tuple(link for link in self.links if not link.nofollow)
+
+
+def _extracted(
+    links: tuple[Link, ...],
+    canonical: str | None,
+    noindex: bool,
+    nofollow: bool,
+    lastmod: tuple[tuple[str, float], ...],
+    fingerprint: int | None,
+    skipped: dict[str, int],
+) -> Extracted:
+    return Extracted(
+        links=links,
+        canonical=canonical,
+        noindex=noindex,
+        nofollow=nofollow,
+        lastmod=lastmod,
+        fingerprint=fingerprint,
+        skipped=skipped,
+    )
 
 
 @runtime_checkable
@@ -191,6 +223,7 @@ def _joined(base: str, ref: str) -> str:
 
 
 @lru_cache(maxsize=1024)
+@lru_cache(maxsize=256)  # a page's links share its base: computed once, not once a link
 def _directory(base: str) -> str:
     """``base`` up to the last "/" of its path, without query and fragment: what a
     relative reference that does not start with "?" is resolved against (RFC 3986, 5.2)."""

@@ -19,7 +19,6 @@ import re
 import threading
 from collections import Counter
 from collections.abc import Iterator
-from itertools import islice
 from typing import Any, Protocol
 
 from lxml import etree
@@ -255,6 +254,11 @@ def _ends_early(data: bytes) -> bool:
     return bool(ends) and _ONLY_END_TAGS.fullmatch(low, min(ends)) is None
 
 
+# The text nodes under an element in document order, as plain strings in one C call: what
+# itertext() yields (text and tails, not the element's own tail), at 40 % of its cost.
+_TEXT_NODES = etree.XPath(".//text()", smart_strings=False)
+
+
 def _visible_text(root: Any) -> Iterator[str]:
     """The page's text outside script, style, template and noscript, in batches of text
     nodes joined with spaces (an element boundary ends a word). Empties the invisible
@@ -262,16 +266,22 @@ def _visible_text(root: Any) -> Iterator[str]:
     for element in list(root.iter(*_INVISIBLE)):
         element.text = None
         del element[:]
-    nodes = root.itertext()
-    while batch := list(islice(nodes, _TEXT_BATCH)):
-        yield " " + " ".join(batch)
+    nodes = _TEXT_NODES(root)
+    for start in range(0, len(nodes), _TEXT_BATCH):
+        yield " " + " ".join(nodes[start : start + _TEXT_BATCH])
 
 
 def _from_tree(root: Any, found: _Links, text: _Simhash) -> None:
     if root is None:
         return
+    add = found._add
     for element in root.iter(*_LINK_TAGS):
-        found.element(element.tag, element)
+        tag = element.tag
+        if tag == "a":  # most link elements: _Links._anchor without the two calls
+            rel = element.get("rel")
+            add(element.get("href"), tag, rel is not None and "nofollow" in _rels(element))
+        else:
+            found.element(tag, element)
     for batch in _visible_text(root):
         text.feed(batch)
 

@@ -37,6 +37,7 @@ __all__ = [
     "available",
     "hamming",
     "meaningful_change",
+    "portable",
     "process",
     "processors_for",
     "register",
@@ -100,6 +101,13 @@ def register(processor: Processor) -> None:
     """Use ``processor`` for its ``mime_types`` from now on. A processor of the same name is
     replaced, a built-in too: ``register(HtmlLinks(include_media=True))``."""
     _registered[_check(processor, "register()").name] = processor
+
+
+def portable() -> bool:
+    """Whether :func:`process` runs the same in a fresh process (the parse processes): not
+    while a processor :func:`register`-ed at run time replaces or adds to the others, since
+    it exists only in this process (the built-ins and entry points load there too)."""
+    return not _registered
 
 
 def unregister(name: str) -> None:

@@ -654,7 +654,7 @@ class Daemon:
                 discovery=self._discovery,
                 wall_clock=self._wall,
                 keeper=Keeper(
-                    writer=self._warc,
+                    archiving=self._warc is not None,
                     listener=self._feed,
                     user_agent=lambda: self.config.crawl.user_agent,
                     revisits=c.archive.revisits,

@@ -91,6 +91,7 @@ RELOAD: Mapping[str, Apply] = {
     "discovery.max_links_per_page": _LIVE,
     "discovery.sitemaps": _LIVE,
     "discovery.queue": _RESTART,  # a channel's size is fixed
+    "discovery.parse_processes": _RESTART,  # the processes start with the crawler
     # how the allocator reads the history (Allocator.configure(inputs=...))
     "estimate.change": _LIVE,
     "estimate.history": _LIVE,

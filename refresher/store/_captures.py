@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import duckdb
 import numpy as np
@@ -25,6 +25,7 @@ __all__ = [
     "CAPTURES_MIGRATION",
     "CAPTURE_COLUMNS",
     "BatchArchive",
+    "Capture",
     "CaptureRow",
     "CaptureSource",
     "IndexedCapture",
@@ -73,6 +74,26 @@ SELECT url,
        payload_bytes, truncated
 FROM warc_records;
 """
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Capture:
+    """One fetch as the archive keeps it (:mod:`refresher.archive` writes it as WARC records);
+    queued with the fetch's record and written with its batch."""
+
+    page_id: int
+    url: str  # the page's canonical URL
+    target_uri: str  # the URL last requested
+    fetched_at: float  # unix seconds
+    kind: Literal["response", "revisit"]
+    status: int
+    reason: str | None
+    http_version: str | None  # "HTTP/1.1"
+    headers: tuple[tuple[str, str], ...]  # response header fields as received
+    request_headers: tuple[tuple[str, str], ...]
+    payload: bytes | None  # decoded; None for a 304
+    truncated: bool
+    digest: bytes | None  # BLAKE2b-128 of the payload: fetches.digest
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -172,10 +193,12 @@ class LocalIndex:
 
 
 class BatchArchive(Protocol):
-    """What the store writer needs of the archive: make written records durable."""
+    """What the store writer needs of the archive: the captures of a batch written and made
+    durable just before the transaction that indexes them."""
 
-    def sync(self, rows: Sequence[CaptureRow]) -> Sequence[CaptureRow]:
-        """Flush and fsync what was written; return the rows whose records are on disk."""
+    def write_batch(self, captures: Sequence[Capture]) -> Sequence[CaptureRow]:
+        """Append ``captures`` and fsync; the index rows of those now on disk (a capture the
+        archive could not keep, a full disk, has none)."""
         ...
 
 

@@ -30,7 +30,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 if TYPE_CHECKING:
-    from refresher.store._captures import CaptureRow
+    from refresher.store._captures import Capture
 
 __all__ = [
     "NEVER",
@@ -376,10 +376,17 @@ class Store(Protocol):
         the rows of their hosts not in ``known_hosts``."""
         ...
 
-    async def record(self, record: FetchRecord, capture: CaptureRow | None = None) -> None:
-        """Queue one finished fetch (and the page state it leaves), with where the archive
-        wrote its copy (``capture``) if it did. Its batch also folds the fetch into its page's
-        :class:`ChangeStatistics` (both change definitions), in the same transaction."""
+    async def record(
+        self,
+        record: FetchRecord,
+        capture: Capture | None = None,
+        host: HostUpdate | None = None,
+    ) -> None:
+        """Queue one finished fetch (and the page state it leaves), with the copy to archive
+        (``capture``; the archive writes it with the batch, before the transaction that
+        indexes it) and its host's new politeness state (``host``), if any. Its batch also
+        folds the fetch into its page's :class:`ChangeStatistics` (both change definitions),
+        in the same transaction."""
         ...
 
     async def update_host(self, update: HostUpdate | RobotsUpdate) -> None:

@@ -21,7 +21,7 @@ from numpy.typing import NDArray
 
 from refresher._errors import StoreError
 from refresher.ops._logging import get_logger
-from refresher.store._captures import BatchArchive, CaptureRow
+from refresher.store._captures import BatchArchive, Capture, CaptureRow
 from refresher.store._interface import (
     DocumentUpdate,
     EstimatorInputs,
@@ -41,6 +41,10 @@ __all__ = ["BatchedService", "SyncStore"]
 
 T = TypeVar("T")
 log = get_logger("store")
+
+#: payload bytes of queued captures that commit their batch early: the archive's copies wait
+#: in memory until their batch is written, so large pages must not pile up (bytes)
+CAPTURE_BYTES = 32 << 20
 
 
 class SyncStore(Protocol):
@@ -124,7 +128,8 @@ class BatchedService(Generic[S]):
         self.store = store
         #: synced before each batch commits, so an index row never points at a missing record
         self.archive = archive
-        self._captures: list[CaptureRow] = []
+        self._captures: list[Capture] = []
+        self._capture_bytes = 0  # payload bytes queued in _captures
         self.flush_interval = flush_interval
         self.batch_size = batch_size
         self._send, self._recv = trio.open_memory_channel[Any](batch_size * 2)
@@ -145,12 +150,15 @@ class BatchedService(Generic[S]):
         self.retry_closing = 10.0
         self.retries = 0
 
-    async def record(self, record: FetchRecord, capture: CaptureRow | None = None) -> None:
-        """Queue one fetch (and where the archive wrote its copy); it is acknowledged when its
-        batch commits."""
-        if capture is not None:  # first: the record's batch holds it (or an earlier one does)
-            await self._send.send(capture)
-        await self._send.send(record)
+    async def record(
+        self,
+        record: FetchRecord,
+        capture: Capture | None = None,
+        host: HostUpdate | None = None,
+    ) -> None:
+        """Queue one fetch (with its copy to archive and its host's new state); it is
+        acknowledged when its batch commits. One send per fetch: each is a scheduling turn."""
+        await self._send.send((record, capture, host))
 
     async def update_host(self, update: HostUpdate | RobotsUpdate) -> None:
         """Queue new host state (politeness, or a fetched robots.txt); commits with a batch."""
@@ -250,10 +258,12 @@ class BatchedService(Generic[S]):
         records, hosts, robots = self._records, self._hosts, self._robots
         captures, archive = self._captures, self.archive
         self._records, self._hosts, self._robots, self._captures = [], [], [], []
+        self._capture_bytes = 0
         t0 = time.perf_counter()
 
         def write(store: S) -> tuple[int, tuple[int, int, int]]:
-            synced = archive.sync(captures) if archive is not None else ()
+            # The batch's WARC records first, synced, then the transaction that indexes them.
+            synced = archive.write_batch(captures) if archive is not None else ()
             written = store.write(records, hosts, robots, synced)
             return written, store.counts()
 
@@ -301,7 +311,10 @@ class BatchedService(Generic[S]):
                         await self._run_call(item)
                         continue
                     self._queue_write(item)
-                    if len(self._records) >= self.batch_size:
+                    if (
+                        len(self._records) >= self.batch_size
+                        or self._capture_bytes >= CAPTURE_BYTES
+                    ):
                         await self._flush()
                         deadline = math.inf
                     elif deadline == math.inf:
@@ -339,11 +352,18 @@ class BatchedService(Generic[S]):
                 log.warning("store unavailable; retrying", error=str(e), retry_in=backoff)
                 await trio.sleep(backoff)
 
-    def _queue_write(self, item: FetchRecord | HostUpdate | RobotsUpdate | CaptureRow) -> None:
-        if isinstance(item, FetchRecord):
-            self._records.append(item)
-        elif isinstance(item, CaptureRow):
-            self._captures.append(item)
+    def _queue_write(
+        self,
+        item: tuple[FetchRecord, Capture | None, HostUpdate | None] | HostUpdate | RobotsUpdate,
+    ) -> None:
+        if isinstance(item, tuple):
+            record, capture, host = item
+            self._records.append(record)
+            if capture is not None:
+                self._captures.append(capture)
+                self._capture_bytes += len(capture.payload or b"")
+            if host is not None:
+                self._hosts.append(host)
         elif isinstance(item, HostUpdate):
             self._hosts.append(item)
         else:

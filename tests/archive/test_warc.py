@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import uuid
 from pathlib import Path
 
 from warcio.archiveiterator import ArchiveIterator
@@ -186,3 +187,44 @@ def test_a_file_is_settled_for_retention_once_closed_and_every_row_synced(tmp_pa
     assert w.unsettled() == set() and w.current_file is None
     later = w.write(capture(result(body=b"<p>2</p>")))
     assert later is not None and later.file != row.file and w.unsettled() == {later.file}
+
+
+def test_a_batch_is_appended_in_one_go_and_each_record_reads_back_at_its_own_offset(tmp_path):
+    new = capture(result(body=b"<p>new</p>"))
+    same = capture(result(body=b"<p>same</p>"), previous=blake(b"<p>same</p>"))
+    not_modified = capture(result(304, None, reason="Not Modified"), previous=b"x")
+    w = WarcWriter(tmp_path, min_free_bytes=0)
+    rows = w.write_batch([new, same, not_modified])
+    assert [r.kind for r in rows] == ["response", "revisit", "revisit"]
+    # one after another, each with its request record, nothing between them
+    assert [rows[i].offset + rows[i].span for i in range(2)] == [r.offset for r in rows[1:]]
+    assert read_record(tmp_path / rows[0].file, rows[0].offset).body == b"<p>new</p>"
+    assert read_record(tmp_path / rows[1].file, rows[1].offset).payload_digest is not None
+    assert read_record(tmp_path / rows[2].file, rows[2].offset).status == 304
+    assert w.unsettled() == {rows[0].file}  # still being written, but every row is settled
+    w.rotate()
+    assert w.unsettled() == set()
+    with (tmp_path / rows[0].file).open("rb") as f:
+        kinds = [r.rec_type for r in ArchiveIterator(f)]
+    assert kinds == ["warcinfo", "response", "request", "revisit", "request", "revisit", "request"]
+    stats = w.statistics()
+    assert (stats.responses, stats.revisits, stats.skipped) == (1, 2, 0)
+
+
+def test_a_batch_the_disk_has_no_room_for_is_skipped_whole_and_counted(tmp_path):
+    w = WarcWriter(tmp_path, min_free_bytes=1 << 62)
+    assert w.write_batch([capture(result()), capture(result(body=b"<p>2</p>"))]) == []
+    stats = w.statistics()
+    assert stats.failing and stats.skipped == 2 and w.unsettled() == set()
+
+
+def test_record_ids_are_distinct_version_4_uuid_urns_as_warcio_makes_them(tmp_path):
+    w = WarcWriter(tmp_path, min_free_bytes=0)
+    rows = w.write_batch([capture(result(body=bytes([i]) * 10)) for i in range(50)])
+    with (tmp_path / rows[0].file).open("rb") as f:
+        ids = [r.rec_headers.get_header("WARC-Record-ID") for r in ArchiveIterator(f)]
+    assert len(ids) == 101 and len(set(ids)) == 101  # warcinfo + 50 × (response, request)
+    for urn in ids:
+        assert urn.startswith("<urn:uuid:") and urn.endswith(">")
+        u = uuid.UUID(urn[len("<urn:uuid:") : -1])
+        assert u.version == 4 and u.variant == uuid.RFC_4122

@@ -102,7 +102,16 @@ async def test_an_ip_literal_is_used_without_a_lookup(system: ScriptedResolver) 
     resolver = Resolver()
     assert await resolver.resolve("127.0.0.1", 8080) == ("127.0.0.1", 8080)
     assert await resolver.resolve("[::1]", 80) == ("::1", 80)
+    assert await resolver.resolve("[::ffff:127.0.0.1]", 80) == ("::ffff:7f00:1", 80)
     assert system.calls == []
+
+
+async def test_a_name_of_digits_and_dots_that_is_no_address_is_looked_up(
+    system: ScriptedResolver,
+) -> None:
+    system.answers["1.2.3.4.5"] = "127.0.0.5"
+    assert await Resolver().resolve("1.2.3.4.5", 80) == ("127.0.0.5", 80)
+    assert system.calls == ["1.2.3.4.5"]
 
 
 @pytest.mark.parametrize(

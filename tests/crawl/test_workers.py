@@ -23,8 +23,10 @@ class _Recorder:
         self.records: list[Any] = []
         self.hosts: list[Any] = []
 
-    async def record(self, record: Any, capture: Any = None) -> None:
+    async def record(self, record: Any, capture: Any = None, host: Any = None) -> None:
         self.records.append(record)
+        if host is not None:
+            self.hosts.append(host)
 
     async def update_host(self, update: Any) -> None:
         self.hosts.append(update)

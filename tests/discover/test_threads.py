@@ -1,14 +1,25 @@
-"""Tests for the parse threads."""
+"""Tests for the parse threads and processes."""
 
 from __future__ import annotations
 
+import functools
+import os
+import pickle
 import threading
 
 import pytest
 import trio
 import trio.testing
+from _pages import DATA
 
-from refresher.discover._threads import ParseThreads
+from refresher.discover._parse import Document, Extracted, HtmlLinks, Link, process
+from refresher.discover._threads import (
+    PROCESS_MIN_BYTES,
+    ParseCrashed,
+    ParseProcesses,
+    Parsers,
+    ParseThreads,
+)
 
 
 async def test_calls_run_on_at_most_the_given_number_of_threads() -> None:
@@ -65,3 +76,83 @@ async def test_a_cancelled_caller_waits_for_its_call_to_finish() -> None:
 def test_zero_threads_are_refused() -> None:
     with pytest.raises(ValueError, match="at least 1"):
         ParseThreads(0)
+
+
+def documents() -> list[Document]:
+    """Every HTML fixture (charsets, bases, robots directives, broken markup), and a page
+    large enough for a process, with a non-UTF-8 charset and many links and words."""
+    docs = [
+        Document(
+            url=f"http://example.com/dir/{p.name}", content_type="text/html", body=p.read_bytes()
+        )
+        for p in sorted(DATA.glob("*.html"))
+    ]
+    words = " ".join(f"mot{i % 97} été{i % 13}" for i in range(4000))
+    links = "".join(f'<a href="../p{i}?q={i % 7}">lien {i}</a>' for i in range(300))
+    big = f"<html><head><title>grand</title></head><body><p>{words}</p>{links}</body></html>"
+    docs.append(
+        Document(
+            url="http://example.com/a/big.html",
+            content_type="text/html; charset=iso-8859-1",
+            body=big.encode("iso-8859-1"),
+        )
+    )
+    assert len(docs[-1].body) >= PROCESS_MIN_BYTES
+    return docs
+
+
+def test_an_extracted_result_pickles_to_an_equal_one() -> None:
+    e = Extracted(
+        links=(Link(url="http://a.example/", kind="a", nofollow=True),),
+        canonical="http://a.example/c",
+        noindex=True,
+        lastmod=(("http://a.example/", 1.5),),
+        fingerprint=2**63 + 5,
+        skipped={"too_long": 2},
+    )
+    again = pickle.loads(pickle.dumps(e))
+    assert again == e and dict(again.skipped) == {"too_long": 2}
+
+
+async def test_every_page_gives_the_same_links_charset_and_simhash_in_a_process() -> None:
+    processes = ParseProcesses(1)
+    html = HtmlLinks(max_links=100)
+    try:
+        for doc in documents():
+            job = functools.partial(process, doc, builtins={html.name: html})
+            assert await processes.run(job) == job(), doc.url
+    finally:
+        processes.close()
+
+
+async def test_a_large_page_goes_to_a_process_a_small_one_or_an_unportable_call_stays() -> None:
+    parsers = Parsers(processes=1)
+    me = os.getpid()
+    try:
+        assert await parsers.run(os.getpid, size=PROCESS_MIN_BYTES - 1) == me
+        assert await parsers.run(os.getpid, size=PROCESS_MIN_BYTES, portable=False) == me
+        assert await parsers.run(os.getpid, size=PROCESS_MIN_BYTES) != me
+    finally:
+        parsers.close()
+    without = Parsers(processes=0)
+    try:
+        assert await without.run(os.getpid, size=10 * PROCESS_MIN_BYTES) == me
+    finally:
+        without.close()
+
+
+async def test_a_process_that_dies_fails_its_call_and_new_processes_take_the_next() -> None:
+    processes = ParseProcesses(1)
+    try:
+        first = await processes.run(os.getpid)
+        with pytest.raises(ParseCrashed):
+            await processes.run(functools.partial(os._exit, 3))
+        second = await processes.run(os.getpid)
+        assert second not in (first, os.getpid()) and processes.crashes == 1
+    finally:
+        processes.close()
+
+
+def test_zero_processes_are_refused() -> None:
+    with pytest.raises(ValueError, match="at least 1"):
+        ParseProcesses(0)

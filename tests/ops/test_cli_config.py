@@ -64,6 +64,7 @@ BAD: dict[str, str] = {
     "discovery.max_links_per_page": "0",
     "discovery.sitemaps": '"no"',
     "discovery.queue": "0",
+    "discovery.parse_processes": "-1",
     "estimate.change": "some",
     "estimate.history": "0",
     "estimate.model": "poisson",

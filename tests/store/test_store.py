@@ -3,7 +3,7 @@ from __future__ import annotations
 import dataclasses
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -16,6 +16,7 @@ import trio.testing
 from conftest import fetch_record
 
 from refresher._errors import StoreError
+from refresher.archive._warc import WarcWriter, read_record
 from refresher.store import (
     SCHEMA_VERSION,
     DuckDBStore,
@@ -23,7 +24,9 @@ from refresher.store import (
     HostUpdate,
     NewPage,
     StoreService,
+    _service,
 )
+from refresher.store._captures import Capture, CaptureRow
 from refresher.store._duckdb import first_row
 
 NOW = 1_700_000_000.0
@@ -509,6 +512,77 @@ async def test_records_commit_once_the_flush_interval_passes(
         assert commits.sizes == [2]
         assert service.statistics().acknowledged == 2
         assert paged_store.hosts([1])[1].errors == 4
+        service.close()
+
+
+class Archive(WarcWriter):
+    """The real WARC writer, noting what each batch gave it and how many fetches the store
+    held then."""
+
+    def __init__(self, directory: Path, store: DuckDBStore) -> None:
+        super().__init__(directory, min_free_bytes=0)
+        self.store = store
+        self.batches: list[tuple[list[Capture], int]] = []
+
+    def write_batch(self, captures: Sequence[Capture]) -> list[CaptureRow]:
+        self.batches.append((list(captures), self.store.counts()[2]))
+        return super().write_batch(captures)
+
+
+def a_capture(page_id: int) -> Capture:
+    return Capture(
+        page_id=page_id,
+        url=f"http://a.example/{page_id - 1}",
+        target_uri=f"http://a.example/{page_id - 1}",
+        fetched_at=NOW + 10,
+        kind="response",
+        status=200,
+        reason="OK",
+        http_version="HTTP/1.1",
+        headers=(),
+        request_headers=(),
+        payload=b"<p>hi</p>",
+        truncated=False,
+        digest=b"d1",
+    )
+
+
+async def test_a_batchs_captures_are_archived_together_before_the_transaction_indexing_them(
+    paged_store: DuckDBStore, tmp_path: Path
+) -> None:
+    archive = Archive(tmp_path, paged_store)
+    service = StoreService(paged_store, flush_interval=10_000, batch_size=3, archive=archive)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(service.run)
+        await service.record(fetch(1), a_capture(1), host_update(1, errors=2))
+        await service.record(fetch(2))
+        await service.record(fetch(3), a_capture(3))
+        await service.flush()
+        service.close()
+    [(captures, fetches_before)] = archive.batches
+    assert [c.page_id for c in captures] == [1, 3] and fetches_before == 0
+    indexed = paged_store._con.execute(
+        "SELECT page_id, file, record_offset FROM warc_records ORDER BY page_id"
+    ).fetchall()
+    assert [r[0] for r in indexed] == [1, 3]
+    for _, file, offset in indexed:  # the index points at the records on disk
+        assert read_record(tmp_path / file, offset).body == b"<p>hi</p>"
+    assert paged_store.hosts([1])[1].errors == 2 and paged_store.counts()[2] == 3
+
+
+async def test_large_captures_commit_their_batch_early_so_copies_do_not_pile_up_in_memory(
+    paged_store: DuckDBStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_service, "CAPTURE_BYTES", 15)  # two 9-byte payloads pass it
+    archive = Archive(tmp_path, paged_store)
+    service = StoreService(paged_store, flush_interval=10_000, batch_size=100, archive=archive)
+    commits = Commits(service)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(service.run)
+        for i in range(1, 4):
+            await service.record(fetch(i), a_capture(i))
+        await commits.wait_for(1)
+        assert [[c.page_id for c in b] for b, _ in archive.batches] == [[1, 2]]
         service.close()
 
 
