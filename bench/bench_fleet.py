@@ -12,7 +12,12 @@ processes, prints figures, asserts nothing, and stops everything.
    per ``store.flush_interval``: the records by COPY, their pages' state, their hosts'
    politeness, fenced by the leases' epochs) as fast as PostgreSQL takes them, for
    ``--seconds``. Prints committed fetch records per second, batches per second, the
-   writers' CPU and PostgreSQL's CPU (every postgres process, from /proc).
+   writers' CPU and PostgreSQL's CPU (every postgres process, from /proc). With
+   ``--findings N`` a fifth of the records (the changed ones) are documents: each is stored
+   afterwards by ``PgStore.save_document`` as discovery does, and with N ≥ 1 carries findings
+   of N links that ride in the batch (``owed_documents``) until that call deletes them, which
+   measures what keeping the links in the fetch's transaction costs (N = 0: the same calls
+   without findings).
 2. Nodes (``--nodes``): ``refresher run`` in fleet mode, one process per node, against
    ``python -m refresher.sim._site`` (``--hosts`` × ``--pages``, no Crawl-delay), a budget far
    above what a node can do; after ``--warmup`` s a ``--seconds`` window: fetches/s (rows
@@ -46,7 +51,12 @@ import psycopg  # noqa: E402  # sql-ok: the benchmark's own databases and figure
 from bench_daemon import Daemon, cpu_seconds, site_server, stop, write_config  # noqa: E402
 
 from refresher.ops._daemon import check_seeds  # noqa: E402
-from refresher.store._interface import FetchRecord, HostUpdate  # noqa: E402
+from refresher.store._interface import (  # noqa: E402
+    DocumentUpdate,
+    FetchRecord,
+    Findings,
+    HostUpdate,
+)
 from refresher.store._pg_leases import PgLeases  # noqa: E402
 from refresher.store._pg_schema import init_fleet  # noqa: E402
 from refresher.store._postgres import PgStore  # noqa: E402
@@ -144,8 +154,41 @@ class Postgres:
 # ----------------------------------------------------------------------------- write path
 
 
+def _findings(i: int, links: int) -> Findings:
+    return Findings(
+        depth=1,
+        url=f"http://w.sim.test/{i}",
+        links=tuple((f"/l{i}/{j}", "a") for j in range(links)),
+    )
+
+
+def _store_documents(store: PgStore, records: list[FetchRecord], now: float) -> None:
+    """What discovery does after the batch: one save_document per changed record."""
+    for r in records:
+        if not r.changed:
+            continue
+        update = DocumentUpdate(
+            page_id=r.page_id,
+            new=[],
+            linked=[],
+            canonical=None,
+            noindex=False,
+            lastmod=(),
+            fetched_at=r.finished_at if r.findings is not None else None,
+        )
+        store.save_document(update, now=now)
+
+
 def _writer(
-    dsn: str, k: int, n: int, pages: int, batch: int, seconds: float, out: Any, release: Any
+    dsn: str,
+    k: int,
+    n: int,
+    pages: int,
+    batch: int,
+    seconds: float,
+    out: Any,
+    release: Any,
+    links: int = -1,
 ) -> None:
     """One writer process: claim P/n partitions, own ``pages`` pages on their hosts, commit
     batches of ``batch`` records until ``seconds`` are up; put (records, batches, cpu)."""
@@ -193,6 +236,7 @@ def _writer(
                     page_status="ok",
                     due_at=now + 60.0,
                     fingerprint=i,
+                    findings=_findings(i, links) if links > 0 and i % 5 == 0 else None,
                 )
             )
         host_ids = {r.host_id for r in records}
@@ -201,6 +245,8 @@ def _writer(
             for h in host_ids
         ]
         written += store.write(records, updates)
+        if links >= 0:
+            _store_documents(store, records, now)
         batches += 1
     out.put(("done", k, written, batches, time.process_time() - c0))
     release.wait()  # the connection (its backend's CPU) stays until the window is read
@@ -215,7 +261,17 @@ def bench_writes(pg: Postgres, writers: int, args: argparse.Namespace) -> None:
     procs = [
         ctx.Process(
             target=_writer,
-            args=(dsn, k, writers, args.write_pages, args.batch, args.seconds, q, release),
+            args=(
+                dsn,
+                k,
+                writers,
+                args.write_pages,
+                args.batch,
+                args.seconds,
+                q,
+                release,
+                args.findings,
+            ),
         )
         for k in range(writers)
     ]
@@ -329,6 +385,12 @@ def main() -> None:
     parser.add_argument("--writers", default="1,2,4", help="writer processes, comma-separated")
     parser.add_argument("--batch", type=int, default=500, help="records per committed batch")
     parser.add_argument("--write-pages", type=int, default=20_000, help="pages per writer")
+    parser.add_argument(
+        "--findings",
+        type=int,
+        default=-1,
+        help="write path: links per document in the batch (0: documents without); -1: none",
+    )
     parser.add_argument("--nodes", default="1,2", help="node counts, comma-separated")
     parser.add_argument("--hosts", type=int, default=300)
     parser.add_argument("--pages", type=int, default=20)

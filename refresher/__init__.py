@@ -7,6 +7,7 @@ __version__ = "0.1.0"
 from refresher._config import Config, load_config
 from refresher._errors import (
     ArchiveError,
+    ArchiveUnreachable,
     BodyTooLarge,
     ConfigError,
     ConnectFailure,
@@ -33,6 +34,7 @@ from refresher.store import (
     SCHEMA_VERSION,
     DuckDBStore,
     FetchRecord,
+    Findings,
     HostRow,
     HostUpdate,
     NewPage,
@@ -47,6 +49,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "Archive",
     "ArchiveError",
+    "ArchiveUnreachable",
     "BodyTooLarge",
     "Change",
     "Config",
@@ -61,6 +64,7 @@ __all__ = [
     "FetchResult",
     "FetchTimeout",
     "Fetcher",
+    "Findings",
     "Frontier",
     "HostRow",
     "HostUpdate",

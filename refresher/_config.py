@@ -312,6 +312,9 @@ class FleetConfig:
     lease_ttl: float = 10.0
     #: shared directory of the fleet's Parquet history (and archives); "" = none
     history_dir: str = ""
+    #: seconds after its last heartbeat when a node counts as gone for good: the live nodes
+    #: publish its unpublished history (under its id) to history_dir
+    absent_after: float = 3600.0
 
     @property
     def enabled(self) -> bool:
@@ -477,6 +480,7 @@ _CHECKS: dict[str, Callable[[Any], str | None]] = {
     ),
     "fleet.partitions": _positive,
     "fleet.lease_ttl": _positive,
+    "fleet.absent_after": _positive,
 }
 
 _TYPE_WORDS = {
@@ -709,6 +713,12 @@ def _check_whole(config: Config) -> None:
         problem = dsn_problem(config.fleet.dsn)
         if problem is not None:
             raise ConfigError(problem, key="fleet.dsn")
+        if config.fleet.absent_after <= config.fleet.lease_ttl:
+            raise ConfigError(
+                f"must exceed fleet.lease_ttl ({config.fleet.lease_ttl:g} s): a node counts as "
+                "gone only after its leases expired; raise it (default 3600)",
+                key="fleet.absent_after",
+            )
 
 
 def _check_sinks(s: SinksConfig) -> None:

@@ -9,6 +9,7 @@ Every error refresher raises on purpose derives from :class:`RefresherError`. Li
     ├── InvalidURL           a URL that cannot be crawled (seed, link, redirect target)
     ├── StoreError           the DuckDB file cannot be opened, migrated or written
     ├── ArchiveError         a WARC file cannot be written or a record read back
+    │   └── ArchiveUnreachable  a record's file is not reachable from this machine (a fleet's)
     ├── ControlError         the control endpoint cannot be reached or refused a request
     └── FetchError           one fetch failed; ``kind`` is the short name stored in history
         ├── FetchTimeout     the total deadline for the fetch passed      (kind "timeout")
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 __all__ = [
     "ArchiveError",
+    "ArchiveUnreachable",
     "BodyTooLarge",
     "ConfigError",
     "ConnectFailure",
@@ -69,6 +71,10 @@ class StoreError(RefresherError):
 
 class ArchiveError(RefresherError):
     """A WARC file cannot be written, or a record in it cannot be read back."""
+
+
+class ArchiveUnreachable(ArchiveError):
+    """A record's WARC file is not on this machine (a fleet node keeps it elsewhere)."""
 
 
 class ControlError(RefresherError):

@@ -15,19 +15,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from refresher._config import Config
-from refresher._errors import ArchiveError, InvalidURL, StoreError
-from refresher.archive._warc import WarcWriter, read_record
+from refresher._errors import ArchiveError, ArchiveUnreachable, InvalidURL, StoreError
+from refresher.archive._warc import StoredRecord, WarcWriter, read_record
 from refresher.discover._url import canonicalize
 from refresher.ops._logging import get_logger
-from refresher.store._captures import (
-    IndexedCapture,
-    latest_captures,
-    lookup_captures,
-    query_index,
-)
+from refresher.store._captures import CaptureSource, IndexedCapture, LocalIndex
 from refresher.store._snapshot import DEFAULT_SNAPSHOT_NAME, snapshot_path
 
 __all__ = ["Archive", "Version", "cdxj_line", "open_writer", "surt"]
@@ -94,77 +89,99 @@ class Archive:
 
     ``snapshot`` (default: "snapshot.duckdb" beside the store) is read while a daemon holds the
     store; ``directory`` (default: where the daemon recorded it, else "archive" beside the
-    store) holds the WARC files.
+    store) holds the WARC files. :meth:`from_config` with ``fleet.dsn`` reads the whole
+    fleet's copy instead (:class:`refresher.store._pg_archive.FleetIndex`).
     """
 
     def __init__(
-        self, path: str | Path, *, snapshot: Path | None = None, directory: Path | None = None
+        self,
+        path: str | Path,
+        *,
+        snapshot: Path | None = None,
+        directory: Path | None = None,
+        source: CaptureSource | None = None,
     ) -> None:
         self.path = Path(path)
         self.snapshot = snapshot or self.path.parent / DEFAULT_SNAPSHOT_NAME
-        self._directory = directory
+        self.source: CaptureSource = source or LocalIndex(
+            self.path, self.snapshot, directory=directory
+        )
 
     @classmethod
     def from_config(cls, config: Config) -> Archive:
+        if config.fleet.enabled:
+            from refresher.store._pg_archive import FleetIndex, archive_base
+
+            index = FleetIndex(config.fleet.dsn, base=archive_base(config))
+            return cls(config.store.path, source=index)
         return cls(config.store.path, snapshot=snapshot_path(config), directory=config.archive_dir)
 
     # -- queries -------------------------------------------------------------------------
 
-    def _query(self, fn: Any) -> tuple[Any, Path]:
-        return query_index(self.path, self.snapshot, fn, directory=self._directory)
-
     def versions(self, url: str, *, at: float | None = None) -> list[IndexedCapture]:
         """The archived versions (responses) of ``url`` at or before ``at``, newest first."""
-        keys = _keys(url)
-        found, _ = self._query(
-            lambda con: [c for k in keys for c in lookup_captures(con, k, at=at)]
-        )
-        return sorted(found, key=lambda c: -c.captured_at)
+        return self.source.lookup(_keys(url), at=at)
 
     def get(self, url: str, *, at: float | datetime | None = None) -> Version | None:
         """The latest version of ``url`` (or the one current at ``at``: unix seconds or a
-        datetime); None if none is archived."""
+        datetime); None if none is archived. A record that does not read gives the next older
+        version; one whose file this machine cannot reach (a fleet node's) raises
+        :class:`ArchiveUnreachable` rather than fall back."""
         when = at.timestamp() if isinstance(at, datetime) else at
-        keys = _keys(url)
-        found, directory = self._query(
-            lambda con: [c for k in keys for c in lookup_captures(con, k, at=when)]
-        )
-        seen: set[tuple[str, int]] = set()
-        for c in sorted(found, key=lambda c: -c.captured_at):
-            if (c.file, c.offset) in seen:
+        seen: set[tuple[str | None, str, int]] = set()
+        for c in self.source.lookup(_keys(url), at=when):
+            if (c.node_id, c.file, c.offset) in seen:
                 continue
-            seen.add((c.file, c.offset))
+            seen.add((c.node_id, c.file, c.offset))
             try:
-                record = read_record(directory / c.file, c.offset)
+                where, record = self.read(c)
+            except ArchiveUnreachable:
+                raise
             except ArchiveError as e:
                 log.error("archived version unreadable; trying an older one", error=str(e))
                 continue
             return Version(
-                url=c.url,
-                target_uri=c.target_uri,
-                captured_at=c.captured_at,
+                url=where.url,
+                target_uri=where.target_uri,
+                captured_at=where.captured_at,
                 status=record.status,
                 headers=record.headers,
                 body=record.body,
                 truncated=record.truncated,
-                mime=c.mime,
-                file=c.file,
+                mime=where.mime,
+                file=where.file,
             )
         return None
 
+    def read(self, capture: IndexedCapture) -> tuple[IndexedCapture, StoredRecord]:
+        """The record of ``capture``, and where it is: when its file is gone, a retention
+        pass rewrote it since the index was read, so the version is looked up again."""
+        try:
+            return capture, read_record(self.source.locate(capture), capture.offset)
+        except ArchiveError:
+            again = self.source.lookup([capture.url], at=capture.captured_at)
+            here = (capture.node_id, capture.file, capture.offset)
+            moved = [
+                c
+                for c in again
+                if c.captured_at == capture.captured_at and (c.node_id, c.file, c.offset) != here
+            ]
+            if not moved:
+                raise
+            return moved[0], read_record(self.source.locate(moved[0]), moved[0].offset)
+
     def captures(self) -> list[IndexedCapture]:
         """Every indexed record (responses and revisits), by URL and time."""
-        found, _ = self._query(lambda con: latest_captures(con))
-        return list(found)
+        return list(self.source.every())
 
-    def latest(self) -> tuple[list[IndexedCapture], Path]:
-        """The latest response of every page, and the WARC directory."""
-        found, directory = self._query(lambda con: latest_captures(con, kind="response"))
-        return list(found), directory
+    def latest(self) -> Iterator[IndexedCapture]:
+        """The latest response of every page, by URL (streamed from a fleet's index)."""
+        return self.source.latest()
 
     def cdxj(self) -> Iterator[str]:
-        """The index as CDXJ lines (pywb, OutbackCDX), sorted by SURT key and time."""
-        lines = [cdxj_line(c) for c in self.captures()]
+        """The index as CDXJ lines (pywb, OutbackCDX), sorted by SURT key and time. A fleet's
+        file names are ``node=<id>/<file>``, relative to the nodes' shared base directory."""
+        lines = [cdxj_line(c) for c in self.source.every()]
         lines.sort()
         yield from lines
 
@@ -207,6 +224,6 @@ def cdxj_line(c: IndexedCapture) -> str:
         "digest": digest or "-",
         "length": str(c.length),
         "offset": str(c.offset),
-        "filename": c.file,
+        "filename": c.file if c.node_id is None else f"node={c.node_id}/{c.file}",
     }
     return f"{surt(c.target_uri)} {stamp} {json.dumps(fields)}"

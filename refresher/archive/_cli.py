@@ -1,7 +1,8 @@
 """The archive's commands: ``get``, ``cdx``, ``export``, ``prune`` (registered by
 :mod:`refresher.ops._cli`). ``get``, ``cdx`` and ``export`` work while the daemon runs (they read
-the snapshot's index and the WARC files); ``prune`` needs the store, so the daemon stopped (the
-daemon prunes by itself every ``archive.prune_interval``)."""
+the snapshot's index and the WARC files; in a fleet, its PostgreSQL index and every node's
+files); ``prune`` needs the store, so the daemon stopped (the daemon prunes by itself every
+``archive.prune_interval``; in a fleet, the node)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import asdict
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +21,7 @@ from refresher._config import Config
 from refresher._errors import ArchiveError, StoreError
 from refresher.archive._archive import Archive
 from refresher.archive._export import export
-from refresher.archive._retention import HistoryRetention, prune_now
+from refresher.archive._retention import HistoryRetention, PruneReport, prune_now
 from refresher.store._duckdb import DuckDBStore
 
 __all__ = ["COMMANDS", "add_commands", "run_command"]
@@ -113,16 +115,28 @@ def _prune(args: argparse.Namespace, config: Config) -> int:
     a = config.archive
     keep = args.keep_versions if args.keep_versions is not None else a.keep_versions
     max_bytes = args.max_bytes if args.max_bytes is not None else a.max_bytes
-    history = HistoryRetention.from_config(config)
+    seconds = config.store.history_retention
     if args.history_retention is not None:
-        history = dataclasses.replace(history, seconds=args.history_retention)
-    if keep is None and max_bytes is None and history.seconds is None:
+        seconds = args.history_retention
+    if keep is None and max_bytes is None and seconds is None:
         print(
             "refresher prune: nothing to do; set archive.keep_versions, archive.max_bytes or "
             "store.history_retention (or --keep-versions/--max-bytes/--history-retention)",
             file=sys.stderr,
         )
         return 2
+    if config.fleet.enabled:
+        report = _prune_fleet_node(config, keep, max_bytes, seconds, dry_run=args.dry_run)
+    else:
+        report = _prune_store(config, keep, max_bytes, seconds, dry_run=args.dry_run)
+    print(json.dumps({"dry_run": args.dry_run, **asdict(report)}, indent=2))
+    return 0
+
+
+def _prune_store(
+    config: Config, keep: int | None, max_bytes: int | None, seconds: float | None, *, dry_run: bool
+) -> PruneReport:
+    history = dataclasses.replace(HistoryRetention.from_config(config), seconds=seconds)
     if not config.store.path.exists():
         raise StoreError(f"no store at {str(config.store.path)!r}; fix store.path or --store")
     try:
@@ -133,15 +147,48 @@ def _prune(args: argparse.Namespace, config: Config) -> int:
             "seconds (set the keys and `refresher reload`), or stop it to prune now"
         ) from e
     try:
-        report = prune_now(
+        return prune_now(
             store,
             config.archive_dir,
             keep_versions=keep,
             max_bytes=max_bytes,
-            dry_run=args.dry_run,
-            history=history,
+            dry_run=dry_run,
+            history=partial(history.apply, store),
         )
     finally:
         store.close()
-    print(json.dumps({"dry_run": args.dry_run, **asdict(report)}, indent=2))
-    return 0
+
+
+def _prune_fleet_node(
+    config: Config, keep: int | None, max_bytes: int | None, seconds: float | None, *, dry_run: bool
+) -> PruneReport:
+    """This node's own WARC files (the node stopped: a running node prunes itself) and the
+    fleet's history (one pass fleet-wide, whatever runs), while no fleet backup runs."""
+    from refresher.store._pg_archive import maintenance_lock, node_archive_dir
+    from refresher.store._pg_retention import FleetHistoryRetention
+    from refresher.store._pg_status import node_running
+    from refresher.store._postgres import PgStore
+
+    f = config.fleet
+    if (keep is not None or max_bytes is not None) and node_running(f.dsn, f.node_id, f.lease_ttl):
+        raise StoreError(
+            f"node {f.node_id!r} is running; it applies archive retention itself every "
+            "archive.prune_interval seconds (set the keys and `refresher reload`), or stop it "
+            "to prune now"
+        )
+    history = dataclasses.replace(FleetHistoryRetention.from_config(config), seconds=seconds)
+    with maintenance_lock(f.dsn) as free:
+        if not free:
+            raise StoreError("a fleet backup is copying the files; prune when it is done")
+        store = PgStore.from_config(config)
+        try:
+            return prune_now(
+                store,
+                node_archive_dir(config),
+                keep_versions=keep,
+                max_bytes=max_bytes,
+                dry_run=dry_run,
+                history=history.apply,
+            )
+        finally:
+            store.close()

@@ -19,9 +19,8 @@ import lxml.etree
 import lxml.html
 import numpy as np
 
-from refresher._errors import ArchiveError
+from refresher._errors import ArchiveError, ArchiveUnreachable
 from refresher.archive._archive import Archive
-from refresher.archive._warc import read_record
 from refresher.ops._logging import get_logger
 from refresher.store._captures import ParquetWriter
 
@@ -47,12 +46,13 @@ def html_text(body: bytes) -> str | None:
 
 
 def _rows(archive: Archive, *, bodies: bool) -> Iterator[dict[str, Any]]:
-    latest, directory = archive.latest()
-    for c in latest:
+    for latest in archive.latest():
         try:
-            record = read_record(directory / c.file, c.offset)
+            c, record = archive.read(latest)
+        except ArchiveUnreachable:
+            raise  # one line, no partial export
         except ArchiveError as e:
-            log.error("version unreadable; left out of the export", url=c.url, error=str(e))
+            log.error("version unreadable; left out of the export", url=latest.url, error=str(e))
             continue
         row: dict[str, Any] = {
             "url": c.url,

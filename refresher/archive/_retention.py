@@ -20,9 +20,10 @@ import dataclasses
 import os
 import time
 from collections.abc import Awaitable, Callable, Collection
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import trio
 
@@ -33,10 +34,13 @@ from refresher.store._duckdb import DuckDBStore, StoreService
 from refresher.store._prune import FilePlan, PrunePlan, apply_plan, plan_prune
 
 __all__ = [
+    "HistoryPruning",
     "HistoryRetention",
     "PrunePlan",
     "PruneReport",
+    "PruneStore",
     "Pruner",
+    "SyncPruneStore",
     "apply_plan",
     "plan_prune",
     "prune_now",
@@ -107,21 +111,34 @@ def _finish(directory: Path, plan: PrunePlan, copies: dict[str, Any], t0: float)
     return report
 
 
+class SyncPruneStore(Protocol):
+    """A store nobody else prunes meanwhile, called directly (``refresher prune``)."""
+
+    def plan_prune(
+        self, *, keep_versions: int | None, max_bytes: int | None, protect: Collection[str] = ()
+    ) -> PrunePlan: ...
+
+    def apply_prune(
+        self, plan: PrunePlan, copies: dict[str, tuple[str, list[tuple[int, int]]]]
+    ) -> None: ...
+
+
 def prune_now(
-    store: DuckDBStore,
+    store: SyncPruneStore,
     directory: Path,
     *,
     keep_versions: int | None,
     max_bytes: int | None,
     protect: Collection[str] = (),
     dry_run: bool = False,
-    history: HistoryRetention | None = None,
+    history: Callable[[float], tuple[int, str | None]] | None = None,
 ) -> PruneReport:
-    """A whole pass on a store nobody else writes to (``refresher prune``)."""
+    """A whole pass on a store no daemon prunes (``refresher prune``): ``history(now)`` (the
+    history retention) first, then the archive in ``directory``."""
     t0 = time.perf_counter()
     rows, exported = (0, None)
     if history is not None and not dry_run:
-        rows, exported = history.apply(store, time.time())
+        rows, exported = history(time.time())
     plan = store.plan_prune(keep_versions=keep_versions, max_bytes=max_bytes, protect=protect)
     if dry_run:
         return PruneReport(
@@ -175,23 +192,52 @@ class HistoryRetention:
         return n, str(path) if path else None
 
 
+class PruneStore(Protocol):
+    """What a pass asks of a store (through its queue): both stores' :class:`PruneCalls`."""
+
+    async def plan_prune(
+        self,
+        *,
+        keep_versions: int | None,
+        max_bytes: int | None,
+        protect: Callable[[], Collection[str]],
+    ) -> PrunePlan: ...
+
+    async def apply_prune(
+        self, plan: PrunePlan, copies: dict[str, tuple[str, list[tuple[int, int]]]]
+    ) -> None: ...
+
+
+class HistoryPruning(Protocol):
+    """``store.history_retention``: one node's (:class:`HistoryRetention`) or a fleet's
+    (:class:`refresher.store._pg_retention.FleetHistoryRetention`)."""
+
+    @property
+    def seconds(self) -> float | None: ...
+
+    async def apply_live(self, store: Any, now: float) -> tuple[int, str | None]: ...
+
+
 @dataclass(slots=True)
 class Pruner:
     """The daemon's periodic pass: planning and the index change through the store's queue,
     the file copying in a worker thread so the store's queue does not wait on it."""
 
-    store: StoreService
+    store: PruneStore
     directory: Path
     keep_versions: int | None
     max_bytes: int | None
     interval: float  # seconds
     protect: Callable[[], Collection[str]]  # files not to touch (WarcWriter.unsettled)
-    history: HistoryRetention | None = None
+    history: HistoryPruning | None = None
     archive: bool = True  # False: no archive, only the history is pruned
     #: awaited after a pass that removed anything (the snapshot rebuilds its copies)
     on_change: Callable[[], Awaitable[None]] | None = None
     #: closes the file being written, so that its old versions can go in a later pass
     rotate: Callable[[], None] | None = None
+    #: held (in a worker thread) for a whole pass; yields False: skip this pass (a fleet's
+    #: backup is copying the files)
+    lock: Callable[[], AbstractContextManager[bool]] | None = None
     passes: int = field(default=0)
     last: PruneReport | None = None
 
@@ -210,6 +256,19 @@ class Pruner:
                 log.exception("archive prune failed; the index and files are as they were")
 
     async def prune(self) -> PruneReport:
+        if self.lock is None:
+            return await self._prune()
+        held = self.lock()
+        got = await trio.to_thread.run_sync(held.__enter__)
+        try:
+            if not got:
+                log.info("retention pass skipped: a fleet backup is copying the files")
+                return PruneReport(records=0, bytes_freed=0)
+            return await self._prune()
+        finally:
+            await trio.to_thread.run_sync(held.__exit__, None, None, None)
+
+    async def _prune(self) -> PruneReport:
         t0 = time.perf_counter()
         history = self.history
         rows, exported = (0, None)

@@ -16,7 +16,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import trio
 
@@ -35,7 +35,7 @@ from refresher.crawl._frontier import (
 from refresher.crawl._outcome import GONE_RECHECK, Outcome, classify, meaningful
 from refresher.crawl._robots import RobotsRules, rules_for_response
 from refresher.discover._content import ContentSeen, document_key
-from refresher.discover._discovery import Discovery, Found, sitemap_links
+from refresher.discover._discovery import Discovery, Found, findings_of, sitemap_links
 from refresher.discover._parse import (
     Document,
     Extracted,
@@ -433,11 +433,13 @@ class Crawler:
                 last_modified=page.last_modified,
                 meaningful=change,
             )
-        await self._store.record(
-            self._fetch_record(lease, r, o, due, fingerprint, change, duplicate_of),
-            capture,
-            _host_update(host.id, timing),
-        )
+        # The findings travel with the fetch's record: a fleet's store keeps them in the
+        # fetch's transaction until discovery has stored them (no link lost to a crash).
+        found = self._found(lease, r, extracted, duplicate_of)
+        record = self._fetch_record(lease, r, o, due, fingerprint, change, duplicate_of)
+        if found is not None:
+            record = replace(record, findings=findings_of(found))
+        await self._store.record(record, capture, _host_update(host.id, timing))
         lease = self._frontier.update_page(
             lease,
             etag=o.etag,
@@ -448,7 +450,8 @@ class Crawler:
         # A gone page is out of the plan (the allocator leaves it out) and due again only on
         # its slow schedule: it may come back.
         self._frontier.release(lease, next_due=due, timing=timing, robots=robots)
-        self._discover(lease, r, extracted, duplicate_of)
+        if found is not None and self._discovery is not None:
+            self._discovery.submit(found)
 
     def _count(self, o: Outcome, r: FetchResult) -> None:
         self._fetches += 1
@@ -519,29 +522,29 @@ class Crawler:
             last_modified_at=o.last_modified_at,
         )
 
-    def _discover(
+    def _found(
         self, lease: Lease, r: FetchResult, extracted: Extracted | None, duplicate_of: int | None
-    ) -> None:
+    ) -> Found | None:
+        """What the fetch gives discovery, if anything."""
         if self._discovery is None:
-            return
-        page = lease.page
+            return None
         if extracted is not None and duplicate_of is None:
             # Content-seen: a document another page yielded recently (same bytes, same
             # resolved links) is processed once, and an unchanged body has no new links.
-            self._discovery.submit(
-                Found(page_id=page.id, depth=page.depth, url=r.final_url, extracted=extracted)
-            )
+            found, synthetic = extracted, False
         elif r.location is not None:
-            redirect = Extracted(links=(Link(url=r.location, kind="redirect", nofollow=False),))
-            self._discovery.submit(
-                Found(
-                    page_id=page.id,
-                    depth=page.depth,
-                    url=r.final_url,
-                    extracted=redirect,
-                    synthetic=True,
-                )
-            )
+            link = Link(url=r.location, kind="redirect", nofollow=False)
+            found, synthetic = Extracted(links=(link,)), True
+        else:
+            return None
+        return Found(
+            page_id=lease.page.id,
+            depth=lease.page.depth,
+            url=r.final_url,
+            extracted=found,
+            synthetic=synthetic,
+            fetched_at=r.finished_at,
+        )
 
     def _on_wire(self) -> None:
         now = trio.current_time()

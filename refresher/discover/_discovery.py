@@ -24,9 +24,16 @@ from refresher.discover._seen import UrlSeen
 from refresher.discover._url import CanonicalURL
 from refresher.ops._logging import get_logger
 from refresher.refresh._allocate import Allocator
-from refresher.store._interface import DocumentUpdate, NewPage, Store
+from refresher.store._interface import DocumentUpdate, Findings, NewPage, Store
 
-__all__ = ["Discovery", "DiscoveryStatistics", "Found", "sitemap_links"]
+__all__ = [
+    "Discovery",
+    "DiscoveryStatistics",
+    "Found",
+    "findings_of",
+    "found_of",
+    "sitemap_links",
+]
 
 log = get_logger("discover")
 
@@ -46,6 +53,8 @@ class Found:
     #: not the page's own body (a redirect target, robots.txt Sitemap lines): no page
     #: properties or link edges are recorded for it
     synthetic: bool = False
+    #: the fetch that found it (its finished_at); None for robots.txt's sitemaps
+    fetched_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -143,6 +152,7 @@ class Discovery:
             noindex=ex.noindex,
             lastmod=ex.lastmod,
             synthetic=found.synthetic,
+            fetched_at=found.fetched_at,
         )
         rows, hosts, edges = await self._store.save_document(update, now=now)
         self._edges += edges
@@ -169,6 +179,38 @@ def _kinds(include_media: bool) -> frozenset[str]:
 
 def _followed(ex: Extracted, kinds: frozenset[str]) -> Sequence[Link]:
     return [link for link in ex.follow() if link.kind in kinds]
+
+
+def findings_of(found: Found) -> Findings:
+    """``found`` as the store keeps it with its fetch (the links a polite crawler follows)."""
+    ex = found.extracted
+    return Findings(
+        depth=found.depth,
+        url=found.url,
+        links=tuple((link.url, link.kind) for link in ex.follow()),
+        canonical=ex.canonical,
+        noindex=ex.noindex,
+        lastmod=ex.lastmod,
+        synthetic=found.synthetic,
+    )
+
+
+def found_of(page_id: int, fetched_at: float, findings: Findings) -> Found:
+    """The :class:`Found` a store's kept ``findings`` stand for (handed to discovery again)."""
+    links = tuple(Link(url=u, kind=k, nofollow=False) for u, k in findings.links)
+    return Found(
+        page_id=page_id,
+        depth=findings.depth,
+        url=findings.url,
+        extracted=Extracted(
+            links=links,
+            canonical=findings.canonical,
+            noindex=findings.noindex,
+            lastmod=findings.lastmod,
+        ),
+        synthetic=findings.synthetic,
+        fetched_at=fetched_at,
+    )
 
 
 def sitemap_links(urls: Sequence[str]) -> Extracted:

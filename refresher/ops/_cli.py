@@ -218,6 +218,25 @@ def _parser() -> argparse.ArgumentParser:
     )
     _common(fleet_status)
     fleet_status.add_argument("--json", action="store_true", help="print JSON")
+    fleet_backup = fleet_sub.add_parser(
+        "backup",
+        help="back the whole fleet up (pg_dump, the Parquet history, the WARC files)",
+        description="Write a backup of the fleet to the new directory DEST while its nodes "
+        "run: the database with pg_dump (one snapshot), then the published Parquet history "
+        "and every node's WARC files reachable from this machine (files a node keeps where "
+        "this machine cannot reach are named). Restore with `refresher fleet restore DEST`.",
+    )
+    _common(fleet_backup)
+    fleet_backup.add_argument("dest", type=Path, metavar="DEST", help="the directory to create")
+    fleet_restore = fleet_sub.add_parser(
+        "restore",
+        help="restore a fleet backup into an empty database (nodes stopped)",
+        description="Load SRC (made by `refresher fleet backup`) into the empty database "
+        "fleet.dsn names (pg_restore), and its files under fleet.history_dir and each node's "
+        "archive directory there.",
+    )
+    _common(fleet_restore)
+    fleet_restore.add_argument("src", type=Path, metavar="SRC", help="the backup directory")
 
     demo = sub.add_parser("demo", help="run the daemon against the local demo web (make run)")
     _common(demo)
@@ -452,6 +471,11 @@ def _cmd_backup(args: argparse.Namespace) -> int:
     from refresher.store._backup import backup_file
 
     config = _loader(args)()
+    if config.fleet.enabled:
+        raise StoreError(
+            "a fleet node's state is the fleet's PostgreSQL: back the whole fleet up with "
+            "`refresher fleet backup DEST` (pg_dump, the Parquet history, the WARC files)"
+        )
     dest = args.dest.absolute()  # the daemon's working directory may differ
     try:
         # a large store takes a while to copy: wait for it
@@ -495,6 +519,8 @@ def _cmd_fleet(args: argparse.Namespace) -> int:
             f"{info.partitions} partitions"
         )
         return 0
+    if args.fleet_command in ("backup", "restore"):
+        return _fleet_backup(args, config)
     if args.fleet_command == "status":
         from refresher.store._pg_status import read_fleet_status
 
@@ -505,6 +531,30 @@ def _cmd_fleet(args: argparse.Namespace) -> int:
             print(_format_fleet_status(status))
         return 0
     return 2
+
+
+def _fleet_backup(args: argparse.Namespace, config: Config) -> int:
+    from refresher.store._pg_backup import backup_fleet, restore_fleet
+
+    if args.fleet_command == "backup":
+        done = backup_fleet(config, args.dest.absolute())
+        what = "backup"
+    else:
+        done = restore_fleet(config, args.src.absolute())
+        what = "restored"
+    warcs = sum(done.warc_files.values())
+    print(
+        f"{what} {done.path}: the database, {done.history_files} history files, {warcs} WARC "
+        f"files of {len(done.warc_files)} nodes, {done.bytes / 1e6:.1f} MB in "
+        f"{done.seconds:.1f} s"
+    )
+    for node, where in done.unreachable.items():
+        print(
+            f"not in the backup: node {node!r}'s WARC files at {where!r} (not reachable from "
+            "the backing-up machine); copy them on that node",
+            file=sys.stderr,
+        )
+    return 0
 
 
 def _format_fleet_status(status: Any) -> str:
@@ -587,6 +637,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
                 print(run_fleet_query(config, args.sql, truth=args.truth))
                 return 0
+            if config.fleet.enabled:
+                raise StoreError(
+                    "a fleet node keeps no snapshot file; use `refresher query --fleet`, which "
+                    "reads one consistent PostgreSQL snapshot and the Parquet history"
+                )
             print(run_query(config, args.sql, truth=args.truth))
             return 0
         if args.command == "policy":

@@ -16,7 +16,8 @@ import math
 import signal
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,14 +28,14 @@ from refresher._config import Config
 from refresher._errors import ConfigError, ControlError, InvalidURL, RefresherError
 from refresher.archive._archive import open_writer
 from refresher.archive._keep import Keeper
-from refresher.archive._retention import HistoryRetention, Pruner
+from refresher.archive._retention import HistoryPruning, HistoryRetention, Pruner
 from refresher.archive._sinks import ChangeFeed, load_sinks
 from refresher.archive._warc import WarcWriter
 from refresher.crawl._dns import Resolver
 from refresher.crawl._fetch import Fetcher
 from refresher.crawl._frontier import Frontier
 from refresher.crawl._workers import Crawler
-from refresher.discover._discovery import Discovery
+from refresher.discover._discovery import Discovery, found_of
 from refresher.discover._filter import UrlFilter
 from refresher.discover._parse import available as parse_available
 from refresher.discover._seen import UrlSeen
@@ -47,7 +48,7 @@ from refresher.ops._reload import RELOAD, changed_keys, effective
 from refresher.refresh._allocate import Allocator, InputSettings, plan, priority_level
 from refresher.store._backup import backup_service
 from refresher.store._duckdb import DuckDBStore, StoreService
-from refresher.store._interface import HostRow, NewPage, PageRow
+from refresher.store._interface import Findings, HostRow, NewPage, PageRow
 from refresher.store._snapshot import Snapshotter, snapshot_path
 
 if TYPE_CHECKING:
@@ -227,7 +228,7 @@ class Daemon:
             if not isinstance(self._store, StoreService):
                 raise ControlError(
                     "backup copies the embedded store; a fleet's state is in PostgreSQL: "
-                    "back it up with pg_dump",
+                    "back the whole fleet up with `refresher fleet backup DEST`",
                     kind="fleet",
                 )
             result = await backup_service(self._store, Path(dest))
@@ -335,7 +336,7 @@ class Daemon:
             self._prune.keep_versions = new.archive.keep_versions
             self._prune.max_bytes = new.archive.max_bytes
             self._prune.interval = new.archive.prune_interval
-            self._prune.history = HistoryRetention.from_config(new)
+            self._prune.history = _history_retention(new)
         if self._warc is not None:
             self._warc.min_free_bytes = new.archive.min_free_bytes
 
@@ -372,18 +373,26 @@ class Daemon:
         )
 
     def _pruner(self, c: Config, writer: WarcWriter | None) -> Pruner:
-        assert isinstance(self._store, StoreService)
+        """Retention: one node's store and archive, or a fleet node's own WARC files (and the
+        fleet's history, one node at a time), never while a fleet backup copies files."""
+        assert self._store is not None
+        directory, lock = c.archive_dir, None
+        if c.fleet.enabled:
+            from refresher.store._pg_archive import maintenance_lock, node_archive_dir
+
+            directory, lock = node_archive_dir(c), partial(maintenance_lock, c.fleet.dsn)
         self._prune = Pruner(
             store=self._store,
-            directory=c.archive_dir,
+            directory=directory,
             keep_versions=c.archive.keep_versions,
             max_bytes=c.archive.max_bytes,
             interval=c.archive.prune_interval,
             protect=writer.unsettled if writer is not None else set,
             rotate=writer.rotate if writer is not None else None,
-            history=HistoryRetention.from_config(c),
+            history=_history_retention(c),
             archive=writer is not None,
             on_change=self._snapshot_rebuild,
+            lock=lock,
         )
         return self._prune
 
@@ -404,8 +413,14 @@ class Daemon:
             pages_added=allocator.pages_added,
             # the crawler starts after the node (the node's first claims come first)
             abandon=lambda hosts: 0 if self._crawler is None else self._crawler.abandon(hosts),
+            rediscover=None if self._discovery is None else self._rediscover,
         )
         return self._fleet
+
+    def _rediscover(self, page_id: int, fetched_at: float, findings: Findings) -> bool:
+        """Findings a node left before discovery stored them, to this node's discovery."""
+        assert self._discovery is not None
+        return self._discovery.submit(found_of(page_id, fetched_at, findings))
 
     def _fleet_planner(self, c: Config) -> FleetBudget:
         """The fleet's one budget as the allocator's planner (issue 13: one μ for all nodes)."""
@@ -431,7 +446,12 @@ class Daemon:
         from refresher.store._parquet import HistoryPublisher
 
         publisher = HistoryPublisher(c.fleet.dsn, c.fleet.node_id, Path(c.fleet.history_dir))
-        self._history = HistoryService(publisher)
+        # at least two looks per absent_after: a gone node's tail is published in time
+        self._history = HistoryService(
+            publisher,
+            interval=min(30.0, c.fleet.absent_after / 2),
+            absent_after=c.fleet.absent_after,
+        )
         return self._history
 
     async def _heartbeat(
@@ -518,6 +538,7 @@ class Daemon:
         WARC files indexed there; no snapshot or pruning of an embedded file), membership
         decides which hosts it fetches."""
         from refresher.fleet._assignment import LeaseTiming
+        from refresher.store._pg_archive import node_archive_dir
         from refresher.store._pg_dsn import redact
         from refresher.store._pg_retry import unavailable
         from refresher.store._postgres import PostgresStore
@@ -529,15 +550,22 @@ class Daemon:
         # PostgreSQL away while running: the queue waits and retries, membership stops the
         # fetching; both resume when it is back.
         service.transient = unavailable
-        # Each node keeps its own WARC files (its node id in their names), indexed in the
+        # Each node keeps its own WARC files in a directory of its own (its node id in their
+        # names too), under the fleet's shared directory when there is one, indexed in the
         # fleet's warc_records; their records are synced before the batch that acknowledges
         # their fetches commits, as on one node.
         prefix = f"{c.archive.prefix}-{c.fleet.node_id}"
+        own = replace(c, archive=replace(c.archive, dir=node_archive_dir(c)))
         self._warc = await trio.to_thread.run_sync(
-            lambda: open_writer(c, service.store, prefix=prefix)
+            lambda: open_writer(own, service.store, prefix=prefix)
         )
         service.archive = self._warc
         log.info("store opened", fleet=redact(c.fleet.dsn), node=c.fleet.node_id)
+        if c.snapshot.interval > 0:
+            log.info(
+                "no snapshot file in a fleet: `refresher query --fleet` reads one consistent "
+                "PostgreSQL snapshot and the Parquet history"
+            )
         try:
             await self._serve_store(service, signals, close=service.store.close)
         finally:
@@ -640,14 +668,14 @@ class Daemon:
                 if c.metrics.port is not None:
                     port = await services.start(self._metrics_server(c).run)
                     log.info("metrics serving", url=f"http://{c.metrics.host}:{port}/metrics")
-                # The snapshot and the pruner work on the embedded file: not in a fleet.
-                if isinstance(self._store, StoreService):
-                    if c.snapshot.interval > 0:
-                        self._snapshotter = Snapshotter(
-                            store=self._store, path=snapshot_path(c), interval=c.snapshot.interval
-                        )
-                        await services.start(self._snapshotter.run)
-                    await services.start(self._pruner(c, self._warc).run)
+                # The snapshot copies the embedded file: not in a fleet (query --fleet reads
+                # one PostgreSQL snapshot instead).
+                if isinstance(self._store, StoreService) and c.snapshot.interval > 0:
+                    self._snapshotter = Snapshotter(
+                        store=self._store, path=snapshot_path(c), interval=c.snapshot.interval
+                    )
+                    await services.start(self._snapshotter.run)
+                await services.start(self._pruner(c, self._warc).run)
                 await services.start(self._heartbeat)
                 await services.start(self._progress)
                 # The watchdog pings while both the event loop and the frontier's loader turn.
@@ -687,6 +715,15 @@ class Daemon:
                 # After the last fetches are queued: their batch commits, then the leases go.
                 await self._fleet.stop()
             services.cancel_scope.cancel()
+
+
+def _history_retention(c: Config) -> HistoryPruning:
+    """``store.history_retention`` for one node's store or for a fleet's history."""
+    if c.fleet.enabled:
+        from refresher.store._pg_retention import FleetHistoryRetention
+
+        return FleetHistoryRetention.from_config(c)
+    return HistoryRetention.from_config(c)
 
 
 def _pid() -> int:

@@ -131,6 +131,9 @@ METRICS: Mapping[str, Mapping[str, MetricSpec]] = {
         "fenced_hosts": _c("Host updates the database refused: their partition moved on."),
         "inbox_sent": _c("Discovered pages sent to the inbox of another node's partition."),
         "inbox_drained": _c("Inbox rows taken for this node's partitions."),
+        "findings_replayed": _c(
+            "Documents' findings a dead node or run left unstored, handed to discovery again."
+        ),
     },
     "frontier": {
         "in_memory": _g("Pages held in memory."),

@@ -136,6 +136,7 @@ RELOAD: Mapping[str, Apply] = {
     "fleet.partitions": _RESTART,
     "fleet.lease_ttl": _RESTART,
     "fleet.history_dir": _RESTART,
+    "fleet.absent_after": _RESTART,
 }
 
 

@@ -11,7 +11,7 @@ else the snapshot beside it (whose copy of ``warc_records`` lags by one snapshot
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -23,15 +23,20 @@ from refresher._errors import StoreError
 
 __all__ = [
     "CAPTURES_MIGRATION",
+    "CAPTURE_COLUMNS",
     "BatchArchive",
     "Capture",
     "CaptureRow",
+    "CaptureSource",
     "IndexedCapture",
+    "LocalIndex",
     "ParquetWriter",
     "captured_files",
+    "choose_drops",
     "delete_captures",
     "file_ends",
     "files_of",
+    "indexed_capture",
     "insert_captures",
     "latest_captures",
     "lookup_captures",
@@ -128,6 +133,63 @@ class IndexedCapture:
     offset: int
     length: int
     truncated: bool
+    node_id: str | None = None  # the fleet node whose WARC files hold it (None: one node)
+
+
+class CaptureSource(Protocol):
+    """Where a reader of the copy finds the index and the WARC files: one node's DuckDB index
+    (:class:`LocalIndex`) or a fleet's ``warc_records`` (:class:`refresher.store._pg_archive
+    .FleetIndex`)."""
+
+    def lookup(self, keys: Sequence[str], *, at: float | None) -> list[IndexedCapture]:
+        """The responses indexed under any of ``keys`` (URL or target URI) at or before
+        ``at``, newest first."""
+        ...
+
+    def every(self) -> Iterator[IndexedCapture]:
+        """Every indexed record (responses and revisits), by URL and time."""
+        ...
+
+    def latest(self) -> Iterator[IndexedCapture]:
+        """The latest response of every page, by URL."""
+        ...
+
+    def locate(self, capture: IndexedCapture) -> Path:
+        """The WARC file holding ``capture`` on this machine; :class:`ArchiveUnreachable`
+        (one line) when it cannot be reached from here."""
+        ...
+
+
+class LocalIndex:
+    """:class:`CaptureSource` of one node: its DuckDB store, or the snapshot while a daemon
+    holds the store (:func:`open_index`), and the archive directory beside it."""
+
+    def __init__(self, store_path: Path, snapshot: Path, *, directory: Path | None = None):
+        self.store_path = store_path
+        self.snapshot = snapshot
+        self._directory = directory
+
+    def _query(self, fn: Callable[[Any], list[IndexedCapture]]) -> list[IndexedCapture]:
+        found, self._directory = query_index(
+            self.store_path, self.snapshot, fn, directory=self._directory
+        )
+        return found
+
+    def lookup(self, keys: Sequence[str], *, at: float | None) -> list[IndexedCapture]:
+        found = self._query(lambda con: [c for k in keys for c in lookup_captures(con, k, at=at)])
+        return sorted(found, key=lambda c: -c.captured_at)
+
+    def every(self) -> Iterator[IndexedCapture]:
+        return iter(self._query(lambda con: latest_captures(con)))
+
+    def latest(self) -> Iterator[IndexedCapture]:
+        return iter(self._query(lambda con: latest_captures(con, kind="response")))
+
+    def locate(self, capture: IndexedCapture) -> Path:
+        if self._directory is None:  # the directory comes with the first query
+            self._query(lambda con: [])
+        assert self._directory is not None
+        return self._directory / capture.file
 
 
 class BatchArchive(Protocol):
@@ -170,30 +232,35 @@ def insert_captures(con: Any, rows: Sequence[CaptureRow]) -> None:
         con.unregister("_captures")
 
 
-_COLUMNS = (
+#: the columns of an :class:`IndexedCapture`, in its field order
+CAPTURE_COLUMNS = (
     "url, target_uri, captured_at, kind, status, mime, digest, payload_digest, file,"
     " record_offset, record_length, truncated"
 )
+_COLUMNS = CAPTURE_COLUMNS
+
+
+def indexed_capture(r: Sequence[Any]) -> IndexedCapture:
+    """A row of :data:`CAPTURE_COLUMNS` (and the node id, a fleet's) as a capture."""
+    return IndexedCapture(
+        url=r[0],
+        target_uri=r[1],
+        captured_at=float(r[2]),
+        kind=r[3],
+        status=None if r[4] is None else int(r[4]),
+        mime=r[5],
+        digest=None if r[6] is None else bytes(r[6]),
+        payload_digest=r[7],
+        file=r[8],
+        offset=int(r[9]),
+        length=int(r[10]),
+        truncated=bool(r[11]),
+        node_id=r[12] if len(r) > 12 else None,
+    )
 
 
 def _indexed(rows: Sequence[Sequence[Any]]) -> list[IndexedCapture]:
-    return [
-        IndexedCapture(
-            url=r[0],
-            target_uri=r[1],
-            captured_at=float(r[2]),
-            kind=r[3],
-            status=None if r[4] is None else int(r[4]),
-            mime=r[5],
-            digest=None if r[6] is None else bytes(r[6]),
-            payload_digest=r[7],
-            file=r[8],
-            offset=int(r[9]),
-            length=int(r[10]),
-            truncated=bool(r[11]),
-        )
-        for r in rows
-    ]
+    return [indexed_capture(r) for r in rows]
 
 
 def lookup_captures(
@@ -255,20 +322,27 @@ def prune_candidates(con: Any, *, keep_versions: int | None, max_bytes: int | No
         SELECT id, span,
                -- a revisit belongs to the version before it: it goes when that version goes
                CASE WHEN kind = 'response' THEN newer_responses > ? ELSE newer_responses >= ?
-               END AS over, captured_at,
+               END AS over,
                kind = 'response' AND newer_responses = 1 AS latest
         FROM ranked ORDER BY captured_at, id
         """,
         [keep, keep],
     ).fetchall()
-    drop = [int(r[0]) for r in rows if r[2] and not r[4]]
+    return choose_drops(rows, max_bytes=max_bytes)
+
+
+def choose_drops(rows: Sequence[Sequence[Any]], *, max_bytes: int | None) -> list[int]:
+    """Of ``rows`` (id, span, past keep_versions, a page's latest response), oldest first:
+    those past ``keep_versions``, then the oldest until the rest fit in ``max_bytes`` bytes,
+    never a page's latest response."""
+    drop = [int(r[0]) for r in rows if r[2] and not r[3]]
     if max_bytes is not None:
         dropped = set(drop)
         total = sum(int(r[1]) for r in rows if int(r[0]) not in dropped)
         for r in rows:
             if total <= max_bytes:
                 break
-            if int(r[0]) not in dropped and not r[4]:
+            if int(r[0]) not in dropped and not r[3]:
                 drop.append(int(r[0]))
                 dropped.add(int(r[0]))
                 total -= int(r[1])

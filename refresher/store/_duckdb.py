@@ -61,7 +61,7 @@ from refresher.store._interface import (
     RobotsUpdate,
     StoreStatus,
 )
-from refresher.store._prune import PrunePlan, apply_plan, plan_prune
+from refresher.store._prune import PruneCalls, PrunePlan, apply_plan, plan_prune
 from refresher.store._service import BatchedService
 
 __all__ = [
@@ -850,7 +850,7 @@ class DuckDBStore:
         return self._con.cursor()
 
 
-class StoreService(BatchedService[DuckDBStore]):
+class StoreService(PruneCalls, BatchedService[DuckDBStore]):
     """The DuckDB implementation of :class:`refresher.store.Store`: the daemon's one door to
     the file, the batched writer (:class:`refresher.store._service.BatchedService`) in front of
     a :class:`DuckDBStore`, with the DuckDB-only operations below."""
@@ -863,29 +863,6 @@ class StoreService(BatchedService[DuckDBStore]):
                 before=before, keep_per_page=keep_per_page, export_dir=export_dir
             )
         )
-
-    async def plan_prune(
-        self,
-        *,
-        keep_versions: int | None,
-        max_bytes: int | None,
-        protect: Callable[[], Collection[str]],
-    ) -> PrunePlan:
-        """``protect()`` (the WARC files not to touch) is asked in the store thread, after every
-        batch queued before it committed and before any later one: no record can be indexed
-        between the answer and the plan."""
-
-        def plan(s: DuckDBStore) -> PrunePlan:
-            return s.plan_prune(
-                keep_versions=keep_versions, max_bytes=max_bytes, protect=set(protect())
-            )
-
-        return await self._call(plan)
-
-    async def apply_prune(
-        self, plan: PrunePlan, copies: dict[str, tuple[str, list[tuple[int, int]]]]
-    ) -> None:
-        await self._call(lambda s: s.apply_prune(plan, copies))
 
     async def cursor(self) -> duckdb.DuckDBPyConnection:
         """A second connection to the database, made after every queued write committed (for

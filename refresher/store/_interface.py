@@ -39,6 +39,7 @@ __all__ = [
     "DocumentUpdate",
     "EstimatorInputs",
     "FetchRecord",
+    "Findings",
     "HostRow",
     "HostSummary",
     "HostUpdate",
@@ -176,6 +177,22 @@ class HostRow:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Findings:
+    """What a fetched document yielded for discovery, carried by its :class:`FetchRecord`:
+    a fleet's store keeps it in the fetch's own transaction until discovery has stored what it
+    found (:attr:`DocumentUpdate.fetched_at`), so a node that dies in between loses no link
+    (the partition's next owner hands the findings to its discovery again)."""
+
+    depth: int  # the page's depth; its links are one deeper
+    url: str  # the base for relative links (where the body came from)
+    links: tuple[tuple[str, str], ...]  # (URL, kind) of the links a polite crawler follows
+    canonical: str | None = None
+    noindex: bool = False
+    lastmod: tuple[tuple[str, float], ...] = ()  # (URL, sitemap <lastmod>, unix seconds)
+    synthetic: bool = False  # not the page's own body (a redirect's target)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class FetchRecord:
     """One finished fetch and the page state it leaves behind."""
 
@@ -205,6 +222,8 @@ class FetchRecord:
     duplicate_of: int | None = None
     #: the response's Last-Modified (a 304's: the stored one), unix seconds
     last_modified_at: float | None = None
+    #: what the document yielded for discovery (None: nothing to discover)
+    findings: Findings | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -237,6 +256,9 @@ class DocumentUpdate:
     lastmod: Sequence[tuple[str, float]]  # (URL, sitemap <lastmod> in unix seconds)
     #: findings with no document of their own (robots.txt sitemaps): new pages only
     synthetic: bool = False
+    #: the fetch (its finished_at) whose :class:`Findings` these are, if any: a fleet's store
+    #: forgets them in this update's transaction
+    fetched_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -16,7 +16,7 @@ import psycopg
 from refresher._errors import StoreError
 from refresher.store._pg_dsn import connect, describe
 
-__all__ = ["FleetNodeStatus", "FleetStatus", "read_fleet_status"]
+__all__ = ["FleetNodeStatus", "FleetStatus", "node_running", "read_fleet_status"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -105,3 +105,17 @@ def _node(row: tuple[Any, ...], *, now: float, ttl: float) -> FleetNodeStatus:
         fetches_per_second=float(rate) if isinstance(rate, int | float) else None,
         statistics=stats,
     )
+
+
+def node_running(dsn: str, node_id: str, ttl: float) -> bool:
+    """Whether ``node_id`` is live: its heartbeat younger than ``ttl`` and not stopping."""
+    try:
+        with connect(dsn) as con:
+            row = con.execute(
+                "SELECT NOT stopping AND heartbeat_at > extract(epoch FROM clock_timestamp()) - %s"
+                " FROM nodes WHERE node_id = %s",
+                (ttl, node_id),
+            ).fetchone()
+    except psycopg.Error as e:
+        raise StoreError(f"reading the fleet's nodes: {describe(e)}") from e
+    return bool(row and row[0])

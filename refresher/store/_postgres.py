@@ -25,9 +25,11 @@ with the rest). ``pages.url`` is unique, so a URL delivered twice is one page.
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import time
-from collections.abc import Callable, Iterable, Sequence
+import uuid
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -55,6 +57,7 @@ from refresher.store._interface import (
     DocumentUpdate,
     EstimatorInputs,
     FetchRecord,
+    Findings,
     HostRow,
     HostSummary,
     HostUpdate,
@@ -65,11 +68,13 @@ from refresher.store._interface import (
     StoreStatus,
     success_sql,
 )
+from refresher.store._pg_archive import apply_node_prune, plan_node_prune
 from refresher.store._pg_dsn import connect, describe, redact
 from refresher.store._pg_schema import check_schema
+from refresher.store._prune import PruneCalls, PrunePlan
 from refresher.store._service import BatchedService
 
-__all__ = ["Fencing", "PgStore", "PostgresStore", "Routed", "seed_fleet"]
+__all__ = ["Fencing", "PgStore", "PostgresStore", "Routed", "batch_key", "seed_fleet"]
 
 T = TypeVar("T")
 log = get_logger("store.pg")
@@ -90,6 +95,37 @@ def _signed(fp: int | None) -> int | None:
 
 def _unsigned(v: int | None) -> int | None:
     return None if v is None else v + _U64 if v < 0 else v
+
+
+def batch_key(records: Sequence[FetchRecord]) -> str | None:
+    """What names a batch of fetch records (its first record and size); None when empty."""
+    if not records:
+        return None
+    return f"{records[0].page_id}:{records[0].finished_at!r}:{len(records)}"
+
+
+def _findings_json(f: Findings) -> dict[str, Any]:
+    return {
+        "depth": f.depth,
+        "url": f.url,
+        "links": [list(link) for link in f.links],
+        "canonical": f.canonical,
+        "noindex": f.noindex,
+        "lastmod": [list(m) for m in f.lastmod],
+        "synthetic": f.synthetic,
+    }
+
+
+def _findings_of(doc: dict[str, Any]) -> Findings:
+    return Findings(
+        depth=int(doc["depth"]),
+        url=str(doc["url"]),
+        links=tuple((str(u), str(k)) for u, k in doc["links"]),
+        canonical=doc["canonical"],
+        noindex=bool(doc["noindex"]),
+        lastmod=tuple((str(u), float(t)) for u, t in doc["lastmod"]),
+        synthetic=bool(doc["synthetic"]),
+    )
 
 
 def _nan_none(x: float | None) -> float | None:
@@ -155,8 +191,10 @@ class PgStore:
         #: transactions run again after a lost connection
         self.retries = 0
         #: the first record of a batch whose commit is unknown (the connection broke)
-        self._unsure: tuple[int, float] | None = None
+        self._unsure: str | None = None
         self.node_id = node_id
+        #: this process's run of the node (names the findings it leaves for discovery)
+        self.run = uuid.uuid4().hex[:16]
         self.partitions = partitions
         #: {partition: epoch} this node holds; replaced whole by set_owned (atomic)
         self.owned: dict[int, int] = {}
@@ -423,12 +461,26 @@ class PgStore:
         def save(cur: Any) -> tuple[list[PageRow], dict[int, HostRow], int]:
             rows = self._route(cur, update.new, now).rows
             hosts = self._hosts(cur, {r.host_id for r in rows})
-            if update.synthetic:
-                return rows, hosts, 0
+            if update.synthetic and update.fetched_at is None:
+                return rows, hosts, 0  # robots.txt's sitemaps: new pages only
             cur.execute("SELECT partition FROM pages WHERE id = %s", (update.page_id,))
             found = cur.fetchone()
             if found is None or not self._held(cur, [int(found[0])]):
+                # The partition moved on: its owner hands the findings to its discovery again
+                # (at once: no run has them in flight any more).
                 self.dropped_plans += 1
+                if update.fetched_at is not None:
+                    cur.execute(
+                        "UPDATE owed_documents SET run = '' WHERE page_id = %s AND fetched_at = %s",
+                        (update.page_id, update.fetched_at),
+                    )
+                return rows, hosts, 0
+            if update.fetched_at is not None:  # discovery has it all now
+                cur.execute(
+                    "DELETE FROM owed_documents WHERE page_id = %s AND fetched_at = %s",
+                    (update.page_id, update.fetched_at),
+                )
+            if update.synthetic:
                 return rows, hosts, 0
             edges = 0
             if update.linked:
@@ -512,13 +564,15 @@ class PgStore:
 
         # A batch whose commit may have happened as the connection broke is checked first
         # when it comes again (retried here or by the queue): it must not be added twice.
-        key = (records[0].page_id, records[0].finished_at) if records else None
+        # Its key is noted in node_batches in its own transaction (its rows may be published
+        # to Parquet, and gone from fetches, before the retry looks).
+        key = batch_key(records)
         unsure = key is not None and key == self._unsure
 
         def write(cur: Any) -> tuple[int, int, int]:
             nonlocal unsure
             check, unsure = unsure, True
-            if check and (already := self._committed(cur, records)):
+            if check and (already := self._committed(cur, key)) is not None:
                 # the connection broke as the batch committed: it is in, do not add it twice
                 log.info("batch found committed on retry", node=self.node_id, records=already)
                 return already, 0, 0
@@ -594,6 +648,8 @@ class PgStore:
                 )
             if keep_captures:
                 self._insert_captures(cur, keep_captures)
+            self._insert_owed(cur, keep, part)
+            self._note_batch(cur, key, len(keep))
             return (
                 len(keep),
                 len(records) - len(keep),
@@ -615,16 +671,12 @@ class PgStore:
             )
         return written
 
-    def _committed(self, cur: Any, records: Sequence[FetchRecord]) -> int:
-        """How many of ``records`` are in already: 0, or all those the batch kept (a batch
-        commits whole)."""
-        cur.execute(
-            "SELECT count(*) FROM fetches f"
-            " JOIN unnest(%s::bigint[], %s::float8[]) AS r(page_id, at)"
-            " ON f.page_id = r.page_id AND f.finished_at = r.at WHERE f.node_id = %s",
-            ([r.page_id for r in records], [r.finished_at for r in records], self.node_id),
-        )
-        return int(cur.fetchone()[0])
+    def _committed(self, cur: Any, key: str | None) -> int | None:
+        """The records the batch ``key`` wrote if it is this node's last committed batch (a
+        batch commits whole), else None."""
+        cur.execute("SELECT batch, written FROM node_batches WHERE node_id = %s", (self.node_id,))
+        row = cur.fetchone()
+        return int(row[1]) if row is not None and row[0] == key else None
 
     def _update_pages(self, cur: Any, records: Sequence[FetchRecord]) -> None:
         fold = fold_pages(records)  # a page fetched twice: the later state, counts added
@@ -701,6 +753,72 @@ class PgStore:
                     )
                 )
 
+    def _note_batch(self, cur: Any, key: str | None, written: int) -> None:
+        """This node's last committed batch, in its transaction (:meth:`_committed`)."""
+        if key is not None:
+            cur.execute(
+                "INSERT INTO node_batches (node_id, batch, written) VALUES (%s, %s, %s)"
+                " ON CONFLICT (node_id) DO UPDATE SET batch = excluded.batch,"
+                " written = excluded.written",
+                (self.node_id, key, written),
+            )
+
+    def _insert_owed(
+        self, cur: Any, records: Sequence[FetchRecord], partition: dict[int, int]
+    ) -> None:
+        """Keep the records' findings until discovery has stored them (in the fetch's batch;
+        ``partition``: host id → partition)."""
+        records = [r for r in records if r.findings is not None]
+        if not records:
+            return
+        cur.execute(
+            "INSERT INTO owed_documents"
+            " (page_id, partition, fetched_at, node_id, run, created_at, document)"
+            " SELECT o.page_id, o.partition, o.fetched_at, %s, %s, %s, o.document"
+            " FROM unnest(%s::bigint[], %s::int[], %s::float8[], %s::jsonb[])"
+            " AS o(page_id, partition, fetched_at, document)",
+            (
+                self.node_id,
+                self.run,
+                time.time(),
+                [r.page_id for r in records],
+                [partition[r.host_id] for r in records],
+                [r.finished_at for r in records],
+                [json.dumps(_findings_json(r.findings)) for r in records if r.findings],
+            ),
+        )
+
+    def owed_documents(
+        self, limit: int, *, grace: float, now: float
+    ) -> list[tuple[int, int, float, Findings]]:
+        """Take findings owed to discovery in the partitions this node holds: those another
+        node or run left (it died before its discovery stored them, or its discovery was
+        fenced off), and this run's own older than ``grace`` seconds (its discovery dropped
+        them). Taken rows become this run's, so they are not handed out again for ``grace``
+        seconds (while this node's discovery has them). (row id, page id, fetched_at,
+        findings), oldest first."""
+        owned = sorted(self.owned)
+        if not owned:
+            return []
+
+        def take(cur: Any) -> list[tuple[int, int, float, Findings]]:
+            cur.execute(
+                """
+                UPDATE owed_documents SET run = %(run)s, created_at = %(now)s
+                WHERE id IN (
+                    SELECT id FROM owed_documents
+                    WHERE partition = ANY(%(owned)s)
+                      AND (run <> %(run)s OR created_at < %(now)s - %(grace)s)
+                    ORDER BY id LIMIT %(limit)s FOR UPDATE SKIP LOCKED)
+                RETURNING id, page_id, fetched_at, document
+                """,
+                {"run": self.run, "now": now, "owned": owned, "grace": grace, "limit": limit},
+            )
+            got = [(int(i), int(p), float(t), _findings_of(doc)) for i, p, t, doc in cur.fetchall()]
+            return sorted(got, key=lambda o: o[0])
+
+        return self._tx("taking the findings owed to discovery", take)
+
     def archive_file_ends(self) -> dict[str, int]:
         """Per WARC file of this node, the end of its last indexed record group (bytes): where
         the archive's recovery cuts a half-written tail."""
@@ -714,6 +832,31 @@ class PgStore:
             return {str(f): int(e) for f, e in cur.fetchall()}
 
         return self._tx("reading the archive's index", read)
+
+    def plan_prune(
+        self, *, keep_versions: int | None, max_bytes: int | None, protect: Collection[str] = ()
+    ) -> PrunePlan:
+        """The archive index rows a retention pass of this node drops from its own files
+        (reads only; :func:`refresher.store._pg_archive.plan_node_prune`)."""
+        return self._tx(
+            "planning the archive's retention",
+            lambda cur: plan_node_prune(
+                cur,
+                self.node_id,
+                keep_versions=keep_versions,
+                max_bytes=max_bytes,
+                protect=protect,
+            ),
+        )
+
+    def apply_prune(
+        self, plan: PrunePlan, copies: dict[str, tuple[str, list[tuple[int, int]]]]
+    ) -> None:
+        """A retention pass's index change, in one transaction (``copies``: rewritten files)."""
+        self._tx(
+            "pruning the archive's index",
+            lambda cur: apply_node_prune(cur, self.node_id, plan, copies),
+        )
 
     def set_meta(self, key: str, value: str) -> None:
         """Note a fact of this node (``archive_dir``) in ``fleet_meta`` as ``key@node_id``."""
@@ -914,7 +1057,7 @@ class PgStore:
         return self._tx("summarising hosts", read)
 
 
-class PostgresStore(BatchedService[PgStore]):
+class PostgresStore(PruneCalls, BatchedService[PgStore]):
     """:class:`refresher.store.Store` on the fleet's PostgreSQL for one node: the batched
     writer (:class:`refresher.store._service.BatchedService`) in front of a :class:`PgStore`,
     with the fleet's own operations below."""
@@ -958,6 +1101,13 @@ class PostgresStore(BatchedService[PgStore]):
         all in one transaction; (new pages, their hosts, rows taken)."""
         at = time.time() if now is None else now
         return await self._call(lambda s: s.drain_inbox(limit, now=at))
+
+    async def owed_documents(
+        self, limit: int, *, grace: float, now: float | None = None
+    ) -> list[tuple[int, int, float, Findings]]:
+        """See :meth:`PgStore.owed_documents`."""
+        at = time.time() if now is None else now
+        return await self._call(lambda s: s.owed_documents(limit, grace=grace, now=at))
 
     def fencing(self) -> Fencing:
         s = self.store

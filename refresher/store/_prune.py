@@ -4,9 +4,9 @@ transaction that drops or moves them (the file work is :mod:`refresher.archive._
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from refresher.store._captures import (
     delete_captures,
@@ -16,7 +16,9 @@ from refresher.store._captures import (
     rename_file,
 )
 
-__all__ = ["FilePlan", "PrunePlan", "apply_plan", "plan_prune"]
+__all__ = ["FilePlan", "PruneCalls", "PrunePlan", "apply_plan", "build_plan", "plan_prune"]
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -44,9 +46,15 @@ def plan_prune(
         return PrunePlan(files=())
     drop = set(prune_candidates(con, keep_versions=keep_versions, max_bytes=max_bytes))
     files = [f for f in files_of(con, sorted(drop)) if f not in protect]
-    plans: dict[str, list[Any]] = {f: [[], [], 0] for f in files}
-    for rid, file, offset, span in records_in_files(con, files):
-        plan = plans[file]
+    return build_plan(drop, records_in_files(con, files))
+
+
+def build_plan(drop: Collection[int], records: Sequence[tuple[int, str, int, int]]) -> PrunePlan:
+    """The plan for the files ``records`` (id, file, offset, span; by file and offset) are in:
+    per file, the ids in ``drop`` go, the other records are kept."""
+    plans: dict[str, list[Any]] = {}
+    for rid, file, offset, span in records:
+        plan = plans.setdefault(file, [[], [], 0])
         if rid in drop:
             plan[0].append(rid)
             plan[2] += span
@@ -75,3 +83,36 @@ def apply_plan(
     except Exception:
         con.execute("ROLLBACK")
         raise
+
+
+class _Queued(Protocol):
+    async def _call(self, fn: Callable[[Any], T]) -> T: ...
+
+
+class PruneCalls:
+    """A retention pass's two calls through a store's queue (both stores'; a mixin of the
+    batched services)."""
+
+    async def plan_prune(
+        self: _Queued,
+        *,
+        keep_versions: int | None,
+        max_bytes: int | None,
+        protect: Callable[[], Collection[str]],
+    ) -> PrunePlan:
+        """``protect()`` (the WARC files not to touch) is asked in the store thread, after every
+        batch queued before it committed and before any later one: no record can be indexed
+        between the answer and the plan."""
+
+        def plan(s: Any) -> PrunePlan:
+            found: PrunePlan = s.plan_prune(
+                keep_versions=keep_versions, max_bytes=max_bytes, protect=set(protect())
+            )
+            return found
+
+        return await self._call(plan)
+
+    async def apply_prune(
+        self: _Queued, plan: PrunePlan, copies: dict[str, tuple[str, list[tuple[int, int]]]]
+    ) -> None:
+        await self._call(lambda s: s.apply_prune(plan, copies))

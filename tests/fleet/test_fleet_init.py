@@ -171,3 +171,15 @@ def test_a_config_never_shows_the_dsns_password() -> None:
     )
     assert config.fleet.dsn.endswith("@db/f")
     assert "pw-secret" not in repr(config) and "pw-secret" not in str(config.fleet)
+
+
+def test_a_node_absent_for_less_than_a_lease_is_refused_in_one_line(tmp_path: Path) -> None:
+    from refresher._config import load_config
+    from refresher._errors import ConfigError
+
+    path = tmp_path / "r.toml"
+    path.write_text(
+        '[fleet]\ndsn = "postgresql://db/f"\nnode_id = "a"\nlease_ttl = 10\nabsent_after = 5\n'
+    )
+    with pytest.raises(ConfigError, match=r"fleet\.absent_after.*must exceed fleet\.lease_ttl"):
+        load_config(path)

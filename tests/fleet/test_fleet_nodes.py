@@ -49,23 +49,25 @@ class Fleet:
     def __init__(self, dsn: str, root: Path, port: int, seeds: list[str], daemons: Any) -> None:
         self.dsn, self.root, self.port, self.seeds = dsn, root, port, seeds
         self._daemons = daemons
+        #: more config, per section (every node's)
+        self.extra: dict[str, dict[str, Any]] = {}
         self.nodes: dict[str, DaemonProcess] = {}
         self.runs: list[tuple[str, DaemonProcess]] = []  # every process ever started
 
     def config(self, node: str) -> Path:
         directory = self.root / node
         directory.mkdir(exist_ok=True)
-        return daemon_config(
-            directory,
-            port=self.port,
-            seeds=self.seeds,
-            crawl={"workers": 4},
-            budget={"fetches_per_second": 10.0},
-            politeness={"min_delay": MIN_DELAY},
-            fetch={"timeout": 0.4},
-            fleet={"dsn": self.dsn, "node_id": node, "partitions": P, "lease_ttl": TTL},
-            log={"level": "debug", "progress_interval": 0.5},
-        )
+        sections: dict[str, dict[str, Any]] = {
+            "crawl": {"workers": 4},
+            "budget": {"fetches_per_second": 10.0},
+            "politeness": {"min_delay": MIN_DELAY},
+            "fetch": {"timeout": 0.4},
+            "fleet": {"dsn": self.dsn, "node_id": node, "partitions": P, "lease_ttl": TTL},
+            "log": {"level": "debug", "progress_interval": 0.5},
+        }
+        for name, table in self.extra.items():
+            sections[name] = {**sections.get(name, {}), **table}
+        return daemon_config(directory, port=self.port, seeds=self.seeds, **sections)
 
     def start(self, node: str) -> DaemonProcess:
         d = self._daemons(self.config(node))
@@ -345,31 +347,172 @@ async def test_the_fleet_spends_its_budget_within_5_percent_over_a_minute(fleet,
     assert await a.wait_exit() == 0 and await b.wait_exit() == 0
 
 
-async def test_each_node_keeps_its_own_warc_files_indexed_in_the_fleets_database(fleet):
+async def test_the_fleets_copy_is_read_whole_from_any_node_while_the_nodes_run(fleet):
+    """Each node keeps its own WARC files (under the shared directory, indexed in the fleet's
+    warc_records) and prunes them (archive.keep_versions); `refresher get/cdx/export` on one
+    node's config read every node's copy while they run, and a file not reachable from here is
+    one line."""
     from refresher.archive._warc import read_record
 
+    history = fleet.root / "history"
+    fleet.extra = {
+        "fleet": {"history_dir": str(history)},
+        "archive": {"keep_versions": 1, "prune_interval": 1.0},
+    }
     a = fleet.start("a")
     await a.ready()
     b = fleet.start("b")
     await b.ready()
     await wait_for(fleet.split_is(["a", "b"]), what="8 and 8")
     await wait_for(lambda: a.acknowledged() >= 20 and b.acknowledged() >= 20, what="fetches")
+    reader = str(fleet.config("reader"))  # a machine with no node of its own
+    responses = "SELECT DISTINCT url FROM warc_records WHERE kind = 'response'"
+    before = {u for (u,) in fleet.rows(responses)}
+    out = fleet.root / "pages.jsonl"
+    done = await acli("export", "--format", "jsonl", "--output", str(out), "--config", reader)
+    assert done.returncode == 0, done.stderr
+    exported = {json.loads(line)["url"] for line in out.read_text().splitlines()}
+    assert before <= exported <= {u for (u,) in fleet.rows(responses)}
+    ((url, digest),) = fleet.rows(
+        "SELECT url, digest FROM warc_records WHERE node_id = 'b' AND kind = 'response'"
+        " ORDER BY captured_at DESC LIMIT 1"
+    )
+    got = await acli("get", url, "--config", reader)
+    assert got.returncode == 0, got.stderr
+    fetched = fleet.rows(  # every body the page ever had (old versions may be pruned by now)
+        "SELECT f.digest FROM fetches f JOIN pages p ON p.id = f.page_id"
+        " WHERE p.url = %s AND f.digest IS NOT NULL",
+        url,
+    )
+    assert blake2b(got.stdout.encode("latin-1"), digest_size=16).digest() in {
+        bytes(d) for (d,) in fetched
+    }
+    cdx = (await acli("cdx", "--config", reader)).stdout.splitlines()
+    assert {json.loads(line.split(" ", 2)[2])["filename"].split("/")[0] for line in cdx} == {
+        "node=a",
+        "node=b",
+    }
+    await wait_for(
+        lambda: a.event("archive pruned") and b.event("archive pruned"),
+        what="both nodes prune their old versions",
+    )
     a.signal(signal.SIGTERM)
     b.signal(signal.SIGTERM)
     assert await a.wait_exit() == 0 and await b.wait_exit() == 0
+
     rows = fleet.rows(
         "SELECT node_id, kind, digest, file, record_offset, status FROM warc_records ORDER BY id"
     )
     assert {r[0] for r in rows if r[1] == "response"} == {"a", "b"}
-    digests = {
-        bytes(d) for (d,) in fleet.rows("SELECT digest FROM fetches WHERE digest IS NOT NULL")
-    }
     for node, kind, digest, file, offset, status in rows:
-        assert (
-            f"-{node}-" in file
-        )  # a node's files carry its id: one archive directory may hold many
-        record = read_record(fleet.root / node / "archive" / file, offset)
+        assert f"-{node}-" in file  # a node's files carry its id too
+        record = read_record(history / "archive" / f"node={node}" / file, offset)
         assert record.status == status
         if kind == "response":
             assert blake2b(record.body, digest_size=16).digest() == bytes(digest)
-            assert bytes(digest) in digests
+
+    # b's files out of reach of this machine: one line naming the node, exit 1
+    (history / "archive" / "node=b").rename(fleet.root / "b-elsewhere")
+    gone = await acli("get", url, "--config", reader)
+    assert gone.returncode == 1
+    assert gone.stderr.count("\n") == 1 and "of node 'b' is not reachable" in gone.stderr
+
+
+def linked_site(hosts: int = 10, length: int = 20) -> Site:
+    """A chain of static pages, each found only by the link on the one before, on the next
+    host (another partition): page k is /c{k} of host l{k mod hosts}. A link lost is a page
+    never found."""
+
+    def page(k: int) -> PageSpec:
+        nxt = (f"http://l{(k + 1) % hosts}.sim.test/c{k + 1}",) if k + 1 < length else ()
+        return PageSpec(path=f"/c{k}", links=nxt)
+
+    return Site(
+        [
+            HostSpec(
+                name=f"l{i}.sim.test",
+                pages=tuple(page(k) for k in range(i, length, hosts)),
+            )
+            for i in range(hosts)
+        ]
+    )
+
+
+#: makes node b's discovery slow to store a document's findings (its transaction sleeps
+#: before deleting the owed row), so that the test can kill b in that window every time
+SLOW_STORING = """
+CREATE FUNCTION slow_storing() RETURNS trigger AS $$
+BEGIN
+    IF OLD.node_id = 'b' THEN PERFORM pg_sleep(2); END IF;
+    RETURN OLD;
+END $$ LANGUAGE plpgsql;
+CREATE TRIGGER slow_storing BEFORE DELETE ON owed_documents
+    FOR EACH ROW EXECUTE FUNCTION slow_storing();
+"""
+
+
+async def test_a_node_killed_for_good_loses_no_link_and_its_tail_is_published_exactly_once(
+    postgres, short_dir, daemons, nursery
+):
+    """kill -9 between a fetch's commit and its links' storing, for good: every page reachable
+    by links is found (the findings ride in the fetch's transaction and the next owner stores
+    them), and the dead node's history tail becomes Parquet under its id, counted once by
+    `query --fleet`."""
+    s = linked_site()
+    port = await nursery.start(serve_site, s)
+    fleet = Fleet(postgres(), short_dir, port, ["http://l0.sim.test/c0"], daemons)
+    history = short_dir / "history"
+    fleet.extra = {
+        "fleet": {"history_dir": str(history), "absent_after": 3.0},
+        "discovery": {"allowed_domains": ["sim.test"], "max_depth": 40},
+    }
+    assert cli("fleet", "init", "--config", str(fleet.config("init"))).returncode == 0
+    with psycopg.connect(fleet.dsn, autocommit=True) as con:
+        con.execute(SLOW_STORING)
+    a = fleet.start("a")
+    await a.ready()
+    b = fleet.start("b")
+    await b.ready()
+    await wait_for(fleet.split_is(["a", "b"]), what="8 and 8")
+
+    def unstored() -> bool:
+        """b committed a fetch whose findings its discovery has not stored yet."""
+        return fleet.rows("SELECT count(*) FROM owed_documents WHERE node_id = 'b'") != [(0,)]
+
+    await wait_for(unstored, timeout=120, what="b between a fetch's commit and its links' storing")
+    b.signal(signal.SIGKILL)  # for good
+    assert await b.wait_exit() == -signal.SIGKILL
+    with psycopg.connect(fleet.dsn, autocommit=True) as con:
+        con.execute("DROP TRIGGER slow_storing ON owed_documents")
+    assert unstored()  # the dead node left findings unstored: the case under test happened
+    published = (
+        "SELECT (SELECT count(*) FROM fetches WHERE node_id = 'b')"
+        " + (SELECT coalesce(sum(rows), 0) FROM history_files WHERE node_id = 'b')"
+    )
+    (recorded,) = fleet.rows(published)[0]
+    assert recorded >= b.acknowledged() > 0
+    every = set(s.urls())
+
+    def all_found() -> bool:
+        return {u for (u,) in fleet.rows("SELECT url FROM pages")} == every
+
+    await wait_for(all_found, timeout=120, what="every linked page found")
+    await wait_for(
+        lambda: fleet.rows("SELECT count(*) FROM owed_documents") == [(0,)],
+        what="every document's findings stored",
+    )
+    await wait_for(
+        lambda: fleet.rows("SELECT count(*) FROM fetches WHERE node_id = 'b'") == [(0,)],
+        what="b's tail published by a",
+    )
+    done = await acli(
+        "query",
+        "--fleet",
+        "--config",
+        str(fleet.config("a")),
+        "SELECT count(*) || '/' || count(DISTINCT id) AS n FROM fetches WHERE node_id = 'b'",
+    )
+    assert f"{recorded}/{recorded}" in done.stdout, done.stdout + done.stderr
+    assert a.event("published the history tail of an absent node") is not None
+    a.signal(signal.SIGTERM)
+    assert await a.wait_exit() == 0

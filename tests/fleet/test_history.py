@@ -13,6 +13,7 @@ import numpy as np
 import psycopg
 import pytest
 
+from refresher._errors import StoreError
 from refresher.ops._cli import main
 from refresher.store._duckdb import DuckDBStore
 from refresher.store._parquet import HistoryPublisher, open_fleet_query
@@ -184,14 +185,14 @@ def test_the_tail_and_the_parquet_together_count_each_fetch_once(
     con.close()
 
 
-def test_a_crash_between_the_rename_and_the_watermark_does_not_duplicate(
+def test_a_crash_between_the_rename_and_the_commit_leaves_a_stray_that_never_counts(
     postgres: Callable[..., str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     dsn, history = postgres(), tmp_path / "history"
     _load_pg(dsn, _history(seed=3))
     pub = HistoryPublisher(dsn, NODES[0], history, rows_per_file=80, roll_seconds=0)
 
-    def crash(*args: Any) -> int:
+    def crash(*args: Any, **kwargs: Any) -> None:
         raise SystemExit("killed after the rename")
 
     monkeypatch.setattr(HistoryPublisher, "_commit", crash)
@@ -201,21 +202,97 @@ def test_a_crash_between_the_rename_and_the_watermark_does_not_duplicate(
     monkeypatch.undo()
     files = sorted(history.rglob("*.parquet"))
     assert len(files) == 1
-    # while the watermark lags, the file is ignored and the rows come from the tail
+    # not in the manifest: readers ignore it, the rows come from the tail
     con = open_fleet_query(dsn, history)
     assert _rows(con, "SELECT count(*), count(DISTINCT id) FROM fetches") == [(600, 600)]
     con.close()
     pub = HistoryPublisher(dsn, NODES[0], history, rows_per_file=80, roll_seconds=0)
-    assert pub.repair() == 1
+    assert pub.repair() == 1  # the stray goes; its rows are published again
+    assert not files[0].exists()
     pub.publish(force=True)
     pub.close()
-    assert files[0].exists()
     con = open_fleet_query(dsn, history)
     assert _rows(con, "SELECT count(*), count(DISTINCT id) FROM fetches") == [(600, 600)]
     in_files = _rows(con, f"SELECT count(*) FROM read_parquet('{history}/**/*.parquet')")
     tail = sum(1 for r in _history(seed=3)["fetches"] if r[18] == NODES[1])
     assert in_files == [(600 - tail,)]
     con.close()
+
+
+def test_two_publishers_of_one_node_publish_each_fetch_exactly_once(
+    postgres: Callable[..., str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A node that comes back while another publishes its tail: whoever commits first wins,
+    the other's file is refused and removed, readers count every fetch once."""
+    dsn, history = postgres(), tmp_path / "history"
+    _load_pg(dsn, _history(seed=7))
+    adopter = HistoryPublisher(dsn, NODES[0], history, rows_per_file=100, roll_seconds=0)
+    returned = HistoryPublisher(dsn, NODES[0], history, rows_per_file=60, roll_seconds=0)
+    commit = HistoryPublisher._commit
+    raced: list[Path] = []
+
+    def slow_commit(self: HistoryPublisher, cur: Any, **kw: Any) -> None:
+        if self is adopter and not raced:  # the node publishes between the adopter's write
+            raced.extend(returned.publish(force=True))  # and its commit
+        commit(self, cur, **kw)
+
+    monkeypatch.setattr(HistoryPublisher, "_commit", slow_commit)
+    first = adopter.publish(force=True)
+    monkeypatch.undo()
+    assert raced and first == []  # the adopter's commit was refused
+    assert adopter.statistics().refused == 1
+    assert sorted(history.rglob("*.parquet")) == sorted(raced)  # its file removed
+    con = open_fleet_query(dsn, history)
+    assert _rows(con, "SELECT count(*), count(DISTINCT id) FROM fetches") == [(600, 600)]
+    con.close()
+    adopter.close()
+    returned.close()
+
+
+def _beat(dsn: str, node: str, age: float) -> None:
+    with psycopg.connect(dsn) as con:
+        con.execute(
+            "INSERT INTO nodes (node_id, started_at, heartbeat_at) VALUES"
+            " (%s, 0, extract(epoch FROM clock_timestamp()) - %s)",
+            (node, age),
+        )
+
+
+def test_a_node_absent_too_long_has_its_tail_published_by_a_live_one_under_its_id(
+    postgres: Callable[..., str], tmp_path: Path
+) -> None:
+    dsn, history = postgres(), tmp_path / "history"
+    h = _history(seed=8)
+    _load_pg(dsn, h)
+    _beat(dsn, NODES[0], age=5.0)  # live a moment ago
+    _beat(dsn, NODES[1], age=120.0)  # gone for two minutes
+    live = HistoryPublisher(dsn, "live", history, rows_per_file=100, roll_seconds=3600)
+    assert live.absent_nodes(60.0) == [NODES[1]]
+    done = live.publish_absent(60.0)
+    gone = sum(1 for r in h["fetches"] if r[18] == NODES[1])
+    assert done == {NODES[1]: gone}
+    assert live.statistics().absent_rows == gone
+    assert live.publish_absent(60.0) == {}  # nothing left of it
+    live.close()
+    assert {p.parent.parent.name for p in history.rglob("*.parquet")} == {"node=n%2F2"}
+    with psycopg.connect(dsn) as pg:
+        tail = dict(pg.execute("SELECT node_id, count(*) FROM fetches GROUP BY 1").fetchall())
+        assert tail == {NODES[0]: 600 - gone}  # the live node's tail is its own to publish
+    con = open_fleet_query(dsn, history)
+    assert _rows(con, "SELECT count(*), count(DISTINCT id) FROM fetches") == [(600, 600)]
+    con.close()
+
+
+def test_a_reader_without_the_shared_directory_is_told_to_set_it(
+    postgres: Callable[..., str], tmp_path: Path
+) -> None:
+    dsn, history = postgres(), tmp_path / "history"
+    _load_pg(dsn, _history(seed=9))
+    _publish_all(dsn, history, rows_per_file=1000)
+    with pytest.raises(StoreError, match=r"set fleet\.history_dir"):
+        open_fleet_query(dsn, None)
+    with pytest.raises(StoreError, match=r"not under .* on this machine"):
+        open_fleet_query(dsn, tmp_path / "elsewhere")
 
 
 VIEWS = (
@@ -290,3 +367,39 @@ async def test_the_history_service_repairs_then_rolls_the_tail_as_it_comes_due(
             (NODES[0],),
         )
         assert left.fetchone() == (0,)
+
+
+def test_history_retention_drops_whole_old_days_and_the_old_tail_exported_first(
+    postgres: Callable[..., str], tmp_path: Path
+) -> None:
+    from refresher.store._pg_retention import FleetHistoryRetention
+
+    dsn, history, export = postgres(), tmp_path / "history", tmp_path / "old"
+    h = _history(seed=10)
+    _load_pg(dsn, h)
+    pub = HistoryPublisher(dsn, NODES[0], history, rows_per_file=100, roll_seconds=0)
+    pub.publish(force=True)  # one node published; the other's rows stay in the tail
+    pub.close()
+    midnight = 20_718 * 86_400.0
+    retention = FleetHistoryRetention(dsn=dsn, seconds=60.0, history_dir=history, export_dir=export)
+    cutoff = midnight + 60.0  # one minute into 09-22
+    in_files = sum(1 for r in h["fetches"] if r[18] == NODES[0] and r[4] < midnight)
+    in_tail = sum(1 for r in h["fetches"] if r[18] == NODES[1] and r[4] < cutoff)
+    removed, where = retention.apply(cutoff + 60.0)
+    assert removed == in_files + in_tail and where == str(export)
+    assert not (history / "node=n-1" / "day=2026-09-21").exists()  # the whole day went
+    assert {p.parent.relative_to(export).as_posix() for p in export.rglob("day=*/*")} == {
+        "node=n-1/day=2026-09-21"
+    }
+    con = open_fleet_query(dsn, history)
+    assert _rows(con, f"SELECT count(*), min(finished_at) >= {midnight} FROM fetches") == [
+        (600 - removed, True)
+    ]
+    con.close()
+    # what went is in the export: the day's files as they were, the tail's rows in one file
+    plain = duckdb.connect()
+    (exported,) = plain.execute(
+        f"SELECT count(*) FROM read_parquet('{export}/**/*.parquet', union_by_name = true)"
+    ).fetchone()
+    assert exported == removed
+    assert retention.apply(cutoff + 60.0) == (0, None)  # nothing older left

@@ -107,6 +107,7 @@ BAD: dict[str, str] = {
     "fleet.partitions": "0",
     "fleet.lease_ttl": "0",
     "fleet.history_dir": "42",
+    "fleet.absent_after": "0",
 }
 
 #: keys whose check only applies alongside another key

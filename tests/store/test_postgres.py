@@ -21,7 +21,7 @@ from refresher.ops._cli import main
 from refresher.store import DocumentUpdate, HostUpdate, NewPage, PlanUpdate
 from refresher.store._pg_leases import PgLeases
 from refresher.store._pg_schema import init_fleet
-from refresher.store._postgres import PgStore, PostgresStore
+from refresher.store._postgres import PgStore, PostgresStore, batch_key
 
 P = 8
 NOW = 1_700_000_000.0
@@ -348,12 +348,101 @@ def test_a_batch_whose_commit_was_not_confirmed_is_not_added_twice(dsn: str) -> 
     batch = [fetch_record(r.id, r.host_id, NOW + 1) for r in rows_]
     assert core.write(batch, []) == 3
     # as if the connection broke while that commit went through: the queue sends it again
-    core._unsure = (batch[0].page_id, batch[0].finished_at)
+    core._unsure = batch_key(batch)
     assert core.write(batch, []) == 3
     assert rows(dsn, "SELECT count(*) FROM fetches") == [(3,)]
     assert rows(dsn, "SELECT sum(fetches) FROM pages") == [(3,)]
+    # even when its rows were published to Parquet (gone from fetches) before the retry looks
+    with psycopg.connect(dsn) as con:
+        con.execute("DELETE FROM fetches")
+    core._unsure = batch_key(batch)
+    assert core.write(batch, []) == 3
+    assert rows(dsn, "SELECT count(*) FROM fetches") == [(0,)]
+    assert rows(dsn, "SELECT sum(fetches) FROM pages") == [(3,)]
     # a new batch is written as usual
     assert core.write([fetch_record(rows_[0].id, rows_[0].host_id, NOW + 2)], []) == 1
-    assert rows(dsn, "SELECT count(*) FROM fetches") == [(4,)]
+    assert rows(dsn, "SELECT count(*) FROM fetches") == [(1,)]
     core.close()
+    leases.close()
+
+
+def test_a_documents_findings_outlive_a_node_that_dies_before_discovery_stores_them(
+    dsn: str,
+) -> None:
+    """The findings ride in the fetch's batch transaction; a node killed before its discovery
+    stored them leaves them to the partition's next owner, which stores them: no link lost."""
+    from refresher.store import Findings
+
+    leases = PgLeases(dsn, max_skew=None)
+    a = PgStore(dsn, node_id="a", partitions=P)
+    a.owned = leases.claim_free("a", P, 5.0, T0)  # a's leases run out at T0 + 5
+    source = host_in(0)
+    other = host_in(3)
+    (src,), _ = a.add_pages_with_hosts([page(source, "/")], now=NOW)
+    findings = Findings(
+        depth=0,
+        url=src.url,
+        links=((f"http://{other}/found", "a"), (f"http://{source}/sibling", "a")),
+        canonical=None,
+        noindex=False,
+        lastmod=(),
+    )
+    record = dataclasses.replace(fetch_record(src.id, src.host_id, NOW + 1), findings=findings)
+    assert a.write([record], []) == 1
+    # this run's own findings are its discovery's (in its queue) until the grace has passed
+    assert a.owed_documents(10, grace=120.0, now=NOW + 2) == []
+    assert [o[1:] for o in a.owed_documents(10, grace=120.0, now=time.time() + 121.0)] == [
+        (src.id, NOW + 1, findings)
+    ]
+    a.close()  # kill -9: discovery never stored them
+    b = PgStore(dsn, node_id="b", partitions=P)
+    b.owned = leases.claim_free("b", P, 1e12, T0 + 10)  # a's leases expired: b holds all
+    ((_row, page_id, fetched_at, got),) = b.owed_documents(10, grace=120.0, now=NOW + 3)
+    assert (page_id, fetched_at, got) == (src.id, NOW + 1, findings)
+    # b's discovery stores what they found and forgets them, in one transaction
+    new = [page(other, "/found"), page(source, "/sibling")]
+    update = DocumentUpdate(
+        page_id=page_id,
+        new=new,
+        linked=[p.url for p in new],
+        canonical=None,
+        noindex=False,
+        lastmod=(),
+        fetched_at=fetched_at,
+    )
+    b.save_document(update, now=NOW + 4)
+    assert b.owed_documents(10, grace=0.0, now=time.time()) == []
+    assert {u for (u,) in rows(dsn, "SELECT url FROM pages")} == {src.url} | {p.url for p in new}
+    b.close()
+    leases.close()
+
+
+def test_findings_of_a_partition_the_node_no_longer_holds_wait_for_its_owner(dsn: str) -> None:
+    from refresher.store import Findings
+
+    leases = PgLeases(dsn, max_skew=None)
+    a = PgStore(dsn, node_id="a", partitions=P)
+    a.owned = leases.claim_free("a", P, 5.0, T0)
+    (src,), _ = a.add_pages_with_hosts([page(host_in(1), "/")], now=NOW)
+    findings = Findings(depth=0, url=src.url, links=(), canonical="http://x.example/")
+    record = dataclasses.replace(fetch_record(src.id, src.host_id, NOW + 1), findings=findings)
+    assert a.write([record], []) == 1
+    b = PgStore(dsn, node_id="b", partitions=P)
+    b.owned = leases.claim_free("b", P, 1e12, T0 + 10)  # the partition moved on
+    update = DocumentUpdate(
+        page_id=src.id,
+        new=[],
+        linked=[],
+        canonical=findings.canonical,
+        noindex=False,
+        lastmod=(),
+        fetched_at=NOW + 1,
+    )
+    a.save_document(update, now=NOW + 2)  # a's discovery, too late: fenced, kept for b
+    assert [o[1] for o in b.owed_documents(10, grace=120.0, now=NOW + 3)] == [src.id]
+    # and should a hold the partition again, its own run no longer has them in flight
+    assert [o[1] for o in a.owed_documents(10, grace=120.0, now=NOW + 3)] == [src.id]
+    assert rows(dsn, "SELECT canonical FROM pages") == [(None,)]
+    a.close()
+    b.close()
     leases.close()
