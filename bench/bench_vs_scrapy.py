@@ -27,7 +27,11 @@ responses per second with the 304s to its conditional GETs (Scrapy asks uncondit
 CPU ms per response. CPU ms/page is the crawler's user + system CPU (its child processes
 included) in the window per page; RSS at the end of the window. Both crawlers resolve the
 hosts to 127.0.0.1 themselves (refresher: ``dns.static``; Scrapy: a resolver in the spider
-file). Prints; asserts nothing.
+file). "starved" is how long the crawler's threads were runnable but waiting for a CPU, per
+second (schedstat: other work on the machine). ``--stages`` prints where refresher's refreshes
+spent their time in the window (``stage_seconds`` from its control socket: a host held, on the
+wire, in the parse with its queue, waiting for the store's queue), ``--py-spy DIR`` profiles it.
+Prints; asserts nothing.
 """
 
 from __future__ import annotations
@@ -45,18 +49,25 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from bench_daemon import (
     Daemon,
     cpu_seconds,
+    cpu_wait_seconds,
+    print_profile,
     query,
     rss_bytes,
     site_server,
+    start_py_spy,
     stop,
     tree_cpu_seconds,
+    tree_cpu_wait_seconds,
     tree_rss_bytes,
     write_config,
 )
+
+from refresher.ops._control import request
 
 DOCS = Path("/usr/share/doc/python3.11/html")
 
@@ -155,6 +166,7 @@ class Run:
     cpu: float
     rss: int
     fetches: int = 0  # refresher: every response in the window, 304s included
+    starved: float = 0.0  # seconds its threads were runnable but waiting for a CPU
 
     def line(self) -> str:
         rate = self.pages / self.seconds
@@ -167,7 +179,9 @@ class Run:
         )
         return (
             f"  {self.crawler:<10} {rate:8.1f} pages/s  {cpu_ms:6.2f} CPU ms/page  "
-            f"{self.cpu / self.seconds:4.2f} cores  RSS {self.rss / 2**20:6.0f} MiB{per_fetch}"
+            f"{self.cpu / self.seconds:4.2f} cores  "
+            f"starved {self.starved / self.seconds:4.2f} s/s  "
+            f"RSS {self.rss / 2**20:6.0f} MiB{per_fetch}"
         )
 
 
@@ -239,15 +253,26 @@ def run_refresher(
     try:
         daemon.wait_ready()
         time.sleep(args.warmup)
+        spy = start_py_spy(args, daemon.pid, args.workers)
+        status0 = daemon_status(directory)
         end = time.time() + args.seconds
+        waits: list[float] = []
         while True:  # the daemon's parse processes included
             samples.append((time.time(), tree_cpu_seconds(daemon.pid)))
+            waits.append(tree_cpu_wait_seconds(daemon.pid))
             if samples[-1][0] >= end:
                 break
             time.sleep(min(0.5, max(0.0, end - time.time())))
         rss = tree_rss_bytes(daemon.pid)
+        status1 = daemon_status(directory)
+        if spy is not None:
+            spy.wait()
     finally:
         daemon.stop()
+    if args.py_spy is not None:
+        print_profile(Path(args.py_spy) / f"daemon-{args.workers}.txt", top=40)
+    if args.stages:
+        print_stages(status0, status1)
     t0, t1 = samples[0][0], samples[-1][0]
     ok = "status BETWEEN 200 AND 299"
     if first_pass:
@@ -259,14 +284,48 @@ def run_refresher(
         )[0]
         if last is not None and t0 < last < t1 - 0.5:  # every page was found and fetched
             t1 = next(t for t, _ in samples if t >= last)
-        return Run("refresher", pages, t1 - t0, dict(samples)[t1] - samples[0][1], rss)
+        i = next(i for i, (t, _) in enumerate(samples) if t >= t1)
+        return Run(
+            "refresher",
+            pages,
+            t1 - t0,
+            samples[i][1] - samples[0][1],
+            rss,
+            starved=waits[i] - waits[0],
+        )
     pages, fetches = query(
         directory / "refresher.duckdb",
         f"SELECT count(*) FILTER (WHERE {ok}), count(status) FROM fetches"
         " WHERE finished_at >= $t0 AND finished_at < $t1",
         {"t0": t0, "t1": t1},
     )[0]
-    return Run("refresher", pages, t1 - t0, samples[-1][1] - samples[0][1], rss, fetches)
+    return Run(
+        "refresher",
+        pages,
+        t1 - t0,
+        samples[-1][1] - samples[0][1],
+        rss,
+        fetches,
+        starved=waits[-1] - waits[0],
+    )
+
+
+def daemon_status(directory: Path) -> dict[str, Any]:
+    """The daemon's statistics from its control socket (the harness puts it in ``directory``)."""
+    return request(directory / "control.sock", {"op": "status", "hosts_limit": 0})
+
+
+def print_stages(before: dict[str, Any], after: dict[str, Any]) -> None:
+    """Where the window's refreshes spent their time: seconds per stage per fetch."""
+    fetches = after["crawler"]["fetches"] - before["crawler"]["fetches"]
+    if not fetches:
+        return
+    stages = after["crawler"]["stage_seconds"]
+    spent = {k: v - before["crawler"]["stage_seconds"][k] for k, v in stages.items()}
+    per = "  ".join(f"{k} {1e3 * v / fetches:6.1f}" for k, v in spent.items())
+    print(f"  stages, ms per fetch ({fetches} fetches): {per}")
+    print(f"  frontier at the end: {after['frontier']}")
+    print(f"  store at the end: {after['store']}")
 
 
 def run_scrapy(directory: Path, starts: list[str], refresh: bool, args: argparse.Namespace) -> Run:
@@ -307,13 +366,15 @@ def run_scrapy(directory: Path, starts: list[str], refresh: bool, args: argparse
             time.sleep(0.05)
         time.sleep(args.warmup)
         t0, p0, c0 = time.time(), pages(), cpu_seconds(process.pid)
+        w0 = cpu_wait_seconds(process.pid)
         time.sleep(args.seconds)
         t1, p1, c1 = time.time(), pages(), cpu_seconds(process.pid)
+        w1 = cpu_wait_seconds(process.pid)
         rss = rss_bytes(process.pid)
     finally:
         process.kill()  # Scrapy's graceful stop waits out its queue; the figures are taken
         process.wait()
-    return Run("Scrapy", p1 - p0, t1 - t0, c1 - c0, rss)
+    return Run("Scrapy", p1 - p0, t1 - t0, c1 - c0, rss, starved=w1 - w0)
 
 
 def load_average() -> str:
@@ -402,6 +463,20 @@ def main() -> None:
         help="refresher's discovery.parse_processes (default: the daemon's default)",
     )
     parser.add_argument("--tmp", default=None)
+    parser.add_argument(
+        "--py-spy",
+        default=None,
+        metavar="DIR",
+        help="profile refresher with py-spy during each window; stacks go to DIR",
+    )
+    parser.add_argument(
+        "--gil", action="store_true", help="with --py-spy: only samples holding the GIL"
+    )
+    parser.add_argument(
+        "--stages",
+        action="store_true",
+        help="print where refresher's refreshes spent their time in the window",
+    )
     args = parser.parse_args()
     if "scrapy" in args.crawlers and not Path(args.scrapy).exists():
         sys.exit(f"no Scrapy python at {args.scrapy}: make the venv (see the docstring)")
