@@ -37,16 +37,18 @@ Prints; asserts nothing.
 from __future__ import annotations
 
 import argparse
+import bisect
 import contextlib
 import os
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,6 +57,7 @@ from bench_daemon import (
     Daemon,
     cpu_seconds,
     cpu_wait_seconds,
+    descendants,
     print_profile,
     query,
     rss_bytes,
@@ -136,7 +139,7 @@ class Bench(scrapy.Spider):
         self.count_file = os.environ["BENCH_COUNT"]
         self.count = 0
         self.ticker = task.LoopingCall(self.write_count)
-        self.ticker.start(0.2)
+        self.ticker.start(0.05)
 
     def write_count(self):
         with open(self.count_file + ".tmp", "w") as f:
@@ -185,6 +188,23 @@ class Run:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class Web:
+    """One web both crawlers crawl: where they start, and how refresher resolves its hosts."""
+
+    name: str  # "docs" or "sim"
+    starts: list[str]  # start URLs: each host's first page
+    pattern: str  # refresher's dns.static pattern for the hosts, e.g. "*.docs.test"
+    port: int  # the server's loopback port
+    #: refresher's seeds, every page (the docs web: its first pass is measured); None: starts
+    seeds: list[str] | None = None
+
+    @property
+    def refresh(self) -> bool:
+        """Whether both re-fetch pages (the sim web) rather than make one pass."""
+        return self.name == "sim"
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -217,25 +237,14 @@ def nginx(directory: Path, docs: Path) -> Iterator[int]:
         stop(process)
 
 
-def run_refresher(
-    directory: Path,
-    starts: list[str],
-    pattern: str,
-    port: int,
-    args: argparse.Namespace,
-    *,
-    first_pass: bool,
-    seeds: list[str] | None = None,
-) -> Run:
-    """The daemon on one web, seeded with ``seeds`` (default ``starts``). ``first_pass``: only
-    each page's first fetch counts (as Scrapy crawls the docs web once), and the window ends
-    where the first pass does, if sooner."""
+def refresher_config(directory: Path, web: Web, args: argparse.Namespace) -> Path:
+    """The daemon's config for ``web``, seeded with its seeds (default its start URLs)."""
     seeds_file = directory / "seeds.txt"
-    seeds_file.write_text("".join(f"{url}\n" for url in seeds or starts))
+    seeds_file.write_text("".join(f"{url}\n" for url in web.seeds or web.starts))
     discovery: dict[str, object] = {"sitemaps": False}
     if args.parse_processes is not None:
         discovery["parse_processes"] = args.parse_processes
-    config = write_config(
+    return write_config(
         directory,
         store={"flush_interval": 0.5, "batch_size": 5000},
         crawl={"workers": args.workers, "seeds_file": str(seeds_file)},
@@ -243,12 +252,31 @@ def run_refresher(
         policy={"resolve_interval": 3600.0},
         politeness={"min_delay": 0.0, "response_time_factor": 0.0, "max_delay": 5.0},
         fetch={"timeout": 10.0},
-        dns={"static": {pattern: f"127.0.0.1:{port}"}},
+        dns={"static": {web.pattern: f"127.0.0.1:{web.port}"}},
         discovery=discovery,
         frontier={"window": 5.0},
         archive={"enabled": args.archive == "on"},
     )
-    daemon = Daemon(config)
+
+
+_OK = "status BETWEEN 200 AND 299"
+
+
+def first_fetches(directory: Path) -> list[float]:
+    """When each page's first 2xx fetch finished (unix seconds), in order."""
+    rows = query(
+        directory / "refresher.duckdb",
+        f"SELECT min(finished_at) AS t FROM fetches WHERE {_OK} GROUP BY page_id ORDER BY t",
+        {},
+    )
+    return [t for (t,) in rows]
+
+
+def run_refresher(directory: Path, web: Web, args: argparse.Namespace) -> Run:
+    """The daemon on ``web``. Seeded with every page (the docs web), only each page's first
+    fetch counts (as Scrapy crawls the docs web once), and the window ends where the first
+    pass does, if sooner."""
+    daemon = Daemon(refresher_config(directory, web, args))
     samples: list[tuple[float, float]] = []  # (unix time, CPU seconds of the daemon's tree)
     try:
         daemon.wait_ready()
@@ -274,14 +302,10 @@ def run_refresher(
     if args.stages:
         print_stages(status0, status1)
     t0, t1 = samples[0][0], samples[-1][0]
-    ok = "status BETWEEN 200 AND 299"
-    if first_pass:
-        firsts = f"SELECT min(finished_at) AS t FROM fetches WHERE {ok} GROUP BY page_id"
-        pages, last = query(
-            directory / "refresher.duckdb",
-            f"SELECT count(*) FILTER (WHERE t >= $t0 AND t < $t1), max(t) FROM ({firsts})",
-            {"t0": t0, "t1": t1},
-        )[0]
+    if web.seeds is not None:
+        firsts = first_fetches(directory)
+        pages = bisect.bisect_left(firsts, t1) - bisect.bisect_left(firsts, t0)
+        last = firsts[-1] if firsts else None
         if last is not None and t0 < last < t1 - 0.5:  # every page was found and fetched
             t1 = next(t for t, _ in samples if t >= last)
         i = next(i for i, (t, _) in enumerate(samples) if t >= t1)
@@ -295,7 +319,7 @@ def run_refresher(
         )
     pages, fetches = query(
         directory / "refresher.duckdb",
-        f"SELECT count(*) FILTER (WHERE {ok}), count(status) FROM fetches"
+        f"SELECT count(*) FILTER (WHERE {_OK}), count(status) FROM fetches"
         " WHERE finished_at >= $t0 AND finished_at < $t1",
         {"t0": t0, "t1": t1},
     )[0]
@@ -328,14 +352,19 @@ def print_stages(before: dict[str, Any], after: dict[str, Any]) -> None:
     print(f"  store at the end: {after['store']}")
 
 
-def run_scrapy(directory: Path, starts: list[str], refresh: bool, args: argparse.Namespace) -> Run:
+@contextlib.contextmanager
+def scrapy_process(
+    directory: Path, web: Web, args: argparse.Namespace
+) -> Iterator[tuple[subprocess.Popen[bytes], Callable[[], int]]]:
+    """Scrapy crawling ``web`` from its start URLs, once it has parsed a page; yields the
+    process and a function reading how many pages it has parsed so far. Killed afterwards."""
     spider = directory / "bench_spider.py"
     spider.write_text(SPIDER)
     count = directory / "scrapy.count"
     env = dict(
         os.environ,
-        BENCH_START=" ".join(starts),
-        BENCH_REFRESH="1" if refresh else "0",
+        BENCH_START=" ".join(web.starts),
+        BENCH_REFRESH="1" if web.refresh else "0",
         BENCH_COUNT=str(count),
         PYTHONPATH=str(directory),
     )
@@ -364,6 +393,15 @@ def run_scrapy(directory: Path, starts: list[str], refresh: bool, args: argparse
                 tail = (directory / "scrapy.log").read_text(errors="replace")[-2000:]
                 raise SystemExit(f"Scrapy did not get going:\n{tail}")
             time.sleep(0.05)
+        yield process, pages
+    finally:
+        if process.poll() is None:
+            process.kill()  # Scrapy's graceful stop waits out its queue; the figures are taken
+        process.wait()
+
+
+def run_scrapy(directory: Path, web: Web, args: argparse.Namespace) -> Run:
+    with scrapy_process(directory, web, args) as (process, pages):
         time.sleep(args.warmup)
         t0, p0, c0 = time.time(), pages(), cpu_seconds(process.pid)
         w0 = cpu_wait_seconds(process.pid)
@@ -371,48 +409,142 @@ def run_scrapy(directory: Path, starts: list[str], refresh: bool, args: argparse
         t1, p1, c1 = time.time(), pages(), cpu_seconds(process.pid)
         w1 = cpu_wait_seconds(process.pid)
         rss = rss_bytes(process.pid)
-    finally:
-        process.kill()  # Scrapy's graceful stop waits out its queue; the figures are taken
-        process.wait()
     return Run("Scrapy", p1 - p0, t1 - t0, c1 - c0, rss, starved=w1 - w0)
+
+
+class Turns:
+    """Two process trees taking turns at running: one is stopped (SIGSTOP) while the other
+    runs for a slice, so a change in the machine's load hits both alike, slice by slice.
+    Adds up each one's running time, CPU and CPU wait, and keeps its running spans."""
+
+    def __init__(self, pids: dict[str, int]) -> None:
+        self.pids = pids
+        self.spans: dict[str, list[tuple[float, float]]] = {name: [] for name in pids}
+        self.cpu = dict.fromkeys(pids, 0.0)
+        self.starved = dict.fromkeys(pids, 0.0)
+
+    def _signal(self, name: str, signum: int) -> None:
+        for pid in [self.pids[name], *descendants(self.pids[name])]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signum)
+
+    def stop_all(self) -> None:
+        for name in self.pids:
+            self._signal(name, signal.SIGSTOP)
+
+    def resume_all(self) -> None:
+        for name in self.pids:
+            self._signal(name, signal.SIGCONT)
+
+    def run(self, name: str, seconds: float) -> None:
+        """Let ``name`` run alone for ``seconds``."""
+        pid = self.pids[name]
+        c0, w0 = tree_cpu_seconds(pid), tree_cpu_wait_seconds(pid)
+        t0 = time.time()
+        self._signal(name, signal.SIGCONT)
+        time.sleep(seconds)
+        self._signal(name, signal.SIGSTOP)
+        self.spans[name].append((t0, time.time()))
+        self.cpu[name] += tree_cpu_seconds(pid) - c0
+        self.starved[name] += tree_cpu_wait_seconds(pid) - w0
+
+    def seconds(self, name: str) -> float:
+        return sum(t1 - t0 for t0, t1 in self.spans[name])
+
+
+def run_interleaved(directory: Path, web: Web, args: argparse.Namespace) -> tuple[Run, Run]:
+    """Both crawlers started together, warmed up together, then taking turns of
+    ``--interleave`` seconds each for ``--seconds`` each. refresher's pages are those whose
+    first fetch (``seeds`` given: the docs web's first pass) or any 2xx fetch finished in
+    its turns; Scrapy's, those its spider parsed in its turns."""
+    (directory / "r").mkdir()
+    (directory / "s").mkdir()
+    daemon = Daemon(refresher_config(directory / "r", web, args))
+    try:
+        daemon.wait_ready()
+        with scrapy_process(directory / "s", web, args) as (scrapy, pages):
+            time.sleep(args.warmup)
+            turns = Turns({"refresher": daemon.pid, "scrapy": scrapy.pid})
+            turns.stop_all()
+            time.sleep(0.3)  # Scrapy's count file is written every 0.05 s while it runs
+            p0 = pages()
+            try:
+                while turns.seconds("scrapy") < args.seconds:
+                    turns.run("refresher", args.interleave)
+                    turns.run("scrapy", args.interleave)
+                time.sleep(0.3)
+                p1 = pages()
+                rss = {"refresher": tree_rss_bytes(daemon.pid), "scrapy": rss_bytes(scrapy.pid)}
+            finally:
+                turns.resume_all()
+    finally:
+        daemon.stop()
+    if web.seeds is not None:
+        firsts = first_fetches(directory / "r")
+    else:
+        firsts = [
+            t
+            for (t,) in query(
+                directory / "r" / "refresher.duckdb",
+                f"SELECT finished_at AS t FROM fetches WHERE {_OK} ORDER BY t",
+                {},
+            )
+        ]
+    mine = sum(
+        bisect.bisect_left(firsts, t1) - bisect.bisect_left(firsts, t0)
+        for t0, t1 in turns.spans["refresher"]
+    )
+    return tuple(  # type: ignore[return-value]
+        Run(
+            label,
+            count,
+            turns.seconds(name),
+            turns.cpu[name],
+            rss[name],
+            starved=turns.starved[name],
+        )
+        for label, name, count in (("refresher", "refresher", mine), ("Scrapy", "scrapy", p1 - p0))
+    )
 
 
 def load_average() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
-def both(
-    name: str,
-    args: argparse.Namespace,
-    starts: list[str],
-    pattern: str,
-    port: int,
-    seeds: list[str] | None = None,
-) -> None:
-    print(f"{name}: {len(starts)} hosts, warmup {args.warmup:.0f} s, window {args.seconds:.0f} s")
+def one_round(round_: int, web: Web, args: argparse.Namespace) -> dict[str, Run]:
+    """Each crawler's run of one round, printed as they end."""
+    runs: dict[str, Run] = {}
+    if args.interleave:
+        with tempfile.TemporaryDirectory(prefix="vs-turns-", dir=args.tmp) as tmp:
+            before = load_average()
+            pair = run_interleaved(Path(tmp), web, args)
+        for crawler, run in zip(("refresher", "scrapy"), pair, strict=True):
+            runs[crawler] = run
+            print(run.line() + f"  (load average before: {before})")
+        return runs
+    # alternate who goes first, so a change in the machine's load hits both alike
     crawlers = args.crawlers.split(",")
+    for crawler in crawlers if round_ % 2 == 0 else crawlers[::-1]:
+        with tempfile.TemporaryDirectory(prefix=f"vs-{crawler}-", dir=args.tmp) as tmp:
+            before = load_average()
+            if crawler == "refresher":
+                run = run_refresher(Path(tmp), web, args)
+            else:
+                run = run_scrapy(Path(tmp), web, args)
+            runs[crawler] = run
+            print(run.line() + f"  (load average before: {before})")
+    return runs
+
+
+def both(web: Web, args: argparse.Namespace) -> None:
+    how = f", turns of {args.interleave:g} s" if args.interleave else ""
+    print(
+        f"{web.name}: {len(web.starts)} hosts, warmup {args.warmup:.0f} s, "
+        f"window {args.seconds:.0f} s{how}"
+    )
     ratios = []
     for round_ in range(args.rounds):
-        # alternate who goes first, so a change in the machine's load hits both alike
-        order = crawlers if round_ % 2 == 0 else crawlers[::-1]
-        runs: dict[str, Run] = {}
-        for crawler in order:
-            with tempfile.TemporaryDirectory(prefix=f"vs-{crawler}-", dir=args.tmp) as tmp:
-                before = load_average()
-                if crawler == "refresher":
-                    run = run_refresher(
-                        Path(tmp),
-                        starts,
-                        pattern,
-                        port,
-                        args,
-                        first_pass=seeds is not None,
-                        seeds=seeds,
-                    )
-                else:
-                    run = run_scrapy(Path(tmp), starts, name == "sim", args)
-                runs[crawler] = run
-                print(run.line() + f"  (load average before: {before})")
+        runs = one_round(round_, web, args)
         if len(runs) == 2 and runs["scrapy"].pages:
             mine, theirs = runs["refresher"], runs["scrapy"]
             ratio = (mine.pages / mine.seconds) / (theirs.pages / theirs.seconds)
@@ -457,6 +589,15 @@ def main() -> None:
     )
     parser.add_argument("--rounds", type=int, default=1, help="pairs of runs, order alternating")
     parser.add_argument(
+        "--interleave",
+        type=float,
+        default=0.0,
+        metavar="SLICE",
+        help="run both crawlers at once, taking turns of SLICE seconds (the other one stopped) "
+        "until each has run --seconds: a change in the machine's load hits both alike "
+        "(default 0: one after the other)",
+    )
+    parser.add_argument(
         "--parse-processes",
         type=int,
         default=None,
@@ -499,7 +640,7 @@ def main() -> None:
             seeds = [
                 f"http://h{i}.docs.test:{port}/{page}" for i in range(args.hosts) for page in pages
             ]
-            both("docs", args, starts, "*.docs.test", port, seeds)
+            both(Web("docs", starts, "*.docs.test", port, seeds), args)
     if "sim" in webs:
         with (
             tempfile.TemporaryDirectory(prefix="vs-site-", dir=args.tmp) as tmp,
@@ -511,7 +652,7 @@ def main() -> None:
             ) as (_, port),
         ):
             starts = [f"http://h{i}.sim.test:{port}/" for i in range(args.sim_hosts)]
-            both("sim", args, starts, "*.sim.test", port)
+            both(Web("sim", starts, "*.sim.test", port), args)
 
 
 if __name__ == "__main__":
