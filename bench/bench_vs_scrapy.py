@@ -479,32 +479,39 @@ def run_interleaved(directory: Path, web: Web, args: argparse.Namespace) -> tupl
                 turns.resume_all()
     finally:
         daemon.stop()
+    db = directory / "r" / "refresher.duckdb"
     if web.seeds is not None:
-        firsts = first_fetches(directory / "r")
-    else:
-        firsts = [
-            t
-            for (t,) in query(
-                directory / "r" / "refresher.duckdb",
-                f"SELECT finished_at AS t FROM fetches WHERE {_OK} ORDER BY t",
-                {},
-            )
-        ]
-    mine = sum(
-        bisect.bisect_left(firsts, t1) - bisect.bisect_left(firsts, t0)
-        for t0, t1 in turns.spans["refresher"]
-    )
-    return tuple(  # type: ignore[return-value]
-        Run(
-            label,
-            count,
-            turns.seconds(name),
-            turns.cpu[name],
-            rss[name],
-            starved=turns.starved[name],
+        times, answered = first_fetches(directory / "r"), []
+    else:  # every 2xx fetch; and every response, the 304s to its conditional GETs included
+        rows = query(db, "SELECT finished_at, status FROM fetches ORDER BY finished_at", {})
+        times = [t for t, status in rows if status is not None and 200 <= status <= 299]
+        answered = [t for t, status in rows if status is not None]
+
+    def within(stamps: list[float]) -> int:
+        return sum(
+            bisect.bisect_left(stamps, t1) - bisect.bisect_left(stamps, t0)
+            for t0, t1 in turns.spans["refresher"]
         )
-        for label, name, count in (("refresher", "refresher", mine), ("Scrapy", "scrapy", p1 - p0))
+
+    seconds, cpu, starved = turns.seconds, turns.cpu, turns.starved
+    mine = Run(
+        "refresher",
+        within(times),
+        seconds("refresher"),
+        cpu["refresher"],
+        rss["refresher"],
+        within(answered),
+        starved=starved["refresher"],
     )
+    theirs = Run(
+        "Scrapy",
+        p1 - p0,
+        seconds("scrapy"),
+        cpu["scrapy"],
+        rss["scrapy"],
+        starved=starved["scrapy"],
+    )
+    return mine, theirs
 
 
 def load_average() -> str:
