@@ -168,6 +168,11 @@ class _Links:
         if self._full:  # past the cap nothing is resolved: a 100,000-link page stays cheap
             self.skipped["too_many_links"] += 1
             return
+        if raw[:1] == "#" and len(raw) <= self._owner.max_url_length:
+            # A fragment of this page (a third of a documentation page's link elements):
+            # what resolve() says, without raising and catching its Skip.
+            self.skipped["self"] += 1
+            return
         url = self._resolve(raw)
         if url is None:
             return
