@@ -196,8 +196,10 @@ class Web:
     starts: list[str]  # start URLs: each host's first page
     pattern: str  # refresher's dns.static pattern for the hosts, e.g. "*.docs.test"
     port: int  # the server's loopback port
-    #: refresher's seeds, every page (the docs web: its first pass is measured); None: starts
+    #: refresher's seeds (the docs web: every page); None: the start URLs
     seeds: list[str] | None = None
+    #: only each page's first fetch counts, as Scrapy crawls the docs web once
+    first_pass: bool = False
 
     @property
     def refresh(self) -> bool:
@@ -302,7 +304,7 @@ def run_refresher(directory: Path, web: Web, args: argparse.Namespace) -> Run:
     if args.stages:
         print_stages(status0, status1)
     t0, t1 = samples[0][0], samples[-1][0]
-    if web.seeds is not None:
+    if web.first_pass:
         firsts = first_fetches(directory)
         pages = bisect.bisect_left(firsts, t1) - bisect.bisect_left(firsts, t0)
         last = firsts[-1] if firsts else None
@@ -350,6 +352,7 @@ def print_stages(before: dict[str, Any], after: dict[str, Any]) -> None:
     print(f"  stages, ms per fetch ({fetches} fetches): {per}")
     print(f"  frontier at the end: {after['frontier']}")
     print(f"  store at the end: {after['store']}")
+    print(f"  discovery at the end: {after.get('discovery')}")
 
 
 @contextlib.contextmanager
@@ -480,7 +483,7 @@ def run_interleaved(directory: Path, web: Web, args: argparse.Namespace) -> tupl
     finally:
         daemon.stop()
     db = directory / "r" / "refresher.duckdb"
-    if web.seeds is not None:
+    if web.first_pass:
         times, answered = first_fetches(directory / "r"), []
     else:  # every 2xx fetch; and every response, the 304s to its conditional GETs included
         rows = query(db, "SELECT finished_at, status FROM fetches ORDER BY finished_at", {})
@@ -612,6 +615,12 @@ def main() -> None:
     )
     parser.add_argument("--tmp", default=None)
     parser.add_argument(
+        "--discover",
+        action="store_true",
+        help="docs web: seed refresher with the index pages only, as Scrapy starts, so its "
+        "first pass goes as fast as discovery finds pages (default: every page a seed)",
+    )
+    parser.add_argument(
         "--py-spy",
         default=None,
         metavar="DIR",
@@ -647,7 +656,11 @@ def main() -> None:
             seeds = [
                 f"http://h{i}.docs.test:{port}/{page}" for i in range(args.hosts) for page in pages
             ]
-            both(Web("docs", starts, "*.docs.test", port, seeds), args)
+            # --discover: from the index pages, as Scrapy, the rest found by discovery
+            both(
+                Web("docs", starts, "*.docs.test", port, None if args.discover else seeds, True),
+                args,
+            )
     if "sim" in webs:
         with (
             tempfile.TemporaryDirectory(prefix="vs-site-", dir=args.tmp) as tmp,
