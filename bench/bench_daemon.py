@@ -42,7 +42,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -102,13 +102,18 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
-def tree_cpu_seconds(pid: int) -> float:
-    """:func:`cpu_seconds` of a process and every process under it that is still running."""
-    total = cpu_seconds(pid)
+def _tree_sum(pid: int, of: Callable[[int], float]) -> float:
+    """``of(pid)`` summed over a process and every process under it still running."""
+    total = of(pid)
     for child in descendants(pid):
         with contextlib.suppress(OSError):
-            total += cpu_seconds(child)
+            total += of(child)
     return total
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """:func:`cpu_seconds` of a process and every process under it that is still running."""
+    return _tree_sum(pid, cpu_seconds)
 
 
 def tree_rss_bytes(pid: int) -> int:
@@ -130,6 +135,11 @@ def cpu_wait_seconds(pid: int) -> float:
         with contextlib.suppress(OSError, IndexError, ValueError):
             total += int((task / "schedstat").read_text().split()[1])
     return total / 1e9
+
+
+def tree_cpu_wait_seconds(pid: int) -> float:
+    """:func:`cpu_wait_seconds` of a process and every process under it still running."""
+    return _tree_sum(pid, cpu_wait_seconds)
 
 
 def rss_bytes(pid: int) -> int:

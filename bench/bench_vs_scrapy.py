@@ -27,36 +27,50 @@ responses per second with the 304s to its conditional GETs (Scrapy asks uncondit
 CPU ms per response. CPU ms/page is the crawler's user + system CPU (its child processes
 included) in the window per page; RSS at the end of the window. Both crawlers resolve the
 hosts to 127.0.0.1 themselves (refresher: ``dns.static``; Scrapy: a resolver in the spider
-file). Prints; asserts nothing.
+file). "starved" is how long the crawler's threads were runnable but waiting for a CPU, per
+second (schedstat: other work on the machine). ``--stages`` prints where refresher's refreshes
+spent their time in the window (``stage_seconds`` from its control socket: a host held, on the
+wire, in the parse with its queue, waiting for the store's queue), ``--py-spy DIR`` profiles it.
+Prints; asserts nothing.
 """
 
 from __future__ import annotations
 
 import argparse
+import bisect
 import contextlib
 import os
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from bench_daemon import (
     Daemon,
     cpu_seconds,
+    cpu_wait_seconds,
+    descendants,
+    print_profile,
     query,
     rss_bytes,
     site_server,
+    start_py_spy,
     stop,
     tree_cpu_seconds,
+    tree_cpu_wait_seconds,
     tree_rss_bytes,
     write_config,
 )
+
+from refresher.ops._control import request
 
 DOCS = Path("/usr/share/doc/python3.11/html")
 
@@ -125,7 +139,7 @@ class Bench(scrapy.Spider):
         self.count_file = os.environ["BENCH_COUNT"]
         self.count = 0
         self.ticker = task.LoopingCall(self.write_count)
-        self.ticker.start(0.2)
+        self.ticker.start(0.05)
 
     def write_count(self):
         with open(self.count_file + ".tmp", "w") as f:
@@ -155,6 +169,7 @@ class Run:
     cpu: float
     rss: int
     fetches: int = 0  # refresher: every response in the window, 304s included
+    starved: float = 0.0  # seconds its threads were runnable but waiting for a CPU
 
     def line(self) -> str:
         rate = self.pages / self.seconds
@@ -167,8 +182,29 @@ class Run:
         )
         return (
             f"  {self.crawler:<10} {rate:8.1f} pages/s  {cpu_ms:6.2f} CPU ms/page  "
-            f"{self.cpu / self.seconds:4.2f} cores  RSS {self.rss / 2**20:6.0f} MiB{per_fetch}"
+            f"{self.cpu / self.seconds:4.2f} cores  "
+            f"starved {self.starved / self.seconds:4.2f} s/s  "
+            f"RSS {self.rss / 2**20:6.0f} MiB{per_fetch}"
         )
+
+
+@dataclass(frozen=True, slots=True)
+class Web:
+    """One web both crawlers crawl: where they start, and how refresher resolves its hosts."""
+
+    name: str  # "docs" or "sim"
+    starts: list[str]  # start URLs: each host's first page
+    pattern: str  # refresher's dns.static pattern for the hosts, e.g. "*.docs.test"
+    port: int  # the server's loopback port
+    #: refresher's seeds (the docs web: every page); None: the start URLs
+    seeds: list[str] | None = None
+    #: only each page's first fetch counts, as Scrapy crawls the docs web once
+    first_pass: bool = False
+
+    @property
+    def refresh(self) -> bool:
+        """Whether both re-fetch pages (the sim web) rather than make one pass."""
+        return self.name == "sim"
 
 
 def free_port() -> int:
@@ -203,25 +239,14 @@ def nginx(directory: Path, docs: Path) -> Iterator[int]:
         stop(process)
 
 
-def run_refresher(
-    directory: Path,
-    starts: list[str],
-    pattern: str,
-    port: int,
-    args: argparse.Namespace,
-    *,
-    first_pass: bool,
-    seeds: list[str] | None = None,
-) -> Run:
-    """The daemon on one web, seeded with ``seeds`` (default ``starts``). ``first_pass``: only
-    each page's first fetch counts (as Scrapy crawls the docs web once), and the window ends
-    where the first pass does, if sooner."""
+def refresher_config(directory: Path, web: Web, args: argparse.Namespace) -> Path:
+    """The daemon's config for ``web``, seeded with its seeds (default its start URLs)."""
     seeds_file = directory / "seeds.txt"
-    seeds_file.write_text("".join(f"{url}\n" for url in seeds or starts))
+    seeds_file.write_text("".join(f"{url}\n" for url in web.seeds or web.starts))
     discovery: dict[str, object] = {"sitemaps": False}
     if args.parse_processes is not None:
         discovery["parse_processes"] = args.parse_processes
-    config = write_config(
+    return write_config(
         directory,
         store={"flush_interval": 0.5, "batch_size": 5000},
         crawl={"workers": args.workers, "seeds_file": str(seeds_file)},
@@ -229,54 +254,120 @@ def run_refresher(
         policy={"resolve_interval": 3600.0},
         politeness={"min_delay": 0.0, "response_time_factor": 0.0, "max_delay": 5.0},
         fetch={"timeout": 10.0},
-        dns={"static": {pattern: f"127.0.0.1:{port}"}},
+        dns={"static": {web.pattern: f"127.0.0.1:{web.port}"}},
         discovery=discovery,
         frontier={"window": 5.0},
         archive={"enabled": args.archive == "on"},
     )
-    daemon = Daemon(config)
+
+
+_OK = "status BETWEEN 200 AND 299"
+
+
+def first_fetches(directory: Path) -> list[float]:
+    """When each page's first 2xx fetch finished (unix seconds), in order."""
+    rows = query(
+        directory / "refresher.duckdb",
+        f"SELECT min(finished_at) AS t FROM fetches WHERE {_OK} GROUP BY page_id ORDER BY t",
+        {},
+    )
+    return [t for (t,) in rows]
+
+
+def run_refresher(directory: Path, web: Web, args: argparse.Namespace) -> Run:
+    """The daemon on ``web``. Seeded with every page (the docs web), only each page's first
+    fetch counts (as Scrapy crawls the docs web once), and the window ends where the first
+    pass does, if sooner."""
+    daemon = Daemon(refresher_config(directory, web, args))
     samples: list[tuple[float, float]] = []  # (unix time, CPU seconds of the daemon's tree)
     try:
         daemon.wait_ready()
         time.sleep(args.warmup)
+        spy = start_py_spy(args, daemon.pid, args.workers)
+        status0 = daemon_status(directory)
         end = time.time() + args.seconds
+        waits: list[float] = []
         while True:  # the daemon's parse processes included
             samples.append((time.time(), tree_cpu_seconds(daemon.pid)))
+            waits.append(tree_cpu_wait_seconds(daemon.pid))
             if samples[-1][0] >= end:
                 break
             time.sleep(min(0.5, max(0.0, end - time.time())))
         rss = tree_rss_bytes(daemon.pid)
+        status1 = daemon_status(directory)
+        if spy is not None:
+            spy.wait()
     finally:
         daemon.stop()
+    if args.py_spy is not None:
+        print_profile(Path(args.py_spy) / f"daemon-{args.workers}.txt", top=40)
+    if args.stages:
+        print_stages(status0, status1)
     t0, t1 = samples[0][0], samples[-1][0]
-    ok = "status BETWEEN 200 AND 299"
-    if first_pass:
-        firsts = f"SELECT min(finished_at) AS t FROM fetches WHERE {ok} GROUP BY page_id"
-        pages, last = query(
-            directory / "refresher.duckdb",
-            f"SELECT count(*) FILTER (WHERE t >= $t0 AND t < $t1), max(t) FROM ({firsts})",
-            {"t0": t0, "t1": t1},
-        )[0]
+    if web.first_pass:
+        firsts = first_fetches(directory)
+        pages = bisect.bisect_left(firsts, t1) - bisect.bisect_left(firsts, t0)
+        last = firsts[-1] if firsts else None
         if last is not None and t0 < last < t1 - 0.5:  # every page was found and fetched
             t1 = next(t for t, _ in samples if t >= last)
-        return Run("refresher", pages, t1 - t0, dict(samples)[t1] - samples[0][1], rss)
+        i = next(i for i, (t, _) in enumerate(samples) if t >= t1)
+        return Run(
+            "refresher",
+            pages,
+            t1 - t0,
+            samples[i][1] - samples[0][1],
+            rss,
+            starved=waits[i] - waits[0],
+        )
     pages, fetches = query(
         directory / "refresher.duckdb",
-        f"SELECT count(*) FILTER (WHERE {ok}), count(status) FROM fetches"
+        f"SELECT count(*) FILTER (WHERE {_OK}), count(status) FROM fetches"
         " WHERE finished_at >= $t0 AND finished_at < $t1",
         {"t0": t0, "t1": t1},
     )[0]
-    return Run("refresher", pages, t1 - t0, samples[-1][1] - samples[0][1], rss, fetches)
+    return Run(
+        "refresher",
+        pages,
+        t1 - t0,
+        samples[-1][1] - samples[0][1],
+        rss,
+        fetches,
+        starved=waits[-1] - waits[0],
+    )
 
 
-def run_scrapy(directory: Path, starts: list[str], refresh: bool, args: argparse.Namespace) -> Run:
+def daemon_status(directory: Path) -> dict[str, Any]:
+    """The daemon's statistics from its control socket (the harness puts it in ``directory``)."""
+    return request(directory / "control.sock", {"op": "status", "hosts_limit": 0})
+
+
+def print_stages(before: dict[str, Any], after: dict[str, Any]) -> None:
+    """Where the window's refreshes spent their time: seconds per stage per fetch."""
+    fetches = after["crawler"]["fetches"] - before["crawler"]["fetches"]
+    if not fetches:
+        return
+    stages = after["crawler"]["stage_seconds"]
+    spent = {k: v - before["crawler"]["stage_seconds"][k] for k, v in stages.items()}
+    per = "  ".join(f"{k} {1e3 * v / fetches:6.1f}" for k, v in spent.items())
+    print(f"  stages, ms per fetch ({fetches} fetches): {per}")
+    print(f"  frontier at the end: {after['frontier']}")
+    print(f"  store at the end: {after['store']}")
+    print(f"  discovery at the end: {after.get('discovery')}")
+
+
+@contextlib.contextmanager
+def scrapy_process(
+    directory: Path, web: Web, args: argparse.Namespace
+) -> Iterator[tuple[subprocess.Popen[bytes], Callable[[], int]]]:
+    """Scrapy crawling ``web`` from its start URLs, once it has parsed a page; yields the
+    process and a function reading how many pages it has parsed so far. Killed afterwards."""
     spider = directory / "bench_spider.py"
     spider.write_text(SPIDER)
     count = directory / "scrapy.count"
     env = dict(
         os.environ,
-        BENCH_START=" ".join(starts),
-        BENCH_REFRESH="1" if refresh else "0",
+        BENCH_START=" ".join(web.starts),
+        BENCH_REFRESH="1" if web.refresh else "0",
         BENCH_COUNT=str(count),
         PYTHONPATH=str(directory),
     )
@@ -305,53 +396,165 @@ def run_scrapy(directory: Path, starts: list[str], refresh: bool, args: argparse
                 tail = (directory / "scrapy.log").read_text(errors="replace")[-2000:]
                 raise SystemExit(f"Scrapy did not get going:\n{tail}")
             time.sleep(0.05)
+        yield process, pages
+    finally:
+        if process.poll() is None:
+            process.kill()  # Scrapy's graceful stop waits out its queue; the figures are taken
+        process.wait()
+
+
+def run_scrapy(directory: Path, web: Web, args: argparse.Namespace) -> Run:
+    with scrapy_process(directory, web, args) as (process, pages):
         time.sleep(args.warmup)
         t0, p0, c0 = time.time(), pages(), cpu_seconds(process.pid)
+        w0 = cpu_wait_seconds(process.pid)
         time.sleep(args.seconds)
         t1, p1, c1 = time.time(), pages(), cpu_seconds(process.pid)
+        w1 = cpu_wait_seconds(process.pid)
         rss = rss_bytes(process.pid)
+    return Run("Scrapy", p1 - p0, t1 - t0, c1 - c0, rss, starved=w1 - w0)
+
+
+class Turns:
+    """Two process trees taking turns at running: one is stopped (SIGSTOP) while the other
+    runs for a slice, so a change in the machine's load hits both alike, slice by slice.
+    Adds up each one's running time, CPU and CPU wait, and keeps its running spans."""
+
+    def __init__(self, pids: dict[str, int]) -> None:
+        self.pids = pids
+        self.spans: dict[str, list[tuple[float, float]]] = {name: [] for name in pids}
+        self.cpu = dict.fromkeys(pids, 0.0)
+        self.starved = dict.fromkeys(pids, 0.0)
+
+    def _signal(self, name: str, signum: int) -> None:
+        for pid in [self.pids[name], *descendants(self.pids[name])]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signum)
+
+    def stop_all(self) -> None:
+        for name in self.pids:
+            self._signal(name, signal.SIGSTOP)
+
+    def resume_all(self) -> None:
+        for name in self.pids:
+            self._signal(name, signal.SIGCONT)
+
+    def run(self, name: str, seconds: float) -> None:
+        """Let ``name`` run alone for ``seconds``."""
+        pid = self.pids[name]
+        c0, w0 = tree_cpu_seconds(pid), tree_cpu_wait_seconds(pid)
+        t0 = time.time()
+        self._signal(name, signal.SIGCONT)
+        time.sleep(seconds)
+        self._signal(name, signal.SIGSTOP)
+        self.spans[name].append((t0, time.time()))
+        self.cpu[name] += tree_cpu_seconds(pid) - c0
+        self.starved[name] += tree_cpu_wait_seconds(pid) - w0
+
+    def seconds(self, name: str) -> float:
+        return sum(t1 - t0 for t0, t1 in self.spans[name])
+
+
+def run_interleaved(directory: Path, web: Web, args: argparse.Namespace) -> tuple[Run, Run]:
+    """Both crawlers started together, warmed up together, then taking turns of
+    ``--interleave`` seconds each for ``--seconds`` each. refresher's pages are those whose
+    first fetch (``seeds`` given: the docs web's first pass) or any 2xx fetch finished in
+    its turns; Scrapy's, those its spider parsed in its turns."""
+    (directory / "r").mkdir()
+    (directory / "s").mkdir()
+    daemon = Daemon(refresher_config(directory / "r", web, args))
+    try:
+        daemon.wait_ready()
+        with scrapy_process(directory / "s", web, args) as (scrapy, pages):
+            time.sleep(args.warmup)
+            turns = Turns({"refresher": daemon.pid, "scrapy": scrapy.pid})
+            turns.stop_all()
+            time.sleep(0.3)  # Scrapy's count file is written every 0.05 s while it runs
+            p0 = pages()
+            try:
+                while turns.seconds("scrapy") < args.seconds:
+                    turns.run("refresher", args.interleave)
+                    turns.run("scrapy", args.interleave)
+                time.sleep(0.3)
+                p1 = pages()
+                rss = {"refresher": tree_rss_bytes(daemon.pid), "scrapy": rss_bytes(scrapy.pid)}
+            finally:
+                turns.resume_all()
     finally:
-        process.kill()  # Scrapy's graceful stop waits out its queue; the figures are taken
-        process.wait()
-    return Run("Scrapy", p1 - p0, t1 - t0, c1 - c0, rss)
+        daemon.stop()
+    db = directory / "r" / "refresher.duckdb"
+    if web.first_pass:
+        times, answered = first_fetches(directory / "r"), []
+    else:  # every 2xx fetch; and every response, the 304s to its conditional GETs included
+        rows = query(db, "SELECT finished_at, status FROM fetches ORDER BY finished_at", {})
+        times = [t for t, status in rows if status is not None and 200 <= status <= 299]
+        answered = [t for t, status in rows if status is not None]
+
+    def within(stamps: list[float]) -> int:
+        return sum(
+            bisect.bisect_left(stamps, t1) - bisect.bisect_left(stamps, t0)
+            for t0, t1 in turns.spans["refresher"]
+        )
+
+    seconds, cpu, starved = turns.seconds, turns.cpu, turns.starved
+    mine = Run(
+        "refresher",
+        within(times),
+        seconds("refresher"),
+        cpu["refresher"],
+        rss["refresher"],
+        within(answered),
+        starved=starved["refresher"],
+    )
+    theirs = Run(
+        "Scrapy",
+        p1 - p0,
+        seconds("scrapy"),
+        cpu["scrapy"],
+        rss["scrapy"],
+        starved=starved["scrapy"],
+    )
+    return mine, theirs
 
 
 def load_average() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
-def both(
-    name: str,
-    args: argparse.Namespace,
-    starts: list[str],
-    pattern: str,
-    port: int,
-    seeds: list[str] | None = None,
-) -> None:
-    print(f"{name}: {len(starts)} hosts, warmup {args.warmup:.0f} s, window {args.seconds:.0f} s")
+def one_round(round_: int, web: Web, args: argparse.Namespace) -> dict[str, Run]:
+    """Each crawler's run of one round, printed as they end."""
+    runs: dict[str, Run] = {}
+    if args.interleave:
+        with tempfile.TemporaryDirectory(prefix="vs-turns-", dir=args.tmp) as tmp:
+            before = load_average()
+            pair = run_interleaved(Path(tmp), web, args)
+        for crawler, run in zip(("refresher", "scrapy"), pair, strict=True):
+            runs[crawler] = run
+            print(run.line() + f"  (load average before: {before})")
+        return runs
+    # alternate who goes first, so a change in the machine's load hits both alike
     crawlers = args.crawlers.split(",")
+    for crawler in crawlers if round_ % 2 == 0 else crawlers[::-1]:
+        with tempfile.TemporaryDirectory(prefix=f"vs-{crawler}-", dir=args.tmp) as tmp:
+            before = load_average()
+            if crawler == "refresher":
+                run = run_refresher(Path(tmp), web, args)
+            else:
+                run = run_scrapy(Path(tmp), web, args)
+            runs[crawler] = run
+            print(run.line() + f"  (load average before: {before})")
+    return runs
+
+
+def both(web: Web, args: argparse.Namespace) -> None:
+    how = f", turns of {args.interleave:g} s" if args.interleave else ""
+    print(
+        f"{web.name}: {len(web.starts)} hosts, warmup {args.warmup:.0f} s, "
+        f"window {args.seconds:.0f} s{how}"
+    )
     ratios = []
     for round_ in range(args.rounds):
-        # alternate who goes first, so a change in the machine's load hits both alike
-        order = crawlers if round_ % 2 == 0 else crawlers[::-1]
-        runs: dict[str, Run] = {}
-        for crawler in order:
-            with tempfile.TemporaryDirectory(prefix=f"vs-{crawler}-", dir=args.tmp) as tmp:
-                before = load_average()
-                if crawler == "refresher":
-                    run = run_refresher(
-                        Path(tmp),
-                        starts,
-                        pattern,
-                        port,
-                        args,
-                        first_pass=seeds is not None,
-                        seeds=seeds,
-                    )
-                else:
-                    run = run_scrapy(Path(tmp), starts, name == "sim", args)
-                runs[crawler] = run
-                print(run.line() + f"  (load average before: {before})")
+        runs = one_round(round_, web, args)
         if len(runs) == 2 and runs["scrapy"].pages:
             mine, theirs = runs["refresher"], runs["scrapy"]
             ratio = (mine.pages / mine.seconds) / (theirs.pages / theirs.seconds)
@@ -396,12 +599,41 @@ def main() -> None:
     )
     parser.add_argument("--rounds", type=int, default=1, help="pairs of runs, order alternating")
     parser.add_argument(
+        "--interleave",
+        type=float,
+        default=0.0,
+        metavar="SLICE",
+        help="run both crawlers at once, taking turns of SLICE seconds (the other one stopped) "
+        "until each has run --seconds: a change in the machine's load hits both alike "
+        "(default 0: one after the other)",
+    )
+    parser.add_argument(
         "--parse-processes",
         type=int,
         default=None,
         help="refresher's discovery.parse_processes (default: the daemon's default)",
     )
     parser.add_argument("--tmp", default=None)
+    parser.add_argument(
+        "--discover",
+        action="store_true",
+        help="docs web: seed refresher with the index pages only, as Scrapy starts, so its "
+        "first pass goes as fast as discovery finds pages (default: every page a seed)",
+    )
+    parser.add_argument(
+        "--py-spy",
+        default=None,
+        metavar="DIR",
+        help="profile refresher with py-spy during each window; stacks go to DIR",
+    )
+    parser.add_argument(
+        "--gil", action="store_true", help="with --py-spy: only samples holding the GIL"
+    )
+    parser.add_argument(
+        "--stages",
+        action="store_true",
+        help="print where refresher's refreshes spent their time in the window",
+    )
     args = parser.parse_args()
     if "scrapy" in args.crawlers and not Path(args.scrapy).exists():
         sys.exit(f"no Scrapy python at {args.scrapy}: make the venv (see the docstring)")
@@ -424,7 +656,11 @@ def main() -> None:
             seeds = [
                 f"http://h{i}.docs.test:{port}/{page}" for i in range(args.hosts) for page in pages
             ]
-            both("docs", args, starts, "*.docs.test", port, seeds)
+            # --discover: from the index pages, as Scrapy, the rest found by discovery
+            both(
+                Web("docs", starts, "*.docs.test", port, None if args.discover else seeds, True),
+                args,
+            )
     if "sim" in webs:
         with (
             tempfile.TemporaryDirectory(prefix="vs-site-", dir=args.tmp) as tmp,
@@ -436,7 +672,7 @@ def main() -> None:
             ) as (_, port),
         ):
             starts = [f"http://h{i}.sim.test:{port}/" for i in range(args.sim_hosts)]
-            both("sim", args, starts, "*.sim.test", port)
+            both(Web("sim", starts, "*.sim.test", port), args)
 
 
 if __name__ == "__main__":

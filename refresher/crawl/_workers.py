@@ -14,9 +14,9 @@ from __future__ import annotations
 import functools
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import trio
 
@@ -97,10 +97,18 @@ class CrawlerStatistics:
     # requests per second put on the wire (pages and robots.txt) over the last WIRE_WINDOW s
     wire_rate: float = 0.0
     abandoned: int = 0  # requests cut on the wire (a fleet node lost their partition's lease)
+    # seconds spent, summed over workers, per stage of a refresh (see STAGES)
+    stage_seconds: Mapping[str, float] = field(
+        default_factory=dict, hash=False, metadata={"metric": "counter"}
+    )
 
 
 #: seconds of requests the wire rate is averaged over
 WIRE_WINDOW = 30.0
+#: the stages of a refresh whose seconds CrawlerStatistics.stage_seconds sums over workers:
+#: a host held by a worker (from its lease to its release), a request on the wire, a body
+#: waiting for and being processed (parse), and a fetch waiting for room in the store's queue
+STAGES = ("held", "wire", "parse", "record")
 #: seconds until a page robots.txt denies is checked again when its host's robots.txt has no
 #: expiry (it is checked again when robots.txt is re-fetched otherwise)
 DENIED_RECHECK = 3600.0
@@ -152,6 +160,15 @@ class Crawler:
         # host id → (host name, the cancel scope of its request on the wire): at most one each
         self._on_wire_now: dict[int, tuple[str, trio.CancelScope]] = {}
         self._abandoned = 0
+        self._stages = dict.fromkeys(STAGES, 0.0)
+
+    @contextmanager
+    def _timed(self, stage: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._stages[stage] += time.perf_counter() - t0
 
     def _parsers(self) -> Parsers:
         c = self.config
@@ -210,6 +227,7 @@ class Crawler:
     async def _worker(self) -> None:
         while (lease := await self._frontier.acquire()) is not None:
             self._busy += 1
+            t0 = time.perf_counter()
             try:
                 await self._refresh(lease)
             except Exception:
@@ -227,6 +245,7 @@ class Crawler:
                 raise
             finally:
                 self._busy -= 1
+                self._stages["held"] += time.perf_counter() - t0
 
     # -- one refresh -----------------------------------------------------------------------
 
@@ -266,7 +285,7 @@ class Crawler:
             await self._record_denied(lease, now, robots)
             return
         self._on_wire()
-        with self._wire_scope(lease) as scope:
+        with self._wire_scope(lease) as scope, self._timed("wire"):
             result = await self._fetcher.fetch(
                 page.url, etag=page.etag, last_modified=page.last_modified
             )
@@ -439,7 +458,8 @@ class Crawler:
         record = self._fetch_record(lease, r, o, due, fingerprint, change, duplicate_of)
         if found is not None:
             record = replace(record, findings=findings_of(found))
-        await self._store.record(record, capture, _host_update(host.id, timing))
+        with self._timed("record"):
+            await self._store.record(record, capture, _host_update(host.id, timing))
         lease = self._frontier.update_page(
             lease,
             etag=o.etag,
@@ -468,7 +488,8 @@ class Crawler:
         # lxml work is CPU-bound: off the event loop, on the parse threads or processes.
         job = functools.partial(process, doc, builtins=self._builtins)
         try:
-            return await self._parsing.run(job, size=len(r.body), portable=portable())
+            with self._timed("parse"):
+                return await self._parsing.run(job, size=len(r.body), portable=portable())
         except ParseCrashed:
             log.error("the page's parse process died; its links are not taken", url=r.final_url)
             return Extracted(skipped={"processor_crashed": 1})
@@ -577,6 +598,7 @@ class Crawler:
             duplicates=self._seen.statistics().duplicates,
             wire_rate=self.wire_rate(),
             abandoned=self._abandoned,
+            stage_seconds=dict(self._stages),
         )
 
 

@@ -40,6 +40,8 @@ log = get_logger("discover")
 #: link kinds that name pages to crawl ("url": a sitemap entry; "sitemap": a sitemap file)
 _PAGE_KINDS = frozenset({"a", "area", "frame", "iframe", "link", "url", "redirect", "sitemap"})
 _MEDIA_KINDS = frozenset({"img", "script"})
+#: documents handled together at most (one URL-seen lookup and one store call for them)
+BATCH_DOCUMENTS = 128
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -115,17 +117,71 @@ class Discovery:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
         async for found in self._recv:
-            await self.handle(found)
+            # Every document waiting, up to a batch: the store is asked once per batch (the
+            # URL-seen lookup, then the pages and edges), not twice per document. Each ask
+            # waits for the store writer's batch in progress, and one per document kept
+            # discovery at about a document a second while a first pass parsed a hundred.
+            batch = [found]
+            while len(batch) < BATCH_DOCUMENTS:
+                try:
+                    batch.append(self._recv.receive_nowait())
+                except (trio.WouldBlock, trio.EndOfChannel):
+                    break
+            await self.handle_many(batch)
 
     async def handle(self, found: Found) -> int:
         """Process one document's findings; returns the number of new pages."""
-        self._documents += 1
-        ex = found.extracted
+        return await self.handle_many([found])
+
+    async def handle_many(self, batch: Sequence[Found]) -> int:
+        """Process documents' findings, in order; returns the number of new pages. A page
+        linked by several of them is added by the first; the URL filter's limits are checked
+        again as each new page is accepted, so a batch cannot overfill a host or a path."""
+        self._documents += len(batch)
+        screened = [self._screen(found) for found in batch]
+        union = list(dict.fromkeys(url for candidates, _, _ in screened for url in candidates))
+        fresh = set(await self.seen.filter_new(union)) if union else set()
+        updates = []
+        for found, (candidates, canonical, linked) in zip(batch, screened, strict=True):
+            new = []
+            for url, page in candidates.items():
+                if url in fresh and self.filter.admit(canonical[url]):
+                    new.append(page)
+                fresh.discard(url)
+            ex = found.extracted
+            updates.append(
+                DocumentUpdate(
+                    page_id=found.page_id,
+                    new=new,
+                    linked=linked,
+                    canonical=ex.canonical,
+                    noindex=ex.noindex,
+                    lastmod=ex.lastmod,
+                    synthetic=found.synthetic,
+                    fetched_at=found.fetched_at,
+                )
+            )
+        saved = await self._store.save_documents(updates, now=self._wall())
+        added = 0
+        for rows, hosts, edges in saved:
+            self._edges += edges
+            if rows:
+                added += len(rows)
+                self._frontier.add(rows, hosts)
+                self._allocator.pages_added(len(rows))
+        self._new += added
+        return added
+
+    def _screen(
+        self, found: Found
+    ) -> tuple[dict[str, NewPage], dict[str, CanonicalURL], list[str]]:
+        """A document's links through the URL filter: the candidate pages by URL (first
+        occurrence), their canonical URLs, and every linked URL in order (the edges)."""
         depth = found.depth + 1
         candidates: dict[str, NewPage] = {}
         canonical: dict[str, CanonicalURL] = {}
         linked: list[str] = []
-        for link in _followed(ex, self._kinds):
+        for link in _followed(found.extracted, self._kinds):
             self._links += 1
             url = self.filter.screen(link.url, base=found.url, depth=depth)
             if url is None:
@@ -137,30 +193,7 @@ class Discovery:
                 candidates[url.url] = NewPage(
                     url=url.url, host=url.host_key, scheme=url.scheme, source=source, depth=depth
                 )
-        new_urls = await self.seen.filter_new(list(candidates)) if candidates else []
-        new = [candidates[u] for u in new_urls]
-        for u in new_urls:
-            self.filter.accept(canonical[u])
-        now = self._wall()
-        page_id = found.page_id
-
-        update = DocumentUpdate(
-            page_id=page_id,
-            new=new,
-            linked=linked,
-            canonical=ex.canonical,
-            noindex=ex.noindex,
-            lastmod=ex.lastmod,
-            synthetic=found.synthetic,
-            fetched_at=found.fetched_at,
-        )
-        rows, hosts, edges = await self._store.save_document(update, now=now)
-        self._edges += edges
-        if rows:
-            self._new += len(rows)
-            self._frontier.add(rows, hosts)
-            self._allocator.pages_added(len(rows))
-        return len(rows)
+        return candidates, canonical, linked
 
     def statistics(self) -> DiscoveryStatistics:
         return DiscoveryStatistics(

@@ -222,7 +222,6 @@ def _joined(base: str, ref: str) -> str:
     return urljoin(base, ref)
 
 
-@lru_cache(maxsize=1024)
 @lru_cache(maxsize=256)  # a page's links share its base: computed once, not once a link
 def _directory(base: str) -> str:
     """``base`` up to the last "/" of its path, without query and fragment: what a

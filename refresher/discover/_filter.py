@@ -342,6 +342,28 @@ class UrlFilter:
             self._host_cuts.add((url.host_key, why))
         return why
 
+    def admit(self, url: CanonicalURL) -> bool:
+        """:meth:`accept` ``url`` unless its host or its path filled up since it was screened
+        (discovery screens the links of a batch of documents before accepting any); such a
+        late cut is counted as one at screening would be."""
+        why = self._filled(url)
+        if why is not None:
+            self._cuts[why] += 1
+            self._host_cuts.add((url.host_key, why))
+            return False
+        self.accept(url)
+        return True
+
+    def _filled(self, url: CanonicalURL) -> str | None:
+        """The limit that the pages accepted so far leave ``url`` no room under, if any."""
+        c = self.config
+        if self._pages.get(url.host_key, 0) >= c.max_pages_per_host:
+            return "host_full"
+        _, query = _path_and_query(url)
+        if query and self._variants.get(_path_key(url)) >= c.max_query_variants_per_path:
+            return "trap_query_space"
+        return None
+
     def accept(self, url: CanonicalURL) -> None:
         """Record ``url`` as a new page: it counts towards its host's and its path's limits."""
         self._accepted += 1

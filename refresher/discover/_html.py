@@ -168,6 +168,11 @@ class _Links:
         if self._full:  # past the cap nothing is resolved: a 100,000-link page stays cheap
             self.skipped["too_many_links"] += 1
             return
+        if raw[:1] == "#" and len(raw) <= self._owner.max_url_length:
+            # A fragment of this page (a third of a documentation page's link elements):
+            # what resolve() says, without raising and catching its Skip.
+            self.skipped["self"] += 1
+            return
         url = self._resolve(raw)
         if url is None:
             return
@@ -242,6 +247,7 @@ def _tree(body: bytes, codec: str, start: int, errors: str) -> Any:
 
 
 _ONLY_END_TAGS = re.compile(rb"(?:</(?:html|body)\s*>|\s)*")
+_END_TAG = re.compile(rb"</(?:body|html)", re.IGNORECASE)
 
 
 def _ends_early(data: bytes) -> bool:
@@ -249,9 +255,8 @@ def _ends_early(data: bytes) -> bool:
     what comes after the end of the document, while browsers (and the streaming target)
     still read it; and such a tag may sit in raw text (a script, ``<noframes>``), where
     removing it would change the page. Such pages stream; most end at their end tags."""
-    low = data.lower()
-    ends = [i for i in (low.find(b"</body"), low.find(b"</html")) if i >= 0]
-    return bool(ends) and _ONLY_END_TAGS.fullmatch(low, min(ends)) is None
+    first = _END_TAG.search(data)  # without lowering a copy of the whole page first
+    return first is not None and _ONLY_END_TAGS.fullmatch(data[first.start() :].lower()) is None
 
 
 # The text nodes under an element in document order, as plain strings in one C call: what

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 import string
-from functools import lru_cache
+import threading
 from hashlib import blake2b
 
 import numpy as np
@@ -42,9 +42,37 @@ def _hash_token(token: bytes) -> int:
     return int.from_bytes(blake2b(token, digest_size=8).digest(), "little")
 
 
-# Words repeat, so their hashes are cached; only short ones, so the cache stays small.
-_cached_token_hash = lru_cache(maxsize=1 << 14)(_hash_token)
+# Words repeat, so their hashes are cached: per thread (the parse threads never share one),
+# only short words, and at most _TOKENS_CACHED of them (the cache starts over when full), so it
+# stays small. A page's words are looked up in C (a set difference, then map over the list).
 _CACHED_TOKEN = 48  # bytes
+_TOKENS_CACHED = 1 << 15
+_token_cache = threading.local()
+
+
+def _token_hashes(words: list[bytes]) -> list[int]:
+    """The hash of each of ``words`` (:func:`_hash_token`), in order."""
+    cache: dict[bytes, int] | None = getattr(_token_cache, "hashes", None)
+    if cache is None:
+        cache = _token_cache.hashes = {}
+    missing = set(words).difference(cache)
+    if not missing:
+        return list(map(cache.__getitem__, words))
+    if len(cache) + len(missing) > _TOKENS_CACHED:
+        cache.clear()
+        missing = set(words)
+    long: dict[bytes, int] = {}
+    for word in missing:
+        (cache if len(word) <= _CACHED_TOKEN else long)[word] = _hash_token(word)
+    if not long:
+        return list(map(cache.__getitem__, words))
+    return [cache[w] if len(w) <= _CACHED_TOKEN else long[w] for w in words]
+
+
+#: 256 × j added to byte j of a hash: each (position, value) pair gets its own histogram slot
+_BYTE_SLOTS = np.arange(0, 8 * 256, 256, dtype=np.uint16)
+#: the bits of each byte value, least significant first (256 × 8)
+_BITS_OF_BYTE = (np.arange(256)[:, None] >> np.arange(8)) & 1
 
 
 def _mix(x: NDArray[np.uint64]) -> NDArray[np.uint64]:
@@ -122,12 +150,7 @@ class _Simhash:
             return
         self._tokens += len(words)
         hashes = self._hashes
-        if len(max(words, key=len)) <= _CACHED_TOKEN:
-            hashes.extend(map(_cached_token_hash, words))
-        else:
-            hashes.extend(
-                _cached_token_hash(w) if len(w) <= _CACHED_TOKEN else _hash_token(w) for w in words
-            )
+        hashes.extend(_token_hashes(words))
         if len(hashes) >= _BLOCK:
             self._combine()
 
@@ -157,9 +180,12 @@ class _Simhash:
         return h
 
     def _add_bits(self, hashes: NDArray[np.uint64]) -> None:
+        # How many hashes have each bit set, without a bit matrix: a histogram of the values
+        # of each of the 8 bytes (one bincount over byte + 256 × position), times the table
+        # of the bits of each byte value: bit k of byte j is bit 8j + k (little-endian).
         as_bytes = hashes.astype("<u8", copy=False).view(np.uint8).reshape(-1, 8)
-        bits = np.unpackbits(as_bytes, axis=1, bitorder="little")
-        self._counts += bits.sum(axis=0, dtype=np.int64)
+        histogram = np.bincount((as_bytes + _BYTE_SLOTS).ravel(), minlength=8 * 256)
+        self._counts += (histogram.reshape(8, 256) @ _BITS_OF_BYTE).ravel()
         self._shingles += hashes.size
 
 

@@ -8,10 +8,14 @@ DNS lookups and other blocking calls, and grows with them) made the daemon's RSS
 number of distinct threads that had ever parsed: about 10 MiB each (bench/bench_parsers.py).
 
 Link resolution and the simhash still hold the GIL, which the event loop needs for every
-fetch. A page of real size is therefore handed to a worker *process* (when
+fetch. A page of real size can therefore be handed to a worker *process* (when
 ``discovery.parse_processes`` > 0): the daemon's process then pays only for pickling the body
 there and the result back, about 7 % of parsing it (bench/bench_parse_pool.py), and the parse
-runs on another core. A tiny page costs more to hand over than to parse
+runs on another core. The event loop writes each call to the worker's stdin pipe and reads the
+answer from its stdout itself: no helper thread takes the GIL to move it (a process pool's
+manager and feeder threads did, for every call). On the docs web the processes still cost
+more CPU per page than the threads (bench/README.md), so they are off by default. A tiny page
+costs more to hand over than to parse
 (:data:`PROCESS_MIN_BYTES`), so it stays on a thread. The workers run the same code on the
 same document, so the result is the same; processors :func:`~refresher.discover._parse.
 register`-ed at run time exist only in this process, so while there are any every body stays
@@ -20,18 +24,26 @@ here.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
+import pickle
+import subprocess
+import sys
 from collections.abc import Callable
-from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
-from typing import TypeVar
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from typing import Any, TypeVar
 
 import trio
 
-from refresher.ops._logging import configure_logging, get_logger
+from refresher.ops._logging import get_logger
 
-__all__ = ["PROCESS_MIN_BYTES", "ParseCrashed", "ParseProcesses", "ParseThreads", "Parsers"]
+__all__ = [
+    "HEADER",
+    "PROCESS_MIN_BYTES",
+    "ParseCrashed",
+    "ParseProcesses",
+    "ParseThreads",
+    "Parsers",
+]
 
 T = TypeVar("T")
 log = get_logger("parse")
@@ -81,29 +93,83 @@ class ParseThreads:
         self._executor.shutdown(wait=True)
 
 
+#: bytes of the length that precedes each pickle on a parse process's pipes
+HEADER = 8
+
+
 class ParseCrashed(Exception):
     """A parse process died while it held the call (a crash in C code, or killed)."""
 
 
-def _start_worker(log_format: str, log_level: str) -> None:
-    configure_logging(format=log_format, level=log_level)  # as the daemon logs
+class _Died(Exception):
+    """The worker's answer pipe ended: it exited."""
 
 
-def _context() -> multiprocessing.context.BaseContext:
-    # Never a plain fork of the daemon: its other threads (trio's, DuckDB's) would be copied
-    # mid-step. The fork server is a clean process that imports the parser once.
-    if "forkserver" in multiprocessing.get_all_start_methods():
-        ctx = multiprocessing.get_context("forkserver")
-        ctx.set_forkserver_preload(["refresher.discover._parse"])
-        return ctx
-    return multiprocessing.get_context("spawn")
+class _Worker:
+    """One parse process (:mod:`refresher.discover._parse_worker`) and the pipes to it."""
+
+    def __init__(self, log_format: str, log_level: str) -> None:
+        to_child, from_parent = os.pipe()
+        to_parent, from_child = os.pipe()
+        try:
+            # A fresh interpreter, never a fork of the daemon: its other threads (trio's,
+            # DuckDB's) would be copied mid-step.
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "refresher.discover._parse_worker", log_format, log_level],
+                stdin=to_child,
+                stdout=from_child,
+                close_fds=True,
+            )
+        finally:
+            os.close(to_child)
+            os.close(from_child)
+        # Both ends are trio streams: a call is a write and a read on the event loop, with
+        # no helper thread taking the GIL to move it (as a process pool's manager does).
+        self._calls = trio.lowlevel.FdStream(from_parent)
+        self._answers = trio.lowlevel.FdStream(to_parent)
+        self._buffer = bytearray()
+
+    async def call(self, request: bytes) -> tuple[bool, Any]:
+        """Send one pickled call; its ``(ok, result or exception)``."""
+        try:
+            await self._calls.send_all(len(request).to_bytes(HEADER, "little") + request)
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as e:
+            raise _Died from e
+        size = int.from_bytes(await self._read(HEADER), "little")
+        answer: tuple[bool, Any] = pickle.loads(await self._read(size))
+        return answer
+
+    async def _read(self, n: int) -> bytes:
+        while len(self._buffer) < n:
+            chunk = await self._answers.receive_some(max(n - len(self._buffer), 1 << 16))
+            if not chunk:
+                raise _Died
+            self._buffer += chunk
+        data = bytes(self._buffer[:n])
+        del self._buffer[:n]
+        return data
+
+    def shut(self) -> None:
+        """Close the pipes (in the event loop's thread): the process sees its stdin end."""
+        self._calls.close()
+        self._answers.close()
+
+    def reap(self, timeout: float = 10.0) -> None:
+        """Wait for the process to end (blocking), killing it after ``timeout`` seconds."""
+        try:
+            self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
 
 
 class ParseProcesses:
     """Runs picklable calls on ``processes`` worker processes, started on first use.
 
-    A worker that dies mid-call fails that call with :class:`ParseCrashed` (the daemon goes
-    on: isolating a crash in C code is a gain of its own) and the pool is started anew.
+    A call is pickled onto the worker's stdin pipe and its answer read from its stdout by the
+    event loop itself. A worker that dies mid-call fails that call with :class:`ParseCrashed`
+    (the daemon goes on: isolating a crash in C code is a gain of its own) and the next call
+    starts a new one.
     """
 
     def __init__(self, processes: int, *, log_format: str = "json", log_level: str = "info"):
@@ -111,37 +177,46 @@ class ParseProcesses:
             raise ValueError(f"processes={processes}: give at least 1")
         self.processes = processes
         self._start = (log_format, log_level)
-        self._executor: ProcessPoolExecutor | None = None  # made on first use
+        self._idle: list[_Worker] = []
+        self._busy: set[_Worker] = set()
+        self._slots: trio.Semaphore | None = None  # made in the event loop, on first use
         self.crashes = 0
 
-    def _new(self) -> ProcessPoolExecutor:
-        return ProcessPoolExecutor(
-            max_workers=self.processes,
-            mp_context=_context(),
-            initializer=_start_worker,
-            initargs=self._start,
-        )
-
     async def run(self, fn: Callable[[], T]) -> T:
-        """``fn()`` in a worker process; its result, or its exception re-raised."""
-        if self._executor is None:
-            self._executor = self._new()
-        executor = self._executor
-        try:
-            return await _outcome(executor, fn)
-        except BrokenProcessPool as e:
-            if self._executor is executor:  # the first caller to see it starts a new pool
+        """``fn()`` in a worker process; its result, or its exception re-raised. Not
+        cancellable once sent: the worker's pipe carries one call at a time."""
+        if self._slots is None:
+            self._slots = trio.Semaphore(self.processes)
+        request = pickle.dumps(fn, protocol=pickle.HIGHEST_PROTOCOL)
+        async with self._slots:
+            worker = self._idle.pop() if self._idle else _Worker(*self._start)
+            self._busy.add(worker)
+            try:
+                with trio.CancelScope(shield=True):
+                    ok, result = await worker.call(request)
+            except _Died as e:
+                self._busy.discard(worker)
                 self.crashes += 1
-                log.error("a parse process died; starting new ones", error=str(e))
-                self._executor = self._new()
-                await trio.to_thread.run_sync(executor.shutdown)
-            raise ParseCrashed(str(e)) from e
+                status = worker.process.poll()
+                log.error("a parse process died; a new one takes the next call", status=status)
+                worker.shut()
+                await trio.to_thread.run_sync(worker.reap)
+                raise ParseCrashed(f"the parse process exited (status {status})") from e
+            self._busy.discard(worker)
+            self._idle.append(worker)
+        if not ok:
+            raise result
+        return result  # type: ignore[no-any-return]
 
     def close(self) -> None:
-        """Stop the workers once the calls already submitted have finished."""
-        if self._executor is not None:
-            self._executor.shutdown(wait=True)
-            self._executor = None
+        """Stop the workers, from the event loop's thread once no call is running."""
+        workers = [*self._idle, *self._busy]
+        for worker in workers:
+            worker.shut()
+        for worker in workers:
+            worker.reap()
+        self._idle.clear()
+        self._busy.clear()
 
 
 class Parsers:

@@ -117,6 +117,11 @@ def canonicalize(
     """
     if not isinstance(url, str):
         raise InvalidURL(str(url), "not text; give an absolute http:// or https:// URL")
+    if base is not None and url.startswith(_ABSOLUTE):
+        # An absolute URL does not depend on its page (WHATWG ignores the base after
+        # "http://"): the links a site repeats on every page are canonicalised once.
+        _refuse_bad_characters(base, base)
+        return _canonical_absolute(url, strip_params)
     if len(url) > MAX_URL_LENGTH:
         raise InvalidURL(
             _shorten(url), f"longer than {MAX_URL_LENGTH} characters; shorten it or skip it"
@@ -132,6 +137,14 @@ def canonicalize(
     except ValueError as e:
         raise InvalidURL(url, _why_unparsable(text, base)) from e
     return _canonical(url, href, strip_params)
+
+
+_ABSOLUTE = ("http://", "https://")
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _canonical_absolute(url: str, strip_params: frozenset[str] | None) -> CanonicalURL:
+    return canonicalize(url, strip_params=strip_params)
 
 
 def _shorten(url: str) -> str:

@@ -104,6 +104,11 @@ METRICS: Mapping[str, Mapping[str, MetricSpec]] = {
         "meaningful": _c("Changes beyond the near-duplicate (simhash) threshold."),
         "duplicates": _c("Fetches whose body another page served recently (content-seen)."),
         "wire_rate": _g("Requests per second on the wire (pages and robots.txt), last 30 s."),
+        "stage_seconds": _c(
+            "Seconds spent per stage of a refresh, summed over workers: a host held from lease "
+            "to release, on the wire, waiting for and in the parse, waiting for the store queue.",
+            label="stage",
+        ),
     },
     "discovery": {
         "documents": _c("Documents whose links were processed."),

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -420,23 +421,27 @@ class DuckDBStore:
             [canonical, noindex, page_id],
         )
         if lastmod:
-            self._con.register(
-                "_lm",
-                {
-                    "url": np.array([u for u, _ in lastmod], dtype=object),
-                    "t": np.array([t for _, t in lastmod], dtype=np.float64),
-                },
+            self._save_lastmod(lastmod)
+
+    def _save_lastmod(self, lastmod: Sequence[tuple[str, float]]) -> None:
+        """Sitemap ``<lastmod>`` values (unix seconds) of pages by URL; the latest is kept."""
+        self._con.register(
+            "_lm",
+            {
+                "url": np.array([u for u, _ in lastmod], dtype=object),
+                "t": np.array([t for _, t in lastmod], dtype=np.float64),
+            },
+        )
+        try:
+            self._con.execute(
+                """
+                UPDATE pages SET sitemap_lastmod = greatest(coalesce(sitemap_lastmod, 0), m.t)
+                FROM (SELECT url, max(t) AS t FROM _lm GROUP BY url) m
+                WHERE pages.url = m.url
+                """
             )
-            try:
-                self._con.execute(
-                    """
-                    UPDATE pages SET sitemap_lastmod = greatest(coalesce(sitemap_lastmod, 0), m.t)
-                    FROM (SELECT url, max(t) AS t FROM _lm GROUP BY url) m
-                    WHERE pages.url = m.url
-                    """
-                )
-            finally:
-                self._con.unregister("_lm")
+        finally:
+            self._con.unregister("_lm")
 
     def due_pages(self, *, after: tuple[float, int], until: float, limit: int) -> list[PageRow]:
         """Pages with (due_at, id) > ``after`` and due_at ≤ ``until``, earliest first (a
@@ -711,6 +716,70 @@ class DuckDBStore:
                 lastmod=update.lastmod,
             )
         return rows, hosts, edges
+
+    def save_documents(
+        self, updates: Sequence[DocumentUpdate], *, now: float
+    ) -> list[tuple[list[PageRow], dict[int, HostRow], int]]:
+        """:meth:`save_document` for each of ``updates``, with one statement of each kind for
+        them all: the new pages, the edges (one join against the pages, not one a document)
+        and the pages' facts. A page is new in one update at most (discovery adds it with the
+        first document that links it), so adding them all first changes no edge."""
+        rows, hosts = self.add_pages_with_hosts([p for u in updates for p in u.new], now=now)
+        pairs = [(u.page_id, url) for u in updates if not u.synthetic for url in u.linked]
+        edges = self._add_edges(pairs, now=now) if pairs else {}
+        own = [u for u in updates if not u.synthetic]
+        if own:
+            self._save_flags({u.page_id: (u.canonical, u.noindex) for u in own})
+        for u in own:
+            if u.lastmod:
+                self._save_lastmod(u.lastmod)
+        by_url = {r.url: r for r in rows}
+        out = []
+        for u in updates:
+            mine = [by_url.pop(p.url) for p in u.new if p.url in by_url]
+            count = 0 if u.synthetic else edges.get(u.page_id, 0)
+            out.append((mine, {r.host_id: hosts[r.host_id] for r in mine}, count))
+            edges.pop(u.page_id, None)  # a page's document twice in a batch: counted once
+        return out
+
+    def _add_edges(self, pairs: Sequence[tuple[int, str]], *, now: float) -> dict[int, int]:
+        """Edges from each source page to the known page at each URL: per source, how many."""
+        self._con.register(
+            "_edges",
+            {
+                "src": np.array([src for src, _ in pairs], dtype=np.int64),
+                "url": np.array([url for _, url in pairs], dtype=object),
+            },
+        )
+        try:
+            rows = self._con.execute(
+                """
+                INSERT INTO links SELECT e.src, p.id, ? FROM _edges e JOIN pages p ON p.url = e.url
+                WHERE p.id <> e.src RETURNING src
+                """,
+                [now],
+            ).fetchall()
+        finally:
+            self._con.unregister("_edges")
+        return dict(Counter(src for (src,) in rows))
+
+    def _save_flags(self, flags: dict[int, tuple[str | None, bool]]) -> None:
+        """Each page's canonical URL and noindex flag (the last document of a page wins)."""
+        self._con.register(
+            "_flags",
+            {
+                "id": np.array(list(flags), dtype=np.int64),
+                "canonical": np.array([c for c, _ in flags.values()], dtype=object),
+                "noindex": np.array([n for _, n in flags.values()], dtype=bool),
+            },
+        )
+        try:
+            self._con.execute(
+                "UPDATE pages SET canonical = f.canonical, noindex = f.noindex FROM _flags f"
+                " WHERE pages.id = f.id"
+            )
+        finally:
+            self._con.unregister("_flags")
 
     def discovery_scope(self) -> tuple[list[str], dict[str, int]]:
         seeds = self._con.execute(

@@ -408,6 +408,12 @@ class Store(Protocol):
         :meth:`add_pages`) and the number of link edges recorded."""
         ...
 
+    async def save_documents(
+        self, updates: Sequence[DocumentUpdate], *, now: float
+    ) -> list[tuple[list[PageRow], dict[int, HostRow], int]]:
+        """:meth:`save_document` for each of ``updates``, in order, as one operation."""
+        ...
+
     async def known_fingerprints(self, fps: NDArray[np.int64]) -> NDArray[np.bool_]:
         """Which of these URL fingerprints belong to stored pages (same order)."""
         ...

@@ -100,6 +100,18 @@ class SyncStore(Protocol):
 S = TypeVar("S", bound=SyncStore)
 
 
+def _save_documents(
+    store: SyncStore, updates: Sequence[DocumentUpdate], now: float
+) -> list[tuple[list[PageRow], dict[int, HostRow], int]]:
+    """``store.save_document`` for each update, or the store's own ``save_documents`` (one
+    statement of each kind for the lot) when it has one, as the embedded DuckDB store does."""
+    batched = getattr(store, "save_documents", None)
+    if batched is not None:
+        saved: list[tuple[list[PageRow], dict[int, HostRow], int]] = batched(updates, now=now)
+        return saved
+    return [store.save_document(u, now=now) for u in updates]
+
+
 @dataclass(slots=True)
 class _Call:
     fn: Callable[[Any], Any]
@@ -182,6 +194,13 @@ class BatchedService(Generic[S]):
         self, update: DocumentUpdate, *, now: float
     ) -> tuple[list[PageRow], dict[int, HostRow], int]:
         return await self._call(lambda s: s.save_document(update, now=now))
+
+    async def save_documents(
+        self, updates: Sequence[DocumentUpdate], *, now: float
+    ) -> list[tuple[list[PageRow], dict[int, HostRow], int]]:
+        """:meth:`save_document` for each of ``updates`` in order, in one call: one hop to
+        the store thread and one commit of the queued writes for the lot."""
+        return await self._call(lambda s: _save_documents(s, updates, now))
 
     async def known_fingerprints(self, fps: NDArray[np.int64]) -> NDArray[np.bool_]:
         found: NDArray[np.bool_] = await self._call(lambda s: s.known_fingerprints(fps))

@@ -106,6 +106,18 @@ def test_a_host_with_its_quota_of_pages_is_full() -> None:
     assert f.statistics().hosts == 1
 
 
+def test_links_screened_together_are_admitted_only_while_their_host_and_path_have_room() -> None:
+    # discovery screens a batch of documents' links before it accepts any of them
+    f = make(max_pages_per_host=3, max_query_variants_per_path=2)
+    pages = [canonicalize(f"http://example.org/{i}") for i in range(3)]
+    variants = [canonicalize(f"http://example.org/list?page={i}") for i in range(3)]
+    assert all(f.check(u, depth=1) is None for u in pages + variants)
+    assert [f.admit(u) for u in variants] == [True, True, False]
+    assert [f.admit(u) for u in pages] == [True, False, False]
+    cuts = f.statistics().cuts
+    assert cuts["trap_query_space"] == 1 and cuts["host_full"] == 2
+
+
 def test_page_counts_from_the_store_count_towards_the_quota() -> None:
     f = make(max_pages_per_host=10)
     f.set_pages({"example.org": 10})

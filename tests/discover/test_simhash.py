@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 
+import pytest
 from _pages import fixture, html
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -59,6 +60,24 @@ def test_simhash_of_long_text_does_not_depend_on_how_it_is_split() -> None:
         streamed.feed(text[position : position + step])
         position += step
     assert streamed.value() == simhash(text)
+
+
+def test_simhash_is_the_same_whether_token_hashes_come_from_the_cache_or_not(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    rng = random.Random(5)
+    # 676 distinct words (digits would all read as "0"), a long one and a non-ASCII one
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    words = [rng.choice(letters) + rng.choice(letters) for _ in range(3000)]
+    words += ["long" * 20, "é" * 30]
+    text = " ".join(rng.sample(words, len(words)))
+    cold = simhash(text)
+    assert simhash(text) == cold  # every word cached now
+    # a cache far smaller than a page's words starts over on every batch
+    monkeypatch.setattr(_simhash, "_TOKENS_CACHED", 16)
+    assert simhash(text) == cold == simhash(text.upper())
+    assert simhash("a b c") == simhash("A B C")
+    assert len(_simhash._token_cache.hashes) == 3  # it started over for the 3 new words
 
 
 def test_simhash_of_a_long_text_is_computed_in_bounded_batches() -> None:

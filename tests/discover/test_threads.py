@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import os
 import pickle
+import signal
 import threading
 
 import pytest
@@ -151,6 +152,20 @@ async def test_a_process_that_dies_fails_its_call_and_new_processes_take_the_nex
         assert second not in (first, os.getpid()) and processes.crashes == 1
     finally:
         processes.close()
+
+
+async def test_a_parse_process_outlives_a_sigterm_and_ends_when_closed() -> None:
+    # systemd and terminals signal the daemon's whole group: the daemon ends its workers
+    processes = ParseProcesses(1)
+    try:
+        worker = await processes.run(os.getpid)
+        os.kill(worker, signal.SIGTERM)
+        os.kill(worker, signal.SIGINT)
+        assert await processes.run(os.getpid) == worker
+    finally:
+        processes.close()
+    with pytest.raises(ProcessLookupError):
+        os.kill(worker, 0)  # closed: it has exited and was reaped
 
 
 def test_zero_processes_are_refused() -> None:

@@ -164,6 +164,10 @@ async def test_seed_and_status_reach_the_running_daemon_and_the_file_when_stoppe
     answer = json.loads(status.stdout)
     assert answer["running"] is True and answer["store"]["pages"] == 3
     assert answer["crawler"]["wire_rate"] > 0  # robots.txt and the pages went on the wire
+    stages = answer["crawler"]["stage_seconds"]
+    assert set(stages) == {"held", "wire", "parse", "record"}
+    # a host is held through its fetch and its page's parse
+    assert stages["held"] >= stages["wire"] + stages["parse"] > 0
     human = cli("status", "--config", str(config))
     assert "running" in human.stdout and "pages" in human.stdout
     assert "requests/s on the wire" in human.stdout

@@ -278,6 +278,33 @@ async def test_a_plan_makes_pages_due_by_the_one_definition(store: Store) -> Non
     )
 
 
+async def test_documents_saved_together_add_what_each_would_alone(store: Store) -> None:
+    (a, b), _ = await store.add_pages(
+        [page("http://a.example/"), page("http://a.example/b")], now=NOW
+    )
+
+    def doc(page_id: int, new: list[NewPage], linked: list[str], **kw: Any) -> DocumentUpdate:
+        facts: dict[str, Any] = {"canonical": None, "noindex": False, "lastmod": []}
+        return DocumentUpdate(page_id=page_id, new=new, linked=linked, **{**facts, **kw})
+
+    x, b_url, c = "http://a.example/x", "http://a.example/b", "http://c.example/"
+    saved = await store.save_documents(
+        [
+            doc(a.id, [page(x, source="link")], [x, b_url], noindex=True),
+            doc(b.id, [page(c, "c.example", "link")], [x, c, b_url, "http://nowhere/"]),
+            doc(b.id, [page("http://d.example/", "d.example", "sitemap")], [x], synthetic=True),
+        ],
+        now=NOW + 1,
+    )
+    assert [[r.url for r in rows] for rows, _, _ in saved] == [[x], [c], ["http://d.example/"]]
+    assert {h.name for h in saved[1][1].values()} == {"c.example"}
+    # a: x (its own new page) and b; b: x and c, not itself; a synthetic document: none
+    assert [edges for _, _, edges in saved] == [2, 2, 0]
+    assert await store.save_documents([], now=NOW + 2) == []
+    inputs = await store.estimator_inputs(meaningful=False, links=True)
+    assert len(inputs.link_src) == 4
+
+
 async def test_a_document_adds_new_pages_links_and_facts_once(store: Store) -> None:
     (src,), _ = await store.add_pages([page("http://a.example/")], now=NOW)
     update = DocumentUpdate(
