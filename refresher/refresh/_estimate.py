@@ -155,6 +155,8 @@ class Estimate:
     method: NDArray[np.uint8]
     #: the log-normal prior's mean of ln λ per page (None for the gamma prior)
     prior_mean: Float | None = None
+    #: the log-normal prior's sd of ln λ (natural-log units; None for the gamma prior)
+    prior_sd: float | None = None
 
     def __len__(self) -> int:
         return int(self.rate.size)
@@ -772,6 +774,44 @@ def _log_normal_rounds(
     return LogNormalPrior(mean=means, sd=sd), rates
 
 
+def _fitted_spread(
+    observed: tuple[Index, Float, Mask, Mask, Float],
+    n_pages: int,
+    prior: LogNormalPrior,
+    mixture: bool,
+) -> float:
+    """:func:`refresher.refresh._spread.fit_spread` on validated observations (page, interval,
+    changed, timed, quiet after the change: see :func:`_timed`), the changed intervals without
+    a change time as the statistics estimator's two-point rule."""
+    # imported here: the statistics estimator imports this module
+    from refresher.refresh._estimate_stats import two_point_nodes
+    from refresher.refresh._spread import SpreadEvidence, fit_spread
+
+    p, t, c, timed, quiet_after = observed
+    untimed = c & ~timed
+    lt = np.log(t[untimed])
+    pu = p[untimed]
+    count = _sum(pu, np.ones(pu.size), n_pages)
+    moments = np.stack([_sum(pu, lt**k, n_pages) for k in (1, 2, 3)])
+    t0, t1, share = two_point_nodes(count, moments)
+    seen = np.bincount(p, minlength=n_pages) > 0
+    mean = np.asarray(prior.mean, dtype=np.float64)
+    evidence = SpreadEvidence(
+        quiet=_sum(p, np.where(c, quiet_after, t), n_pages)[seen],
+        timed=_sum(p, timed, n_pages)[seen],
+        t0=t0[seen],
+        w0=(count * share)[seen],
+        t1=t1[seen],
+        w1=(count * (1.0 - share))[seen],
+        changed=(_sum(p, c, n_pages) > 0)[seen],
+        mean=np.broadcast_to(mean, (n_pages,))[seen],
+    )
+    pi = 0.0
+    if mixture:
+        _, pi = static_probability(p, t, c, n_pages, prior_mean=prior.mean, sd=prior.sd)
+    return fit_spread(evidence, spread=prior.sd, static_share=pi)
+
+
 def estimate_pages(
     page_index: ArrayLike,
     intervals: ArrayLike,
@@ -787,6 +827,7 @@ def estimate_pages(
     spread: float = DEFAULT_SPREAD,
     confidence: float = 0.95,
     mixture: bool = False,
+    fit_spread: bool = False,
 ) -> Estimate:
     """The estimate for every page, choosing the method per page.
 
@@ -802,7 +843,10 @@ def estimate_pages(
 
     ``mixture`` (log-normal only): centre the prior on the pages that change at all, each
     page counting with its probability of changing (see :func:`_log_normal_rounds`); the
-    plan then weighs each page by that probability (:mod:`refresher.refresh._static`)."""
+    plan then weighs each page by that probability (:mod:`refresher.refresh._static`).
+    ``fit_spread`` (log-normal only): the prior's sd is fitted to the pages
+    (:func:`refresher.refresh._spread.fit_spread`, around ``spread``) before the final
+    estimate; ``Estimate.prior_sd`` says which sd was used."""
     if model not in MODELS:
         raise ValueError(f"model must be one of {', '.join(map(repr, MODELS))}, not {model!r}")
     if model == "log-normal":
@@ -818,9 +862,14 @@ def estimate_pages(
         ln_prior, rates = _log_normal_rounds(
             p, t, c, timed, quiet_after, host_of, max(n_hosts, 1), spread, None, 3, None, mixture
         )
+        if fit_spread:
+            sd = _fitted_spread((p, t, c, timed, quiet_after), n_pages, ln_prior, mixture)
+            ln_prior = LogNormalPrior(mean=ln_prior.mean, sd=sd)
         z = _z(confidence)
         est = _log_normal_map(p, t, c, timed, quiet_after, n_pages, ln_prior, rates, z)
-        return replace(est, prior_mean=np.asarray(ln_prior.mean, dtype=np.float64))
+        return replace(
+            est, prior_mean=np.asarray(ln_prior.mean, dtype=np.float64), prior_sd=ln_prior.sd
+        )
     p, t, c = _observations(page_index, intervals, changed, n_pages)
     if prior is None and page_host is not None:
         prior = host_prior(p, t, c, page_host, n_hosts)
