@@ -65,6 +65,8 @@ class ModelSettings:
     decide: str = "plug-in"  # how the plan treats uncertain rates (policy.decide)
     static: bool = True  # weigh pages by the probability that they change at all
     mixture: bool = True  # centre the prior on the pages that change (estimate_pages)
+    fit_spread: bool = True  # fit the prior's sd to the pages (estimate_pages)
+    reveal: bool = False  # plan with the true rate of every page fetched twice (a bound)
 
     def __post_init__(self) -> None:
         if not (self.seconds > 0 and self.budget > 0 and self.resolve_interval > 0):
@@ -193,49 +195,11 @@ def replay(
     fetches: list[list[float]] = [[] for _ in range(n)]
     due = rng.permutation(n) * 1e-9  # the first round in a random order, as seeds load
     target = np.full(n, settings.budget / n)
-    cap = 1.0 / settings.min_delay if settings.min_delay > 0 else np.inf
-    host_caps = np.full(int(web.hosts.max()) + 1 if n else 0, cap)
-    honest = web.honest[web.hosts]
     step, now, next_plan = 1.0 / settings.budget, 0.0, settings.resolve_interval
     while now < settings.seconds:
         if now >= next_plan:
             next_plan += settings.resolve_interval
-            page, interval, changed, since = _observations(
-                fetches, changes, honest, settings.history
-            )
-            sd, static_p = None, None
-            if settings.oracle:
-                rates = web.rates
-            elif page.size:
-                est = estimate_pages(
-                    page,
-                    interval,
-                    changed,
-                    n,
-                    page_host=web.hosts,
-                    n_hosts=host_caps.size,
-                    since_change=since,
-                    trusted_hosts=web.honest,
-                    model=settings.model,
-                    spread=settings.spread,
-                    mixture=settings.mixture and settings.static,
-                )
-                rates = est.rate
-                sd, static_p = uncertainty(est, page, interval, changed, settings.spread)
-            else:
-                rates = np.full(n, 1.0 / settings.seconds)
-                sd = np.full(n, settings.spread)
-            inputs = PolicyInputs(
-                page_ids=np.arange(n, dtype=np.int64),
-                host_index=web.hosts,
-                host_caps=host_caps,
-                last_fetch=np.full(n, np.nan),
-                rates=np.asarray(rates, dtype=np.float64),
-                rate_n=np.zeros(n),
-                weights=np.ones(n),
-                rate_sd=sd,
-                static_p=static_p if settings.static else None,
-            )
+            inputs = _plan_inputs(policy, web, settings, fetches, changes)
             target = plan(
                 inputs, policy, settings.budget, explore=settings.explore, decide=settings.decide
             ).target
@@ -248,6 +212,83 @@ def replay(
             due[i] = now + 1.0 / target[i]
         now += step
     return fetches, changes
+
+
+def _plan_inputs(
+    policy: str,
+    web: ModelWeb,
+    settings: ModelSettings,
+    fetches: list[list[float]],
+    changes: list[Float],
+) -> PolicyInputs:
+    """What the plan reads at this moment: the daemon's estimate from the observations so
+    far, the true rates (``oracle``), or the estimate with the true rate of every page
+    fetched twice (``reveal``)."""
+    n = web.rates.size
+    cap = 1.0 / settings.min_delay if settings.min_delay > 0 else np.inf
+    host_caps = np.full(int(web.hosts.max()) + 1 if n else 0, cap)
+    page, interval, changed, since = _observations(
+        fetches, changes, web.honest[web.hosts], settings.history
+    )
+    sd, static_p = None, None
+    if settings.oracle or policy == "uniform":  # uniform's plan reads no rates
+        rates = web.rates
+    elif page.size:
+        est = estimate_pages(
+            page,
+            interval,
+            changed,
+            n,
+            page_host=web.hosts,
+            n_hosts=host_caps.size,
+            since_change=since,
+            trusted_hosts=web.honest,
+            model=settings.model,
+            spread=settings.spread,
+            mixture=settings.mixture and settings.static,
+            fit_spread=settings.fit_spread,
+        )
+        rates = est.rate
+        sd, static_p = uncertainty(est, page, interval, changed, settings.spread)
+    else:
+        rates = np.full(n, 1.0 / settings.seconds)
+        sd = np.full(n, settings.spread)
+    if settings.reveal and not settings.oracle and policy != "uniform":
+        rates, sd, static_p = _revealed(web, fetches, rates, sd, static_p)
+    return PolicyInputs(
+        page_ids=np.arange(n, dtype=np.int64),
+        host_index=web.hosts,
+        host_caps=host_caps,
+        last_fetch=np.full(n, np.nan),
+        rates=np.asarray(rates, dtype=np.float64),
+        rate_n=np.zeros(n),
+        weights=np.ones(n),
+        rate_sd=sd,
+        static_p=static_p if settings.static else None,
+    )
+
+
+def _revealed(
+    web: ModelWeb,
+    fetches: list[list[float]],
+    rates: Float,
+    sd: Float | None,
+    static_p: Float | None,
+) -> tuple[Float, Float | None, Float | None]:
+    """The plan's inputs with every page fetched twice known exactly: its true rate, no
+    uncertainty, static or not for sure. A bound on what learning from one's own fetches can
+    reach: no estimator knows a page this well after one interval."""
+    n = web.rates.size
+    known = np.array([len(t) >= 2 for t in fetches], dtype=bool)
+    static = web.rates <= 0.0
+    # a static page keeps a small positive rate (the expected-value plan takes logs); it is
+    # planned as static through P₀ = 1
+    true = np.where(static, 1e-12, web.rates)
+    rates = np.where(known, true, rates)
+    sd = None if sd is None else np.where(known, 0.0, sd)
+    base = np.zeros(n) if static_p is None else static_p
+    static_p = np.where(known, static.astype(np.float64), base)
+    return rates, sd, static_p
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -179,6 +179,7 @@ def load_inputs(
             model=model,
             spread=spread,
             mixture=True,
+            fit_spread=True,
         )
         rates, rate_n = np.asarray(est.rate), np.asarray(est.n_eff)
         rate_sd = posterior_sd(est) if est.prior_mean is not None else None
@@ -207,13 +208,13 @@ def uncertainty(
     spread: float,
 ) -> tuple[NDArray[np.float64] | None, NDArray[np.float64] | None]:
     """The posterior sd of ln λ and the probability of never changing, per page, from a
-    log-normal estimate and its observations (None, None for the gamma prior)."""
+    log-normal estimate and its observations (None, None for the gamma prior); the prior's
+    sd is the estimate's own (``Estimate.prior_sd``) where it has one, else ``spread``."""
     if est.prior_mean is None:
         return None, None
     n = est.rate.size
-    p0, _ = static_probability(
-        page_index, intervals, changed, n, prior_mean=est.prior_mean, sd=spread
-    )
+    sd = spread if est.prior_sd is None else est.prior_sd
+    p0, _ = static_probability(page_index, intervals, changed, n, prior_mean=est.prior_mean, sd=sd)
     return posterior_sd(est), p0
 
 
