@@ -80,6 +80,7 @@ __all__ = [
     "measure_run",
     "plot_comparison",
     "run_policy",
+    "run_side_by_side",
     "seed_urls",
 ]
 
@@ -422,19 +423,55 @@ def measure(
     )
 
 
-def run_policy(policy: str, settings: CompareSettings, run_dir: Path) -> RunResult:
-    """One policy's run in ``run_dir`` (created; it receives the store, the truth, the log and
-    ``run.json`` with the run window), measured after the warm-up."""
+def _fresh_dir(run_dir: Path) -> Path:
+    """``run_dir`` made, emptied of an earlier run, as an absolute path (the daemon reads the
+    paths in its config relative to the config's directory)."""
+    run_dir = run_dir.resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
     for leftover in ("refresher.duckdb", "refresher.duckdb.wal", "truth.duckdb", "run.json"):
         (run_dir / leftover).unlink(missing_ok=True)
-    start, end = trio.run(_run, policy, settings, run_dir)
-    window = {"policy": policy, "budget": settings.budget, "start": start, "end": end}
+    return run_dir
+
+
+def _write_window(run_dir: Path, policy: str, budget: float, span: tuple[float, float]) -> None:
+    window = {"policy": policy, "budget": budget, "start": span[0], "end": span[1]}
     (run_dir / "run.json").write_text(json.dumps(window) + "\n")
+
+
+def run_policy(policy: str, settings: CompareSettings, run_dir: Path) -> RunResult:
+    """One policy's run in ``run_dir`` (created; it receives the store, the truth, the log and
+    ``run.json`` with the run window), measured after the warm-up."""
+    run_dir = _fresh_dir(run_dir)
+    span = trio.run(_run, policy, settings, run_dir)
+    _write_window(run_dir, policy, settings.budget, span)
     result = measure_run(run_dir, warmup=settings.warmup)
     if settings.plots:
         make_plots(run_dir / "refresher.duckdb", run_dir, truth=run_dir / "truth.duckdb")
     return result
+
+
+def run_side_by_side(settings: CompareSettings, out: Path) -> dict[str, tuple[float, float]]:
+    """Every policy of ``settings`` at the same time, each against its own copy of the web
+    (the same seed, so the same change times from its start), its own daemon and store, in
+    ``out/<policy>/`` as :func:`run_policy` leaves them; each run's (start, end), unix
+    seconds. Runs side by side take the time of one and share the machine's load."""
+    out = out.resolve()
+    for policy in settings.policies:
+        _fresh_dir(out / policy)
+    spans: dict[str, tuple[float, float]] = {}
+
+    async def both() -> None:
+        async def one(policy: str) -> None:
+            spans[policy] = await _run(policy, settings, out / policy)
+
+        async with trio.open_nursery() as nursery:
+            for policy in settings.policies:
+                nursery.start_soon(one, policy)
+
+    trio.run(both)
+    for policy, span in spans.items():
+        _write_window(out / policy, policy, settings.budget, span)
+    return spans
 
 
 def measure_run(run_dir: Path, *, warmup: float) -> RunResult:

@@ -257,3 +257,43 @@ def test_the_family_measures_freshness_and_age_exactly_in_each_window() -> None:
     fresh, age = family._windows([[1.0, 6.0]], [np.array([3.0])], [8.0])
     assert fresh.tolist() == pytest.approx([0.5])
     assert age.tolist() == pytest.approx([1.0])  # ∫ from 4 to 6 of (t − 3) dt, over 4 s
+
+
+@pytest.mark.slow
+def test_the_familys_real_subset_runs_both_daemons_at_once_and_measures_as_the_views_do(
+    tmp_path: Path,
+) -> None:
+    from analysis import family
+    from analysis._db import open_history, rows
+
+    web = family.FamilyWeb(seed=7, simweb=SMALL_WEB, budget=16.0, min_delay=0.05, label="small")
+    real = family.real_web(web, seconds=16.0, out=tmp_path, workers=8, horizons=[16.0])
+    pages = model.model_web(SMALL_WEB).rates.size
+    spans = []
+    for policy in ("uniform", "optimal"):
+        run = real[policy]
+        assert run["pages"] == pages and run["fetches"] > 0.8 * 16.0 * 16.0  # B for 16 s
+        fetches, _ = family.run_history(tmp_path / policy)
+        times = np.concatenate([np.asarray(f) for f in fetches])
+        assert times.min() >= 0.0 and times.max() <= 16.5
+        window = json.loads((tmp_path / policy / "run.json").read_text())
+        spans.append((window["start"], window["end"]))
+        # every page has a copy by 8 s, so the views' freshness over the covered page-seconds
+        # is the freshness over all of them that the family measures
+        t0 = window["start"] + 8.0
+        con = open_history(
+            tmp_path / policy / "refresher.duckdb", truth=tmp_path / policy / "truth.duckdb"
+        )
+        try:
+            view = rows(con, "SELECT * FROM true_freshness(?, ?)", [t0, t0 + 8.0])[0]
+        finally:
+            con.close()
+        assert view["coverage"] == pytest.approx(1.0)
+        fresh, age = family.measure_windows(*family.run_history(tmp_path / policy), [(8.0, 16.0)])
+        assert fresh[0] == pytest.approx(view["freshness"], rel=1e-6)
+        assert age[0] == pytest.approx(view["age"], rel=1e-6)
+        assert np.mean(run["freshness"][0]) == pytest.approx(fresh[0], abs=1e-9)
+    # side by side: the two runs overlap for most of their span
+    (a0, a1), (b0, b1) = spans
+    assert min(a1, b1) - max(a0, b0) > 12.0
+    assert "web 7 real daemons" in family.format_real(real, None)
