@@ -785,7 +785,7 @@ def _fitted_spread(
     a change time as the statistics estimator's two-point rule."""
     # imported here: the statistics estimator imports this module
     from refresher.refresh._estimate_stats import two_point_nodes
-    from refresher.refresh._spread import SpreadEvidence, fit_spread
+    from refresher.refresh._spread import SpreadEvidence, fit_spread, sample
 
     p, t, c, timed, quiet_after = observed
     untimed = c & ~timed
@@ -794,8 +794,10 @@ def _fitted_spread(
     count = _sum(pu, np.ones(pu.size), n_pages)
     moments = np.stack([_sum(pu, lt**k, n_pages) for k in (1, 2, 3)])
     t0, t1, share = two_point_nodes(count, moments)
-    seen = np.bincount(p, minlength=n_pages) > 0
-    mean = np.asarray(prior.mean, dtype=np.float64)
+    seen = sample(np.flatnonzero(np.bincount(p, minlength=n_pages) > 0))
+    mean = np.broadcast_to(np.asarray(prior.mean, dtype=np.float64), (n_pages,))[seen]
+    exposure = _sum(p, t, n_pages)[seen]
+    changed = (_sum(p, c, n_pages) > 0)[seen]
     evidence = SpreadEvidence(
         quiet=_sum(p, np.where(c, quiet_after, t), n_pages)[seen],
         timed=_sum(p, timed, n_pages)[seen],
@@ -803,12 +805,13 @@ def _fitted_spread(
         w0=(count * share)[seen],
         t1=t1[seen],
         w1=(count * (1.0 - share))[seen],
-        changed=(_sum(p, c, n_pages) > 0)[seen],
-        mean=np.broadcast_to(mean, (n_pages,))[seen],
+        changed=changed,
+        mean=mean,
     )
     pi = 0.0
-    if mixture:
-        _, pi = static_probability(p, t, c, n_pages, prior_mean=prior.mean, sd=prior.sd)
+    if mixture:  # the share of static pages among the sampled pages
+        ids = np.arange(seen.size)
+        _, pi = static_probability(ids, exposure, changed, seen.size, prior_mean=mean, sd=prior.sd)
     return fit_spread(evidence, spread=prior.sd, static_share=pi)
 
 

@@ -48,7 +48,7 @@ from refresher.refresh._estimate import (
     _psi,
     _z,
 )
-from refresher.refresh._spread import SpreadEvidence, fit_spread
+from refresher.refresh._spread import SpreadEvidence, fit_spread, sample
 from refresher.refresh._static import static_probability
 from refresher.store import ChangeStatistics
 
@@ -326,8 +326,9 @@ def _log_normal(
 
 
 def _fitted_spread(ev: PageEvidence, means: Float, spread: float, mixture: bool) -> float:
-    """:func:`refresher.refresh._spread.fit_spread` on the observed pages' evidence."""
-    seen = np.flatnonzero(ev.fetches > 0)
+    """:func:`refresher.refresh._spread.fit_spread` on the observed pages' evidence (a
+    sample of them: :func:`refresher.refresh._spread.sample`)."""
+    seen = sample(np.flatnonzero(ev.fetches > 0))
     timed = ev.timed[seen]
     changes = ev.changes[seen]
     untimed = np.where(timed, 0.0, changes)
@@ -344,7 +345,17 @@ def _fitted_spread(ev: PageEvidence, means: Float, spread: float, mixture: bool)
         changed=changes > 0,
         mean=means[seen],
     )
-    pi = _static_share(ev, means, spread) if mixture else 0.0
+    pi = 0.0
+    if mixture:  # the share of static pages among the sampled pages
+        exposure = ev.exposure[seen]
+        _, pi = static_probability(
+            np.arange(seen.size),
+            exposure,
+            changes > 0,
+            seen.size,
+            prior_mean=means[seen],
+            sd=spread,
+        )
     return fit_spread(evidence, spread=spread, static_share=pi)
 
 
@@ -457,18 +468,9 @@ def estimate_statistics(
     return est, _static(ev, est.prior_mean, est.prior_sd)
 
 
-def _static_share(ev: PageEvidence, prior_mean: Float, spread: float) -> float:
-    """The share π of pages that never change (:func:`static_probability`)."""
-    return _static_and_share(ev, prior_mean, spread)[1]
-
-
 def _static(ev: PageEvidence, prior_mean: Float, spread: float) -> Float:
     """P(never changes) per page (:func:`static_probability`, which reads per page only its
     exposure and whether it ever changed)."""
-    return _static_and_share(ev, prior_mean, spread)[0]
-
-
-def _static_and_share(ev: PageEvidence, prior_mean: Float, spread: float) -> tuple[Float, float]:
     seen = np.flatnonzero(ev.exposure > 0)
     static_p, share = static_probability(
         np.arange(seen.size),
@@ -480,4 +482,4 @@ def _static_and_share(ev: PageEvidence, prior_mean: Float, spread: float) -> tup
     )
     p0 = np.full(ev.fetches.size, share)
     p0[seen] = static_p
-    return p0, share
+    return p0

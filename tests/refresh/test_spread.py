@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from refresher.refresh._spread import SpreadEvidence, fit_spread
+from refresher.refresh._spread import SAMPLE, SpreadEvidence, fit_spread, sample
 
 CENTRE = math.log(1 / 600)  # one change in ten minutes
 
@@ -103,3 +103,14 @@ def test_the_fit_is_always_a_spread_between_a_quarter_and_four(
         regular_pages(n, sd, seed=seed, intervals=intervals), spread=2.0, static_share=share
     )
     assert 0.25 - 1e-9 <= fitted <= 4.0 + 1e-9
+
+
+def test_a_large_web_is_judged_on_an_even_sample_of_its_pages() -> None:
+    pages = np.arange(10, 1_000_010, dtype=np.intp)
+    picked = sample(pages)
+    assert picked.size == SAMPLE
+    assert picked[0] == pages[0] and picked[-1] == pages[-1]
+    gaps = np.diff(picked)
+    assert gaps.min() >= 244 and gaps.max() <= 245  # evenly spaced
+    few = np.arange(5, dtype=np.intp)
+    assert sample(few) is few
