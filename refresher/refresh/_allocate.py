@@ -322,7 +322,34 @@ def plan(
         target[starved] = spare * worth[starved] / mass
     elif spare > 0:
         target *= budget / max(float(target.sum()), 1e-300)
+    if spare > 0:
+        target = _within_caps(target, inputs.host_index, inputs.host_caps, budget)
     return Plan(target=target, allocation=alloc, explored=explored)
+
+
+def _within_caps(
+    target: NDArray[np.float64], host: NDArray[np.intp], caps: NDArray[np.float64], budget: float
+) -> NDArray[np.float64]:
+    """``target`` with every host at most at its cap: the exploration share (or the rescale
+    that hands it back to the plan) can push a host the solve left at its cap past it, and a
+    host cannot be fetched faster than its politeness allows, so that part of B would never
+    reach the wire. What a host sheds goes to the pages of hosts below their caps, in
+    proportion to their rates, as far as their caps allow (what none can take stays
+    unplaced, as in the solve)."""
+    out = target.copy()
+    for _ in range(len(caps) + 1):  # each round fills at least one more host to its cap
+        sums = np.bincount(host, out, minlength=caps.size)
+        over = sums > caps * (1.0 + 1e-9)
+        if over.any():
+            scale = np.where(over, caps / np.maximum(sums, 1e-300), 1.0)
+            out *= scale[host]
+            sums = np.minimum(sums, caps)
+        free = (sums < caps * (1.0 - 1e-9))[host] & (out > 0.0)
+        missing = min(budget, float(caps.sum())) - float(out.sum())
+        if not over.any() or missing <= 1e-12 * budget or not free.any():
+            break
+        out[free] *= 1.0 + missing / float(out[free].sum())
+    return out
 
 
 class Planner(Protocol):

@@ -14,6 +14,8 @@ import numpy as np
 import pytest
 import trio
 from conftest import cli, daemon_config, fetch_record, wait_for
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from refresher import policies
 from refresher.refresh._allocate import (
@@ -92,6 +94,49 @@ def test_host_caps_bind_and_the_rest_is_reported_unplaced():
     )
     assert p.target[:2].sum() == pytest.approx(0.5) and p.target[2] == pytest.approx(0.25)
     assert p.allocation.unplaced == pytest.approx(2.25)
+
+
+def test_exploration_handed_back_to_the_plan_keeps_a_capped_host_at_its_cap():
+    # Nothing starves under optimal-age, so the exploration share goes back to the plan: by
+    # scaling every rate up it pushed host 0 (at its cap of 5/s) to 5.26/s, which politeness
+    # never lets happen, and that part of B never reached the wire.
+    rates = np.array([1.0] * 10 + [0.01] * 10 + [0.001] * 10)
+    given = inputs(rates, hosts=[0] * 10 + [1] * 10 + [2] * 10, caps=[5.0, 5.0, 5.0])
+    for decide in ("plug-in", "expected"):
+        sd = np.full(30, 0.3) if decide == "expected" else None
+        p = plan(dataclasses.replace(given, rate_sd=sd), "optimal-age", 8.0, explore=0.05)
+        per_host = np.bincount(given.host_index, p.target)
+        assert per_host[0] == pytest.approx(5.0)
+        assert p.target.sum() == pytest.approx(8.0)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    n=st.integers(1, 40),
+    seed=st.integers(0, 10_000),
+    budget=st.floats(0.01, 30.0),
+    explore=st.sampled_from([0.0, 0.05, 0.3]),
+    name=st.sampled_from(["uniform", "proportional", "optimal", "optimal-age"]),
+    decide=st.sampled_from(["plug-in", "expected"]),
+)
+def test_a_plan_never_asks_a_host_for_more_than_its_cap_and_spends_what_the_caps_allow(
+    n: int, seed: int, budget: float, explore: float, name: str, decide: str
+):
+    rng = np.random.default_rng(seed)
+    hosts = rng.integers(0, 4, n)
+    caps = rng.choice([0.05, 0.5, 5.0, np.inf], 4)
+    given = dataclasses.replace(
+        inputs(np.exp(rng.normal(-2.0, 2.0, n)), hosts=hosts, caps=caps),
+        rate_sd=rng.uniform(0.0, 3.0, n),
+    )
+    p = plan(given, name, budget, explore=explore, decide=decide)
+    per_host = np.bincount(hosts, p.target, minlength=4)
+    assert (p.target >= 0).all()
+    assert (per_host <= caps * (1 + 1e-6) + 1e-12).all()
+    room = float(caps[np.bincount(hosts, minlength=4) > 0].sum())
+    assert p.target.sum() <= min(budget, room) * (1 + 1e-6)
+    if (p.target > 0).all():  # every page can take more: only the caps stop it
+        assert p.target.sum() == pytest.approx(min(budget, room), rel=1e-6)
 
 
 def test_the_policy_table_ranks_optimal_over_uniform_over_proportional():
