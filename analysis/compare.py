@@ -563,11 +563,32 @@ def format_report(comparison: Comparison) -> str:
     return "\n".join(lines) + "\n"
 
 
-def compare(settings: CompareSettings, out: Path, *, rerun: bool = True) -> Comparison:
-    """Run every policy of ``settings`` in turn under ``out/<policy>/``; write
-    ``out/compare.json`` and ``out/compare.png``. ``rerun`` False measures the runs already
-    there again (another warm-up share) instead of running them."""
-    if rerun:
+def _horizons(settings: CompareSettings, out: Path) -> str:
+    """True freshness and age of side-by-side runs over (h/2, h] per horizon, measured as
+    ``analysis.family`` measures its webs."""
+    from analysis import family  # imported here: the family module imports this one
+
+    real = family.measure_real(
+        out, settings.policies, seconds=settings.seconds, seed=settings.simweb.seed
+    )
+    (out / "horizons.json").write_text(json.dumps(real, indent=1) + "\n")
+    return family.format_real(real, None)
+
+
+def compare(
+    settings: CompareSettings, out: Path, *, rerun: bool = True, side_by_side: bool = False
+) -> Comparison:
+    """Run every policy of ``settings`` in turn (``side_by_side``: all at once, each against
+    its own copy of the web) under ``out/<policy>/``; write ``out/compare.json`` and
+    ``out/compare.png``. ``rerun`` False measures the runs already there again (another
+    warm-up share) instead of running them."""
+    if rerun and side_by_side:
+        run_side_by_side(settings, out)
+        results = tuple(measure_run(out / p, warmup=settings.warmup) for p in settings.policies)
+        if settings.plots:
+            for p in settings.policies:
+                make_plots(out / p / "refresher.duckdb", out / p, truth=out / p / "truth.duckdb")
+    elif rerun:
         results = tuple(run_policy(p, settings, out / p) for p in settings.policies)
     else:
         results = tuple(measure_run(out / p, warmup=settings.warmup) for p in settings.policies)
@@ -604,6 +625,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--time-scale", type=float, default=web.time_scale)
     parser.add_argument("--no-plots", action="store_true", help="no per-run PNGs")
     parser.add_argument(
+        "--side-by-side",
+        action="store_true",
+        help="run the policies at the same time, each against its own copy of the web, and "
+        "print true freshness and age over (h/2, h] for h = 1, 5, 30 minutes",
+    )
+    parser.add_argument(
         "--remeasure",
         action="store_true",
         help="measure the runs already in --out again (e.g. with another --warmup); no runs",
@@ -629,11 +656,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             weights=args.weights,
             plots=not args.no_plots,
         )
-        comparison = compare(settings, args.out, rerun=not args.remeasure)
+        comparison = compare(
+            settings, args.out, rerun=not args.remeasure, side_by_side=args.side_by_side
+        )
     except (RefresherError, ValueError) as e:
         print(f"analysis.compare: {e}", file=sys.stderr)
         return 2
     print(format_report(comparison), end="")
+    if args.side_by_side:
+        print(_horizons(settings, args.out))
     print(f"written: {args.out / 'compare.json'}, {args.out / 'compare.png'}")
     return 0
 

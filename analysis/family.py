@@ -46,6 +46,7 @@ from numpy.typing import NDArray
 from analysis import compare
 from analysis._db import open_history, rows
 from analysis.model import ModelSettings, ModelWeb, model_web, replay
+from refresher.refresh._allocate import Plan, PolicyInputs, page_freshness
 from refresher.sim._simweb import RateClass, SimwebConfig
 
 __all__ = [
@@ -55,7 +56,9 @@ __all__ = [
     "TUNE",
     "FamilyWeb",
     "family_web",
+    "honesty",
     "main",
+    "measure_real",
     "measure_windows",
     "real_web",
     "run_history",
@@ -284,14 +287,26 @@ def real_web(
         plots=False,
     )
     compare.run_side_by_side(settings, out)
+    result = measure_real(out, policies, seconds=seconds, seed=web.seed, horizons=horizons)
+    return {**result, "label": web.label}
+
+
+def measure_real(
+    out: Path,
+    policies: Sequence[str],
+    *,
+    seconds: float,
+    seed: int,
+    horizons: Sequence[float] | None = None,
+) -> dict[str, Any]:
+    """:func:`real_web`'s figures from finished runs in ``out/<policy>/``."""
     horizons = [h for h in HORIZONS if h <= seconds] if horizons is None else list(horizons)
     edges = [
         (h / 2 + h / 2 * k / BLOCKS, h / 2 + h / 2 * (k + 1) / BLOCKS)
         for h in horizons
         for k in range(BLOCKS)
     ]
-    result: dict[str, Any] = {"seed": web.seed, "label": web.label, "seconds": seconds}
-    result["horizons"] = horizons
+    result: dict[str, Any] = {"seed": seed, "seconds": seconds, "horizons": horizons}
     for policy in policies:
         fetches, changes = run_history(out / policy)
         fresh, age = measure_windows(fetches, changes, edges)
@@ -335,6 +350,30 @@ def format_real(real: dict[str, Any], model: dict[str, Any] | None) -> str:
             unit = "F" if kind == "freshness" else "age (s)"
             lines.append(f"  {h / 60:>4g} min  {unit}  " + "  ".join(parts))
     return "\n".join(lines)
+
+
+def honesty(web: FamilyWeb, *, seconds: float = 900.0, run: int = 1) -> tuple[float, float]:
+    """(estimated, true) mean freshness of optimal over the last quarter of a modelled run of
+    ``seconds``: the plan's own estimate (:func:`refresher.refresh._allocate.page_freshness`,
+    what status, the metrics and the stored λ̂ report) averaged over the plans made in the
+    window, and the truth from the change times."""
+    settings = ModelSettings(
+        simweb=web.simweb,
+        seconds=seconds,
+        budget=web.budget,
+        min_delay=web.min_delay,
+        decide="expected",
+    )
+    start = 0.75 * seconds
+    estimates: list[float] = []
+
+    def seen(now: float, inputs: PolicyInputs, made: Plan) -> None:
+        if now >= start:
+            estimates.append(float(np.mean(page_freshness(inputs, made.target))))
+
+    fetches, changes = replay("optimal", model_web(web.simweb), settings, run, on_plan=seen)
+    fresh, _ = measure_windows(fetches, changes, [(start, seconds)])
+    return float(np.mean(estimates)), float(fresh[0])
 
 
 def _mean_se(values: Float) -> tuple[Float, Float]:
@@ -440,6 +479,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="plan with the prior's sd as configured (2), not fitted to the pages",
     )
+    parser.add_argument(
+        "--honesty",
+        action="store_true",
+        help="instead: optimal's estimated against true freshness, last quarter of 15 minutes",
+    )
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument(
         "--real",
@@ -478,6 +522,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         seeds = tuple(int(x) for x in args.seeds.split(","))
     if args.webs:
         seeds = seeds[: args.webs]
+    if args.honesty:
+        gaps = []
+        for seed in seeds:
+            est, true = honesty(family_web(seed))
+            gaps.append(est - true)
+            print(f"web {seed}: estimated {est:.4f}  true {true:.4f}  gap {est - true:+.4f}")
+        print(f"largest gap {max(gaps, key=abs):+.4f} over {len(gaps)} webs")
+        return 0
     results = []
 
     def model(seed: int, horizon: float) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -34,7 +34,7 @@ from numpy.typing import NDArray
 from analysis.compare import disallowed
 from refresher import policies
 from refresher._errors import RefresherError
-from refresher.refresh._allocate import PolicyInputs, plan, uncertainty
+from refresher.refresh._allocate import Plan, PolicyInputs, plan, uncertainty
 from refresher.refresh._estimate import MODELS, estimate_pages
 from refresher.sim._simweb import SimwebConfig, plan_web
 
@@ -185,10 +185,16 @@ def run_model(policy: str, web: ModelWeb, settings: ModelSettings, seed: int) ->
 
 
 def replay(
-    policy: str, web: ModelWeb, settings: ModelSettings, seed: int
+    policy: str,
+    web: ModelWeb,
+    settings: ModelSettings,
+    seed: int,
+    *,
+    on_plan: Callable[[float, PolicyInputs, Plan], None] | None = None,
 ) -> tuple[list[list[float]], list[Float]]:
     """One modelled run of ``policy``: each page's fetch times and change times (seconds
-    from the start; change times drawn from ``seed``)."""
+    from the start; change times drawn from ``seed``). ``on_plan(now, inputs, plan)`` sees
+    every plan as it is made."""
     rng = np.random.default_rng(seed)
     n = web.rates.size
     changes = _changes(web.rates, settings.seconds, rng)
@@ -200,9 +206,12 @@ def replay(
         if now >= next_plan:
             next_plan += settings.resolve_interval
             inputs = _plan_inputs(policy, web, settings, fetches, changes)
-            target = plan(
+            made = plan(
                 inputs, policy, settings.budget, explore=settings.explore, decide=settings.decide
-            ).target
+            )
+            if on_plan is not None:
+                on_plan(now, inputs, made)
+            target = made.target
             last = np.array([t[-1] if t else np.nan for t in fetches])
             with np.errstate(divide="ignore"):
                 due = np.where(np.isfinite(last), last + 1.0 / target, due)

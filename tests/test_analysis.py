@@ -297,3 +297,12 @@ def test_the_familys_real_subset_runs_both_daemons_at_once_and_measures_as_the_v
     (a0, a1), (b0, b1) = spans
     assert min(a1, b1) - max(a0, b0) > 12.0
     assert "web 7 real daemons" in family.format_real(real, None)
+
+
+def test_the_familys_honesty_check_compares_the_plans_estimate_with_the_truth() -> None:
+    from analysis import family
+
+    web = family.FamilyWeb(seed=7, simweb=SMALL_WEB, budget=16.0, min_delay=0.05, label="small")
+    estimated, true = family.honesty(web, seconds=120.0)
+    assert 0.0 < true < 1.0 and 0.0 < estimated < 1.0
+    assert abs(estimated - true) < 0.1, (estimated, true)
