@@ -34,7 +34,7 @@ from numpy.typing import NDArray
 from analysis.compare import disallowed
 from refresher import policies
 from refresher._errors import RefresherError
-from refresher.refresh._allocate import Plan, PolicyInputs, plan, uncertainty
+from refresher.refresh._allocate import Plan, PolicyInputs, plan, uncertainty, within_caps
 from refresher.refresh._estimate import MODELS, estimate_pages
 from refresher.sim._simweb import SimwebConfig, plan_web
 
@@ -209,6 +209,7 @@ def replay(
             made = plan(
                 inputs, policy, settings.budget, explore=settings.explore, decide=settings.decide
             )
+            made = replace(made, target=within_caps(inputs, made.target))  # as the allocator
             if on_plan is not None:
                 on_plan(now, inputs, made)
             target = made.target

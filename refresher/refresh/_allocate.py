@@ -67,6 +67,7 @@ __all__ = [
     "plan",
     "policy_table",
     "priority_level",
+    "within_caps",
 ]
 
 log = get_logger("allocate")
@@ -322,20 +323,19 @@ def plan(
         target[starved] = spare * worth[starved] / mass
     elif spare > 0:
         target *= budget / max(float(target.sum()), 1e-300)
-    if spare > 0:
-        target = _within_caps(target, inputs.host_index, inputs.host_caps, budget)
     return Plan(target=target, allocation=alloc, explored=explored)
 
 
-def _within_caps(
-    target: NDArray[np.float64], host: NDArray[np.intp], caps: NDArray[np.float64], budget: float
-) -> NDArray[np.float64]:
-    """``target`` with every host at most at its cap: the exploration share (or the rescale
-    that hands it back to the plan) can push a host the solve left at its cap past it, and a
-    host cannot be fetched faster than its politeness allows, so that part of B would never
-    reach the wire. What a host sheds goes to the pages of hosts below their caps, in
-    proportion to their rates, as far as their caps allow (what none can take stays
-    unplaced, as in the solve)."""
+def within_caps(inputs: PolicyInputs, target: NDArray[np.float64]) -> NDArray[np.float64]:
+    """``target`` (f per page, fetches per second) with every host at most at its cap and the
+    same total where the caps allow it. A plan's exploration share, or the rescale that hands
+    it back to the policy's split when nothing starved (:func:`plan`, and a fleet's level
+    alike), can push a host the solve left at its cap past it; politeness never fetches a
+    host faster than its cap, so that part of B would never reach the wire. What a host
+    sheds goes to the pages of hosts below their caps, in proportion to their rates, as far
+    as their caps allow. The allocator applies it to every plan before the due times."""
+    host, caps = inputs.host_index, inputs.host_caps
+    budget = float(target.sum())
     out = target.copy()
     for _ in range(len(caps) + 1):  # each round fills at least one more host to its cap
         sums = np.bincount(host, out, minlength=caps.size)
@@ -609,6 +609,7 @@ class Allocator:
         result = await trio.to_thread.run_sync(
             lambda: planner(inputs, policy, budget, explore=explore, decide=decide)
         )
+        result = replace(result, target=within_caps(inputs, result.target))
         update = PlanUpdate(
             page_ids=inputs.page_ids,
             rates=reported_rates(inputs, result.target),
