@@ -58,6 +58,7 @@ __all__ = [
     "family_web",
     "honesty",
     "main",
+    "markdown_table",
     "measure_real",
     "measure_windows",
     "real_web",
@@ -498,6 +499,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--real-policies", default="uniform,optimal", help="run side by side on each web"
     )
     parser.add_argument(
+        "--markdown", action="store_true", help="with --replot: also print README's table"
+    )
+    parser.add_argument(
         "--replot",
         type=Path,
         nargs="*",
@@ -506,7 +510,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.replot:
-        return _replot(args.replot, args.out)
+        return _replot(args.replot, args.out, args.markdown)
     if args.runs < 2 or args.horizon < HORIZONS[0] or args.real_seconds < HORIZONS[0]:
         print(
             "analysis.family: --runs must be ≥ 2, --horizon and --real-seconds ≥ 60 s",
@@ -586,12 +590,39 @@ def _real(
         (args.out / "real.json").write_text(json.dumps(out, indent=1))
 
 
-def _replot(paths: Sequence[Path], out: Path | None) -> int:
+def markdown_table(results: list[dict[str, Any]]) -> str:
+    """README's table: per web and horizon uniform / optimal / clairvoyant true freshness,
+    the margin with its s.e., optimal's share of clairvoyant; the age shares at the end."""
+    heads = ["web", "pages, mix, Last-Modified, B/Σλ, caps"]
+    for h in HORIZONS:
+        heads += [f"{h / 60:g} min: uniform / optimal / clairvoyant", "Δ ± s.e.", "share"]
+    heads.append("age share " + " / ".join(f"{h / 60:g}" for h in HORIZONS) + " min")
+    lines = ["| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
+    for r in results:
+        s = summarize(r)
+        label = r["label"].replace(", sitemaps 0%", "").replace(", sitemaps 50%", "")
+        cells = [str(r["seed"]), f"{r['pages']} p. ({label})"]
+        for k in range(len(HORIZONS)):
+            if k >= len(r["horizons"]):
+                cells += ["", "", ""]
+                continue
+            u, o, c = (s[f"{n}.freshness"][0][k] for n in ("uniform", "optimal", "clairvoyant"))
+            d, e = (x[k] for x in s["margin"])
+            share = f"{s['share'][k]:.1%}"
+            cells += [f"{u:.3f} / {o:.3f} / {c:.3f}", f"{d:+.4f} ± {e:.4f}", share]
+        cells.append(" / ".join(f"{x:.0%}" for x in s["age_share"]))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _replot(paths: Sequence[Path], out: Path | None, markdown: bool = False) -> int:
     results = [r for p in paths for r in json.loads(p.read_text())]
     results.sort(key=lambda r: int(r["seed"]))
     for r in results:
         print(format_row(r, summarize(r)))
     _overall(results)
+    if markdown:
+        print(markdown_table(results))
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         plot_family(results, out / "family.png")
