@@ -728,6 +728,7 @@ def _log_normal_rounds(
     rounds: int,
     start: ArrayLike | None,
     mixture: bool = False,
+    real: Mask | None = None,
 ) -> tuple[LogNormalPrior, Float]:
     """:func:`log_normal_host_prior` on validated observations (see :func:`_timed`), and the
     last round's rates (changes per second), a close start for the final estimate.
@@ -758,7 +759,7 @@ def _log_normal_rounds(
         theta = np.log(est.rate)
         member = observed.astype(np.float64)
         if mixture:
-            p0, _ = static_probability(p, t, c, n_pages, prior_mean=means, sd=sd)
+            p0, _ = _static_of(p, t, c, real, n_pages, means, sd)
             member *= 1.0 - p0
         if not member.sum() > 0.0:
             member = observed.astype(np.float64)
@@ -774,11 +775,24 @@ def _log_normal_rounds(
     return LogNormalPrior(mean=means, sd=sd), rates
 
 
+def _static_of(
+    p: Index, t: Float, c: Mask, real: Mask | None, n_pages: int, mean: ArrayLike, sd: float
+) -> tuple[Float, float]:
+    """:func:`static_probability` from the observations in ``real`` (all when None): a first
+    copy's Last-Modified says when the page last changed or was made, and a changing page
+    shows a quiet time there as surely as a static one, so it says nothing about whether a
+    page changes at all."""
+    if real is not None:
+        p, t, c = p[real], t[real], c[real]
+    return static_probability(p, t, c, n_pages, prior_mean=mean, sd=sd)
+
+
 def _fitted_spread(
     observed: tuple[Index, Float, Mask, Mask, Float],
     n_pages: int,
     prior: LogNormalPrior,
     mixture: bool,
+    real: Mask | None = None,
 ) -> float:
     """:func:`refresher.refresh._spread.fit_spread` on validated observations (page, interval,
     changed, timed, quiet after the change: see :func:`_timed`), the changed intervals without
@@ -796,7 +810,7 @@ def _fitted_spread(
     t0, t1, share = two_point_nodes(count, moments)
     seen = sample(np.flatnonzero(np.bincount(p, minlength=n_pages) > 0))
     mean = np.broadcast_to(np.asarray(prior.mean, dtype=np.float64), (n_pages,))[seen]
-    exposure = _sum(p, t, n_pages)[seen]
+    exposure = _sum(p, t if real is None else np.where(real, t, 0.0), n_pages)[seen]
     changed = (_sum(p, c, n_pages) > 0)[seen]
     evidence = SpreadEvidence(
         quiet=_sum(p, np.where(c, quiet_after, t), n_pages)[seen],
@@ -810,8 +824,10 @@ def _fitted_spread(
     )
     pi = 0.0
     if mixture:  # the share of static pages among the sampled pages
-        ids = np.arange(seen.size)
-        _, pi = static_probability(ids, exposure, changed, seen.size, prior_mean=mean, sd=prior.sd)
+        some = np.flatnonzero(exposure > 0.0)
+        _, pi = static_probability(
+            some, exposure[some], changed[some], seen.size, prior_mean=mean, sd=prior.sd
+        )
     return fit_spread(evidence, spread=prior.sd, static_share=pi)
 
 
@@ -831,6 +847,7 @@ def estimate_pages(
     confidence: float = 0.95,
     mixture: bool = False,
     fit_spread: bool = False,
+    first_copy: ArrayLike | None = None,
 ) -> Estimate:
     """The estimate for every page, choosing the method per page.
 
@@ -849,7 +866,9 @@ def estimate_pages(
     plan then weighs each page by that probability (:mod:`refresher.refresh._static`).
     ``fit_spread`` (log-normal only): the prior's sd is fitted to the pages
     (:func:`refresher.refresh._spread.fit_spread`, around ``spread``) before the final
-    estimate; ``Estimate.prior_sd`` says which sd was used."""
+    estimate; ``Estimate.prior_sd`` says which sd was used. ``first_copy`` (bool per
+    observation): the observation is a first copy's quiet time from its Last-Modified, used
+    for the rate but not for whether the page changes at all (:func:`_static_of`)."""
     if model not in MODELS:
         raise ValueError(f"model must be one of {', '.join(map(repr, MODELS))}, not {model!r}")
     if model == "log-normal":
@@ -862,11 +881,14 @@ def estimate_pages(
         hosts = np.zeros(n_pages, np.intp) if page_host is None else np.asarray(page_host)
         timed, quiet_after = _timed(c, t, since)
         host_of = hosts.astype(np.intp, copy=False)
-        ln_prior, rates = _log_normal_rounds(
-            p, t, c, timed, quiet_after, host_of, max(n_hosts, 1), spread, None, 3, None, mixture
-        )
+        real = None if first_copy is None else ~np.asarray(first_copy, dtype=bool)
+        if real is not None and real.shape != t.shape:
+            raise ValueError("first_copy must have one entry per observation")
+        rounds = (p, t, c, timed, quiet_after, host_of, max(n_hosts, 1), spread, None, 3, None)
+        ln_prior, rates = _log_normal_rounds(*rounds, mixture, real)
         if fit_spread:
-            sd = _fitted_spread((p, t, c, timed, quiet_after), n_pages, ln_prior, mixture)
+            obs = (p, t, c, timed, quiet_after)
+            sd = _fitted_spread(obs, n_pages, ln_prior, mixture, real)
             ln_prior = LogNormalPrior(mean=ln_prior.mean, sd=sd)
         z = _z(confidence)
         est = _log_normal_map(p, t, c, timed, quiet_after, n_pages, ln_prior, rates, z)

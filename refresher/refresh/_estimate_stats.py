@@ -97,6 +97,7 @@ class PageEvidence:
 
     fetches: Float  # observations (weighted), the first copy's quiet interval included
     exposure: Float  # Σ t of those, seconds
+    first_quiet: Float  # the first copy's quiet interval in that, seconds (0: none)
     changes: Float  # X (weighted)
     changed_time: Float  # Σ t over changed intervals (weighted)
     timed: Mask  # the page's change times are used (trusted host, every change timed)
@@ -129,7 +130,7 @@ def evidence(
     size = n.size
     out = {
         name: np.empty(size)
-        for name in ("fetches", "exposure", "changes", "changed_time", "quiet_after")
+        for name in ("fetches", "exposure", "first_quiet", "changes", "changed_time", "quiet_after")
     } | {name: np.empty(size) for name in ("t0", "t1", "share")}
     timed = np.empty(size, dtype=bool)
     for b in _blocks(size):
@@ -139,7 +140,8 @@ def evidence(
         fq = stats.first_quiet[b]
         first = on_trusted & np.isfinite(fq) & (nb <= history)
         out["fetches"][b] = np.rint(nb * scale) + first
-        out["exposure"][b] = stats.time[b] * scale + np.where(first, fq, 0.0)
+        out["first_quiet"][b] = np.where(first, fq, 0.0)
+        out["exposure"][b] = stats.time[b] * scale + out["first_quiet"][b]
         out["changes"][b] = stats.changes[b] * scale
         out["changed_time"][b] = stats.changed_time[b] * scale
         out["quiet_after"][b] = stats.quiet_after[b] * scale
@@ -347,14 +349,10 @@ def _fitted_spread(ev: PageEvidence, means: Float, spread: float, mixture: bool)
     )
     pi = 0.0
     if mixture:  # the share of static pages among the sampled pages
-        exposure = ev.exposure[seen]
+        exposure = ev.exposure[seen] - ev.first_quiet[seen]
+        some = np.flatnonzero(exposure > 0.0)
         _, pi = static_probability(
-            np.arange(seen.size),
-            exposure,
-            changes > 0,
-            seen.size,
-            prior_mean=means[seen],
-            sd=spread,
+            some, exposure[some], changes[some] > 0, seen.size, prior_mean=means[seen], sd=spread
         )
     return fit_spread(evidence, spread=spread, static_share=pi)
 
@@ -470,11 +468,14 @@ def estimate_statistics(
 
 def _static(ev: PageEvidence, prior_mean: Float, spread: float) -> Float:
     """P(never changes) per page (:func:`static_probability`, which reads per page only its
-    exposure and whether it ever changed)."""
-    seen = np.flatnonzero(ev.exposure > 0)
+    exposure and whether it ever changed), from the intervals between fetches: not the first
+    copy's quiet time, which a changing page shows as surely as a static one
+    (:func:`refresher.refresh._estimate._static_of`)."""
+    exposure = ev.exposure - ev.first_quiet
+    seen = np.flatnonzero(exposure > 0)
     static_p, share = static_probability(
         np.arange(seen.size),
-        ev.exposure[seen],
+        exposure[seen],
         ev.changes[seen] > 0,
         seen.size,
         prior_mean=prior_mean[seen],

@@ -113,6 +113,7 @@ def from_history(
     intervals = np.concatenate((intervals, (t_at - lm)[first]))
     changed = np.concatenate((changed, np.zeros(int(first.sum()), dtype=bool)))
     since = np.concatenate((since, np.full(int(first.sum()), np.nan)))
+    first_copy = np.r_[np.zeros(obs.sum(), bool), np.ones(int(first.sum()), bool)]
     est = estimate_pages(
         p,
         intervals,
@@ -125,12 +126,14 @@ def from_history(
         model=model,
         mixture=mixture and model == "log-normal",
         fit_spread=fit_spread and model == "log-normal",
+        first_copy=first_copy,
     )
     p0 = None
     if est.prior_mean is not None:
         assert est.prior_sd is not None
+        real = ~first_copy  # a first copy's quiet time says nothing about changing at all
         p0, _ = static_probability(
-            p, intervals, changed, n, prior_mean=est.prior_mean, sd=est.prior_sd
+            p[real], intervals[real], changed[real], n, prior_mean=est.prior_mean, sd=est.prior_sd
         )
     return est, p0
 
