@@ -124,10 +124,11 @@ def _changes(rates: Float, seconds: float, rng: np.random.Generator) -> list[Flo
 
 def _observations(
     fetches: list[list[float]], changes: list[Float], honest: NDArray[np.bool_], history: int
-) -> tuple[NDArray[np.intp], Float, NDArray[np.bool_], Float]:
-    """The estimator's input: (page, interval, changed, seconds since the last change or NaN)
-    for the last ``history`` intervals of every page."""
-    page, interval, changed, since = [], [], [], []
+) -> tuple[NDArray[np.intp], Float, NDArray[np.bool_], Float, NDArray[np.bool_]]:
+    """The estimator's input: (page, interval, changed, seconds since the last change or NaN,
+    whether it is the first copy's quiet time) for the last ``history`` intervals of every
+    page."""
+    page, interval, changed, since, first = [], [], [], [], []
     for i, times in enumerate(fetches):
         if honest[i] and 0 < len(times) <= history:
             # The first copy's Last-Modified: no change from the last one (or the web's
@@ -139,6 +140,7 @@ def _observations(
                 interval.append(np.array([quiet]))
                 changed.append(np.array([False]))
                 since.append(np.array([np.nan]))
+                first.append(np.array([True]))
         if len(times) < 2:
             continue
         t = np.asarray(times[-(history + 1) :])
@@ -149,14 +151,16 @@ def _observations(
         interval.append(np.diff(t))
         changed.append(moved)
         since.append(np.where(moved & honest[i], t[1:] - last, np.nan))
+        first.append(np.zeros(t.size - 1, dtype=bool))
     if not page:
         empty = np.zeros(0)
-        return np.zeros(0, np.intp), empty, np.zeros(0, bool), empty
+        return np.zeros(0, np.intp), empty, np.zeros(0, bool), empty, np.zeros(0, bool)
     return (
         np.concatenate(page),
         np.concatenate(interval),
         np.concatenate(changed),
         np.concatenate(since),
+        np.concatenate(first),
     )
 
 
@@ -237,7 +241,7 @@ def _plan_inputs(
     n = web.rates.size
     cap = 1.0 / settings.min_delay if settings.min_delay > 0 else np.inf
     host_caps = np.full(int(web.hosts.max()) + 1 if n else 0, cap)
-    page, interval, changed, since = _observations(
+    page, interval, changed, since, first = _observations(
         fetches, changes, web.honest[web.hosts], settings.history
     )
     sd, static_p = None, None
@@ -257,9 +261,10 @@ def _plan_inputs(
             spread=settings.spread,
             mixture=settings.mixture and settings.static,
             fit_spread=settings.fit_spread,
+            first_copy=first,
         )
         rates = est.rate
-        sd, static_p = uncertainty(est, page, interval, changed, settings.spread)
+        sd, static_p = uncertainty(est, page, interval, changed, settings.spread, first)
     else:
         rates = np.full(n, 1.0 / settings.seconds)
         sd = np.full(n, settings.spread)

@@ -207,14 +207,20 @@ def uncertainty(
     intervals: NDArray[np.float64],
     changed: NDArray[np.bool_],
     spread: float,
+    first_copy: NDArray[np.bool_] | None = None,
 ) -> tuple[NDArray[np.float64] | None, NDArray[np.float64] | None]:
     """The posterior sd of ln λ and the probability of never changing, per page, from a
     log-normal estimate and its observations (None, None for the gamma prior); the prior's
-    sd is the estimate's own (``Estimate.prior_sd``) where it has one, else ``spread``."""
+    sd is the estimate's own (``Estimate.prior_sd``) where it has one, else ``spread``.
+    ``first_copy`` marks the observations that are a first copy's quiet time, which say
+    nothing about whether a page changes at all."""
     if est.prior_mean is None:
         return None, None
     n = est.rate.size
     sd = spread if est.prior_sd is None else est.prior_sd
+    if first_copy is not None:
+        real = ~first_copy
+        page_index, intervals, changed = page_index[real], intervals[real], changed[real]
     p0, _ = static_probability(page_index, intervals, changed, n, prior_mean=est.prior_mean, sd=sd)
     return posterior_sd(est), p0
 
