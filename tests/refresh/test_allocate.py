@@ -27,6 +27,7 @@ from refresher.refresh._allocate import (
     policy_table,
     priority_level,
     reported_rates,
+    uncertainty,
     within_caps,
 )
 from refresher.refresh._estimate import estimate_pages
@@ -663,3 +664,25 @@ def test_a_page_likely_never_to_change_reads_fresh_and_its_stored_rate_says_so()
     assert stored[0] == 0.05
     assert policies.freshness(stored[:3], target[:3]) == pytest.approx(fresh[:3], rel=1e-6)
     assert stored[1] < stored[0] and stored[2] < stored[1] and stored[3] == 0.0
+
+
+def test_a_first_copys_quiet_time_does_not_make_a_page_look_static():
+    # 40 pages never change, 40 change every 5 s (fetched every 10 s, eight times); 20 more
+    # were fetched once, their Last-Modified 3 s before: as likely from a changing page as a
+    # static one, so they stay at the share of static pages
+    rng = np.random.default_rng(3)
+    page = np.repeat(np.arange(80), 8)
+    t = np.full(page.size, 10.0)
+    changed = (page >= 40) & (rng.random(page.size) < -np.expm1(-10.0 / 5.0))
+    page = np.r_[page, np.arange(80, 100)]
+    t = np.r_[t, np.full(20, 3.0)]
+    changed = np.r_[changed, np.zeros(20, bool)]
+    first = np.r_[np.zeros(640, bool), np.ones(20, bool)]
+    est = estimate_pages(page, t, changed, 100, mixture=True, first_copy=first)
+    _, p0 = uncertainty(est, page, t, changed, 2.0, first)
+    _, counted = uncertainty(est, page, t, changed, 2.0)
+    assert p0 is not None and counted is not None
+    share = float(p0[:80].mean())
+    assert share == pytest.approx(0.5, abs=0.05)
+    assert p0[80:] == pytest.approx(share, abs=0.01)
+    assert (counted[80:] > share + 0.1).all()  # 3 quiet seconds at a 5 s centre: "static"
