@@ -106,20 +106,12 @@ def model_web(config: SimwebConfig) -> ModelWeb:
 
 
 def _changes(rates: Float, seconds: float, rng: np.random.Generator) -> list[Float]:
-    """Each page's change times in [0, seconds)."""
-    out = []
-    for rate in rates:
-        if rate <= 0.0:
-            out.append(np.zeros(0))
-            continue
-        k = int(rng.poisson(rate * seconds)) + 1
-        while True:
-            times = np.cumsum(rng.exponential(1.0 / rate, k))
-            if times[-1] >= seconds:
-                break
-            k *= 2
-        out.append(times[times < seconds])
-    return out
+    """Each page's change times in [0, seconds): a Poisson process of its rate, drawn as a
+    Poisson count of λ·seconds changes at uniform times. (Drawing exponential gaps until their
+    sum passed ``seconds``, and redrawing when too few were drawn, kept only the draws with
+    few changes: a page changing 0.3 times in 300 s on average changed 0.11 times.)"""
+    counts = rng.poisson(np.maximum(rates, 0.0) * seconds)
+    return [np.sort(rng.uniform(0.0, seconds, int(k))) for k in counts]
 
 
 def _observations(

@@ -306,3 +306,14 @@ def test_the_familys_honesty_check_compares_the_plans_estimate_with_the_truth() 
     estimated, true = family.honesty(web, seconds=120.0)
     assert 0.0 < true < 1.0 and 0.0 < estimated < 1.0
     assert abs(estimated - true) < 0.1, (estimated, true)
+
+
+def test_the_model_draws_each_pages_changes_at_its_rate() -> None:
+    rng = np.random.default_rng(0)
+    for rate in (0.001, 0.01, 1.0):
+        counts = np.array([c.size for c in model._changes(np.full(20_000, rate), 300.0, rng)])
+        expected = rate * 300.0
+        assert counts.mean() == pytest.approx(expected, abs=4 * math.sqrt(expected / 20_000))
+        assert counts.var() == pytest.approx(expected, rel=0.1)  # Poisson: variance = mean
+    times = model._changes(np.array([0.5]), 100.0, rng)[0]
+    assert (np.diff(times) > 0).all() and times.min() >= 0.0 and times.max() < 100.0
