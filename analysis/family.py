@@ -496,6 +496,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--real-seconds", type=float, default=300.0, help="per real run")
     parser.add_argument(
+        "--remeasure",
+        action="store_true",
+        help="with --real: measure the runs already under --out/real again, run no daemons",
+    )
+    parser.add_argument(
         "--real-policies", default="uniform,optimal", help="run side by side on each web"
     )
     parser.add_argument(
@@ -579,12 +584,12 @@ def _real(
     for seed in seeds:
         if seed not in models:
             models[seed] = model(seed, args.real_seconds)
-        result = real_web(
-            family_web(seed),
-            seconds=args.real_seconds,
-            out=args.out / "real" / str(seed),
-            policies=policies,
-        )
+        web, runs = family_web(seed), args.out / "real" / str(seed)
+        if args.remeasure:
+            result = measure_real(runs, policies, seconds=args.real_seconds, seed=seed)
+            result["label"] = web.label
+        else:
+            result = real_web(web, seconds=args.real_seconds, out=runs, policies=policies)
         out.append(result)
         print(format_real(result, models[seed]), flush=True)
         (args.out / "real.json").write_text(json.dumps(out, indent=1))
@@ -593,7 +598,7 @@ def _real(
 def markdown_table(results: list[dict[str, Any]]) -> str:
     """README's table: per web and horizon uniform / optimal / clairvoyant true freshness,
     the margin with its s.e., optimal's share of clairvoyant; the age shares at the end."""
-    heads = ["web", "pages, mix, Last-Modified, B/Σλ, caps"]
+    heads = ["web", "pages, mix, Last-Modified, B/Σλ, caps", "rounds by 5 min"]
     for h in HORIZONS:
         heads += [f"{h / 60:g} min: uniform / optimal / clairvoyant", "Δ ± s.e.", "share"]
     heads.append("age share " + " / ".join(f"{h / 60:g}" for h in HORIZONS) + " min")
@@ -601,7 +606,8 @@ def markdown_table(results: list[dict[str, Any]]) -> str:
     for r in results:
         s = summarize(r)
         label = r["label"].replace(", sitemaps 0%", "").replace(", sitemaps 50%", "")
-        cells = [str(r["seed"]), f"{r['pages']} p. ({label})"]
+        rounds = 300.0 * family_web(int(r["seed"])).budget / r["pages"]  # uniform's, per page
+        cells = [str(r["seed"]), f"{r['pages']} p. ({label})", f"{rounds:.1f}"]
         for k in range(len(HORIZONS)):
             if k >= len(r["horizons"]):
                 cells += ["", "", ""]
