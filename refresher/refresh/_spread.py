@@ -3,10 +3,9 @@
 The log-normal prior on θ = ln λ has an sd (``estimate.spread``, default 2: rates within a
 factor 7 of the host's typical rate with probability 0.68). It decides how far one interval
 moves a page's estimate, and so how much a plan made from a handful of observations differs
-from uniform. On a web whose rates are close together (sd 0.5) a prior of sd 2 reads noise as
-differences between pages: in the offline model over the evaluation family, optimal lost to
-uniform at 5 minutes on every narrow web (by up to 0.01), and planning with the true spread
-instead turned those losses into gains.
+from uniform. On a web whose rates are close together a prior of sd 2 reads noise as
+differences between pages: on 400 pages of sd 0.3 with four fetches each, the mean squared
+error of ln λ̂ is 0.50 under it and 0.11 under the fitted one (sd 0.59).
 
 :func:`fit_spread` takes the sd that maximises the marginal likelihood of what the pages
 showed, Σᵢ ln p(Dᵢ | sd), each page's rate integrated over N(mᵢ + δ, sd²) with its host's
