@@ -80,6 +80,7 @@ __all__ = [
     "measure_run",
     "plot_comparison",
     "run_policy",
+    "run_side_by_side",
     "seed_urls",
 ]
 
@@ -422,19 +423,55 @@ def measure(
     )
 
 
-def run_policy(policy: str, settings: CompareSettings, run_dir: Path) -> RunResult:
-    """One policy's run in ``run_dir`` (created; it receives the store, the truth, the log and
-    ``run.json`` with the run window), measured after the warm-up."""
+def _fresh_dir(run_dir: Path) -> Path:
+    """``run_dir`` made, emptied of an earlier run, as an absolute path (the daemon reads the
+    paths in its config relative to the config's directory)."""
+    run_dir = run_dir.resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
     for leftover in ("refresher.duckdb", "refresher.duckdb.wal", "truth.duckdb", "run.json"):
         (run_dir / leftover).unlink(missing_ok=True)
-    start, end = trio.run(_run, policy, settings, run_dir)
-    window = {"policy": policy, "budget": settings.budget, "start": start, "end": end}
+    return run_dir
+
+
+def _write_window(run_dir: Path, policy: str, budget: float, span: tuple[float, float]) -> None:
+    window = {"policy": policy, "budget": budget, "start": span[0], "end": span[1]}
     (run_dir / "run.json").write_text(json.dumps(window) + "\n")
+
+
+def run_policy(policy: str, settings: CompareSettings, run_dir: Path) -> RunResult:
+    """One policy's run in ``run_dir`` (created; it receives the store, the truth, the log and
+    ``run.json`` with the run window), measured after the warm-up."""
+    run_dir = _fresh_dir(run_dir)
+    span = trio.run(_run, policy, settings, run_dir)
+    _write_window(run_dir, policy, settings.budget, span)
     result = measure_run(run_dir, warmup=settings.warmup)
     if settings.plots:
         make_plots(run_dir / "refresher.duckdb", run_dir, truth=run_dir / "truth.duckdb")
     return result
+
+
+def run_side_by_side(settings: CompareSettings, out: Path) -> dict[str, tuple[float, float]]:
+    """Every policy of ``settings`` at the same time, each against its own copy of the web
+    (the same seed, so the same change times from its start), its own daemon and store, in
+    ``out/<policy>/`` as :func:`run_policy` leaves them; each run's (start, end), unix
+    seconds. Runs side by side take the time of one and share the machine's load."""
+    out = out.resolve()
+    for policy in settings.policies:
+        _fresh_dir(out / policy)
+    spans: dict[str, tuple[float, float]] = {}
+
+    async def both() -> None:
+        async def one(policy: str) -> None:
+            spans[policy] = await _run(policy, settings, out / policy)
+
+        async with trio.open_nursery() as nursery:
+            for policy in settings.policies:
+                nursery.start_soon(one, policy)
+
+    trio.run(both)
+    for policy, span in spans.items():
+        _write_window(out / policy, policy, settings.budget, span)
+    return spans
 
 
 def measure_run(run_dir: Path, *, warmup: float) -> RunResult:
@@ -526,11 +563,32 @@ def format_report(comparison: Comparison) -> str:
     return "\n".join(lines) + "\n"
 
 
-def compare(settings: CompareSettings, out: Path, *, rerun: bool = True) -> Comparison:
-    """Run every policy of ``settings`` in turn under ``out/<policy>/``; write
-    ``out/compare.json`` and ``out/compare.png``. ``rerun`` False measures the runs already
-    there again (another warm-up share) instead of running them."""
-    if rerun:
+def _horizons(settings: CompareSettings, out: Path) -> str:
+    """True freshness and age of side-by-side runs over (h/2, h] per horizon, measured as
+    ``analysis.family`` measures its webs."""
+    from analysis import family  # imported here: the family module imports this one
+
+    real = family.measure_real(
+        out, settings.policies, seconds=settings.seconds, seed=settings.simweb.seed
+    )
+    (out / "horizons.json").write_text(json.dumps(real, indent=1) + "\n")
+    return family.format_real(real, None)
+
+
+def compare(
+    settings: CompareSettings, out: Path, *, rerun: bool = True, side_by_side: bool = False
+) -> Comparison:
+    """Run every policy of ``settings`` in turn (``side_by_side``: all at once, each against
+    its own copy of the web) under ``out/<policy>/``; write ``out/compare.json`` and
+    ``out/compare.png``. ``rerun`` False measures the runs already there again (another
+    warm-up share) instead of running them."""
+    if rerun and side_by_side:
+        run_side_by_side(settings, out)
+        results = tuple(measure_run(out / p, warmup=settings.warmup) for p in settings.policies)
+        if settings.plots:
+            for p in settings.policies:
+                make_plots(out / p / "refresher.duckdb", out / p, truth=out / p / "truth.duckdb")
+    elif rerun:
         results = tuple(run_policy(p, settings, out / p) for p in settings.policies)
     else:
         results = tuple(measure_run(out / p, warmup=settings.warmup) for p in settings.policies)
@@ -567,6 +625,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--time-scale", type=float, default=web.time_scale)
     parser.add_argument("--no-plots", action="store_true", help="no per-run PNGs")
     parser.add_argument(
+        "--side-by-side",
+        action="store_true",
+        help="run the policies at the same time, each against its own copy of the web, and "
+        "print true freshness and age over (h/2, h] for h = 1, 5, 30 minutes",
+    )
+    parser.add_argument(
         "--remeasure",
         action="store_true",
         help="measure the runs already in --out again (e.g. with another --warmup); no runs",
@@ -592,11 +656,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             weights=args.weights,
             plots=not args.no_plots,
         )
-        comparison = compare(settings, args.out, rerun=not args.remeasure)
+        comparison = compare(
+            settings, args.out, rerun=not args.remeasure, side_by_side=args.side_by_side
+        )
     except (RefresherError, ValueError) as e:
         print(f"analysis.compare: {e}", file=sys.stderr)
         return 2
     print(format_report(comparison), end="")
+    if args.side_by_side:
+        print(_horizons(settings, args.out))
     print(f"written: {args.out / 'compare.json'}, {args.out / 'compare.png'}")
     return 0
 

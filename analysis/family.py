@@ -43,16 +43,40 @@ import numpy as np
 from matplotlib.figure import Figure
 from numpy.typing import NDArray
 
+from analysis import compare
+from analysis._db import open_history, rows
 from analysis.model import ModelSettings, ModelWeb, model_web, replay
+from refresher.refresh._allocate import Plan, PolicyInputs, page_freshness
 from refresher.sim._simweb import RateClass, SimwebConfig
 
-__all__ = ["HORIZONS", "REPORT", "TUNE", "FamilyWeb", "family_web", "main", "run_web"]
+__all__ = [
+    "HORIZONS",
+    "REAL",
+    "REPORT",
+    "TUNE",
+    "FamilyWeb",
+    "family_web",
+    "honesty",
+    "main",
+    "markdown_table",
+    "measure_real",
+    "measure_windows",
+    "real_web",
+    "run_history",
+    "run_web",
+]
 
 Float = NDArray[np.float64]
 
 HORIZONS = (60.0, 300.0, 1800.0)  # seconds from a cold start
 TUNE = (*range(0, 8), 47, 50)  # 47 and 50: narrow rate spreads, which 0–7 lack
 REPORT = tuple(range(100, 116))
+#: REPORT webs also run with real daemons (``--real``): a wide log-normal mix without
+#: validators, a bimodal one, a mostly static one with honest Last-Modified on 9 hosts, and the
+#: one-host web crawled least often (1.6 rounds by 5 minutes); budgets of 2.7–6.3 fetches/s
+REAL = (104, 105, 109, 110)
+#: equal parts of each window of a real run, for the batch-means standard error
+BLOCKS = 8
 MAX_PAGES = 600
 #: (label, policy, decide, oracle)
 RUNS: tuple[tuple[str, str, str, bool], ...] = (
@@ -138,23 +162,32 @@ def _windows(
 ) -> tuple[Float, Float]:
     """True mean freshness and age (seconds) over (h/2, h] for each horizon h. A page not yet
     fetched counts as stale, its age from its first change."""
-    fresh = np.zeros(len(horizons))
-    age = np.zeros(len(horizons))
+    return measure_windows(fetches, changes, [(h / 2, h) for h in horizons])
+
+
+def measure_windows(
+    fetches: list[list[float]], changes: list[Float], windows: Sequence[tuple[float, float]]
+) -> tuple[Float, Float]:
+    """True mean freshness and age (seconds) over each window (a, b] (seconds from the cold
+    start), from each page's fetch times and change times. A page not yet fetched counts as
+    stale, its age from its first change."""
+    fresh = np.zeros(len(windows))
+    age = np.zeros(len(windows))
     for times, change in zip(fetches, changes, strict=True):
         t = np.concatenate(([0.0], np.asarray(times)))
         until = np.append(t[1:], np.inf)
         stale_at = np.append(change, np.inf)[np.searchsorted(change, t, side="right")]
         stale_f = stale_at.copy()
         stale_f[0] = 0.0  # no copy yet: stale for freshness, old from its first change
-        for k, h in enumerate(horizons):
-            a = np.clip(t, h / 2, h)
-            b = np.clip(until, h / 2, h)
+        for k, (lo, hi) in enumerate(windows):
+            a = np.clip(t, lo, hi)
+            b = np.clip(until, lo, hi)
             fresh[k] += float((np.clip(stale_f, a, b) - a).sum())
             s = np.clip(stale_at, a, b)
             with np.errstate(invalid="ignore"):
                 old = 0.5 * ((b - stale_at) ** 2 - (s - stale_at) ** 2)
             age[k] += float(np.nan_to_num(old, nan=0.0).sum())
-    span = np.array([h / 2 for h in horizons]) * len(fetches)
+    span = np.array([hi - lo for lo, hi in windows]) * max(len(fetches), 1)
     return fresh / span, age / span
 
 
@@ -168,6 +201,7 @@ def run_web(
     static: bool = True,
     explore: float = 0.05,
     mixture: bool = True,
+    fit_spread: bool = True,
 ) -> dict[str, Any]:
     """Every policy of ``RUNS`` on ``web``: per label, freshness and age per horizon per run."""
     horizons = [h for h in HORIZONS if h <= horizon]
@@ -180,6 +214,7 @@ def run_web(
         static=static,
         explore=explore,
         mixture=mixture,
+        fit_spread=fit_spread,
     )
     mweb: ModelWeb = model_web(web.simweb)
     out: dict[str, Any] = {"seed": web.seed, "label": web.label, "pages": int(mweb.rates.size)}
@@ -194,6 +229,152 @@ def run_web(
             age.append(a.tolist())
         out[label] = {"freshness": fresh, "age": age}
     return out
+
+
+def run_history(run_dir: Path) -> tuple[list[list[float]], list[Float]]:
+    """A finished real run (:func:`analysis.compare.run_side_by_side`'s directory of one
+    policy): each seeded page's successful fetch times and its true change times, in seconds
+    from the run's start, as :func:`analysis.model.replay` gives them for the model."""
+    start = float(json.loads((run_dir / "run.json").read_text())["start"])
+    con = open_history(run_dir / "refresher.duckdb", truth=run_dir / "truth.duckdb")
+    try:
+        urls = rows(
+            con,
+            "SELECT p.url FROM pages p JOIN (SELECT DISTINCT url FROM truth_pages) t"
+            " ON t.url = p.url ORDER BY p.url",
+        )
+        fetched = rows(
+            con,
+            "SELECT p.url, r.refreshed_at AS t FROM refreshes r JOIN pages p ON p.id = r.page_id"
+            " ORDER BY p.url, r.refreshed_at",
+        )
+        changed = rows(con, "SELECT url, changed_at AS t FROM truth_changes ORDER BY url, t")
+    finally:
+        con.close()
+    index = {str(r["url"]): i for i, r in enumerate(urls)}
+    fetches: list[list[float]] = [[] for _ in index]
+    change_lists: list[list[float]] = [[] for _ in index]
+    for table, into in ((fetched, fetches), (changed, change_lists)):
+        for r in table:
+            i = index.get(str(r["url"]))
+            if i is not None:
+                into[i].append(float(r["t"]) - start)
+    return fetches, [np.array(c, dtype=np.float64) for c in change_lists]
+
+
+def real_web(
+    web: FamilyWeb,
+    *,
+    seconds: float,
+    out: Path,
+    policies: Sequence[str] = ("uniform", "optimal"),
+    workers: int = 8,
+    horizons: Sequence[float] | None = None,
+) -> dict[str, Any]:
+    """Real daemons on ``web``, every policy at the same time (each its own copy of the web,
+    daemon and store under ``out/<policy>/``) for ``seconds``; per policy the true mean
+    freshness and age over ``BLOCKS`` equal parts of (h/2, h] for each horizon h (default:
+    those of ``HORIZONS`` up to ``seconds``), measured as the model measures them
+    (:func:`measure_windows`)."""
+    settings = compare.CompareSettings(
+        simweb=web.simweb,
+        policies=tuple(policies),
+        seconds=seconds,
+        budget=web.budget,
+        min_delay=web.min_delay,
+        workers=workers,
+        resolve_interval=5.0,
+        explore=0.05,
+        plots=False,
+    )
+    compare.run_side_by_side(settings, out)
+    result = measure_real(out, policies, seconds=seconds, seed=web.seed, horizons=horizons)
+    return {**result, "label": web.label}
+
+
+def measure_real(
+    out: Path,
+    policies: Sequence[str],
+    *,
+    seconds: float,
+    seed: int,
+    horizons: Sequence[float] | None = None,
+) -> dict[str, Any]:
+    """:func:`real_web`'s figures from finished runs in ``out/<policy>/``."""
+    horizons = [h for h in HORIZONS if h <= seconds] if horizons is None else list(horizons)
+    edges = [
+        (h / 2 + h / 2 * k / BLOCKS, h / 2 + h / 2 * (k + 1) / BLOCKS)
+        for h in horizons
+        for k in range(BLOCKS)
+    ]
+    result: dict[str, Any] = {"seed": seed, "seconds": seconds, "horizons": horizons}
+    for policy in policies:
+        fetches, changes = run_history(out / policy)
+        fresh, age = measure_windows(fetches, changes, edges)
+        result[policy] = {
+            "freshness": fresh.reshape(len(horizons), BLOCKS).tolist(),
+            "age": age.reshape(len(horizons), BLOCKS).tolist(),
+            "pages": len(fetches),
+            "fetches": sum(len(f) for f in fetches),
+        }
+    return result
+
+
+def summarize_real(real: dict[str, Any], label: str, kind: str) -> tuple[Float, Float]:
+    """Per horizon, the mean over the blocks of a real run and its batch-means s.e."""
+    blocks = np.array(real[label][kind])
+    return blocks.mean(axis=1), blocks.std(axis=1, ddof=1) / math.sqrt(blocks.shape[1])
+
+
+def format_real(real: dict[str, Any], model: dict[str, Any] | None) -> str:
+    """The real daemons' true freshness (and age) per horizon beside the model's for the
+    same web and policies."""
+    lines = [f"web {real['seed']} real daemons, {real['seconds']:g} s side by side"]
+    labels = [k for k, _, _, _ in RUNS if k in real]
+    summary = summarize(model) if model is not None else None
+    for k, h in enumerate(real["horizons"]):
+        for kind, fmt in (("freshness", ".4f"), ("age", ".3g")):
+            parts = []
+            for label in labels:
+                m, e = (x[k] for x in summarize_real(real, label, kind))
+                cell = f"{label} {m:{fmt}}±{e:{fmt}}"
+                if summary is not None and k < len(summary[f"{label}.{kind}"][0]):
+                    mm, me = (x[k] for x in summary[f"{label}.{kind}"])
+                    cell += f" (model {mm:{fmt}}±{me:{fmt}})"
+                parts.append(cell)
+            if kind == "freshness" and {"uniform", "optimal"} <= set(labels):
+                (u, ue), (o, oe) = (
+                    (x[k] for x in summarize_real(real, name, kind))
+                    for name in ("uniform", "optimal")
+                )
+                parts.append(f"Δ {o - u:+.4f}±{math.hypot(ue, oe):.4f}")
+            unit = "F" if kind == "freshness" else "age (s)"
+            lines.append(f"  {h / 60:>4g} min  {unit}  " + "  ".join(parts))
+    return "\n".join(lines)
+
+
+def honesty(web: FamilyWeb, *, seconds: float = 900.0, run: int = 1) -> tuple[float, float]:
+    """(estimated, true) mean freshness of optimal over the last quarter of a modelled run of
+    ``seconds``: the plan's own estimate (:func:`refresher.refresh._allocate.page_freshness`,
+    what status, the metrics and the stored λ̂ report) averaged over the plans made in the
+    window, and the truth from the change times."""
+    settings = ModelSettings(
+        simweb=web.simweb,
+        seconds=seconds,
+        budget=web.budget,
+        min_delay=web.min_delay,
+        decide="expected",
+    )
+    start = 0.75 * seconds
+    estimates: list[float] = []
+
+    def seen(now: float, inputs: PolicyInputs, made: Plan) -> None:
+        if now >= start:
+            estimates.append(float(np.mean(page_freshness(inputs, made.target))))
+
+    fetches, changes = replay("optimal", model_web(web.simweb), settings, run, on_plan=seen)
+    fresh, _ = measure_windows(fetches, changes, [(start, seconds)])
+    return float(np.mean(estimates)), float(fresh[0])
 
 
 def _mean_se(values: Float) -> tuple[Float, Float]:
@@ -294,7 +475,37 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="centre the rate prior on every page, not only on those that change",
     )
+    parser.add_argument(
+        "--fixed-spread",
+        action="store_true",
+        help="plan with the prior's sd as configured (2), not fitted to the pages",
+    )
+    parser.add_argument(
+        "--honesty",
+        action="store_true",
+        help="instead: optimal's estimated against true freshness, last quarter of 15 minutes",
+    )
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument(
+        "--real",
+        nargs="?",
+        const=",".join(map(str, REAL)),
+        default="",
+        help="also run real daemons side by side on these webs (comma-separated seeds; "
+        f"alone: {','.join(map(str, REAL))}); needs --out",
+    )
+    parser.add_argument("--real-seconds", type=float, default=300.0, help="per real run")
+    parser.add_argument(
+        "--remeasure",
+        action="store_true",
+        help="with --real: measure the runs already under --out/real again, run no daemons",
+    )
+    parser.add_argument(
+        "--real-policies", default="uniform,optimal", help="run side by side on each web"
+    )
+    parser.add_argument(
+        "--markdown", action="store_true", help="with --replot: also print README's table"
+    )
     parser.add_argument(
         "--replot",
         type=Path,
@@ -304,45 +515,120 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.replot:
-        return _replot(args.replot, args.out)
-    if args.runs < 2 or args.horizon < HORIZONS[0]:
-        print("analysis.family: --runs must be ≥ 2 and --horizon ≥ 60 s", file=sys.stderr)
+        return _replot(args.replot, args.out, args.markdown)
+    if args.runs < 2 or args.horizon < HORIZONS[0] or args.real_seconds < HORIZONS[0]:
+        print(
+            "analysis.family: --runs must be ≥ 2, --horizon and --real-seconds ≥ 60 s",
+            file=sys.stderr,
+        )
+        return 2
+    real = tuple(int(x) for x in args.real.split(",") if x.strip())
+    if real and args.out is None:
+        print("analysis.family: --real needs --out DIR for the daemons' runs", file=sys.stderr)
         return 2
     seeds = TUNE if args.set == "tune" else REPORT
     if args.seeds:
         seeds = tuple(int(x) for x in args.seeds.split(","))
     if args.webs:
         seeds = seeds[: args.webs]
+    if args.honesty:
+        gaps = []
+        for seed in seeds:
+            est, true = honesty(family_web(seed))
+            gaps.append(est - true)
+            print(f"web {seed}: estimated {est:.4f}  true {true:.4f}  gap {est - true:+.4f}")
+        print(f"largest gap {max(gaps, key=abs):+.4f} over {len(gaps)} webs")
+        return 0
     results = []
-    for seed in seeds:
-        web = family_web(seed)
-        result = run_web(
-            web,
+
+    def model(seed: int, horizon: float) -> dict[str, Any]:
+        return run_web(
+            family_web(seed),
             runs=args.runs,
-            horizon=args.horizon,
+            horizon=horizon,
             decide=args.decide,
             resolve_interval=args.resolve_interval,
             static=not args.no_static,
             explore=args.explore,
             mixture=not args.no_mixture,
+            fit_spread=not args.fixed_spread,
         )
+
+    for seed in seeds:
+        result = model(seed, args.horizon)
         results.append(result)
         print(format_row(result, summarize(result)), flush=True)
         if args.out is not None:
             args.out.mkdir(parents=True, exist_ok=True)
             (args.out / "family.json").write_text(json.dumps(results, indent=1))
-    _overall(results)
-    if args.out is not None:
+    if results:
+        _overall(results)
+    if args.out is not None and results:
         plot_family(results, args.out / "family.png")
+    if real:
+        assert args.out is not None
+        _real(real, args, {int(r["seed"]): r for r in results}, model)
     return 0
 
 
-def _replot(paths: Sequence[Path], out: Path | None) -> int:
+def _real(
+    seeds: Sequence[int],
+    args: argparse.Namespace,
+    models: dict[int, dict[str, Any]],
+    model: Any,
+) -> None:
+    """The real-daemon subset: each web's daemons side by side, printed beside the model's
+    figures for the same web (run here for a web the sweep left out); ``real.json``."""
+    policies = tuple(p.strip() for p in args.real_policies.split(",") if p.strip())
+    out: list[dict[str, Any]] = []
+    for seed in seeds:
+        if seed not in models:
+            models[seed] = model(seed, args.real_seconds)
+        web, runs = family_web(seed), args.out / "real" / str(seed)
+        if args.remeasure:
+            result = measure_real(runs, policies, seconds=args.real_seconds, seed=seed)
+            result["label"] = web.label
+        else:
+            result = real_web(web, seconds=args.real_seconds, out=runs, policies=policies)
+        out.append(result)
+        print(format_real(result, models[seed]), flush=True)
+        (args.out / "real.json").write_text(json.dumps(out, indent=1))
+
+
+def markdown_table(results: list[dict[str, Any]]) -> str:
+    """README's table: per web and horizon uniform / optimal / clairvoyant true freshness,
+    the margin with its s.e., optimal's share of clairvoyant; the age shares at the end."""
+    heads = ["web", "pages, mix, Last-Modified, B/Σλ, caps", "rounds by 5 min"]
+    for h in HORIZONS:
+        heads += [f"{h / 60:g} min: uniform / optimal / clairvoyant", "Δ ± s.e.", "share"]
+    heads.append("age share " + " / ".join(f"{h / 60:g}" for h in HORIZONS) + " min")
+    lines = ["| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
+    for r in results:
+        s = summarize(r)
+        label = r["label"].replace(", sitemaps 0%", "").replace(", sitemaps 50%", "")
+        rounds = 300.0 * family_web(int(r["seed"])).budget / r["pages"]  # uniform's, per page
+        cells = [str(r["seed"]), f"{r['pages']} p. ({label})", f"{rounds:.1f}"]
+        for k in range(len(HORIZONS)):
+            if k >= len(r["horizons"]):
+                cells += ["", "", ""]
+                continue
+            u, o, c = (s[f"{n}.freshness"][0][k] for n in ("uniform", "optimal", "clairvoyant"))
+            d, e = (x[k] for x in s["margin"])
+            share = f"{s['share'][k]:.1%}"
+            cells += [f"{u:.3f} / {o:.3f} / {c:.3f}", f"{d:+.4f} ± {e:.4f}", share]
+        cells.append(" / ".join(f"{x:.0%}" for x in s["age_share"]))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _replot(paths: Sequence[Path], out: Path | None, markdown: bool = False) -> int:
     results = [r for p in paths for r in json.loads(p.read_text())]
     results.sort(key=lambda r: int(r["seed"]))
     for r in results:
         print(format_row(r, summarize(r)))
     _overall(results)
+    if markdown:
+        print(markdown_table(results))
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         plot_family(results, out / "family.png")

@@ -257,3 +257,63 @@ def test_the_family_measures_freshness_and_age_exactly_in_each_window() -> None:
     fresh, age = family._windows([[1.0, 6.0]], [np.array([3.0])], [8.0])
     assert fresh.tolist() == pytest.approx([0.5])
     assert age.tolist() == pytest.approx([1.0])  # ∫ from 4 to 6 of (t − 3) dt, over 4 s
+
+
+@pytest.mark.slow
+def test_the_familys_real_subset_runs_both_daemons_at_once_and_measures_as_the_views_do(
+    tmp_path: Path,
+) -> None:
+    from analysis import family
+    from analysis._db import open_history, rows
+
+    web = family.FamilyWeb(seed=7, simweb=SMALL_WEB, budget=16.0, min_delay=0.05, label="small")
+    real = family.real_web(web, seconds=16.0, out=tmp_path, workers=8, horizons=[16.0])
+    pages = model.model_web(SMALL_WEB).rates.size
+    spans = []
+    for policy in ("uniform", "optimal"):
+        run = real[policy]
+        assert run["pages"] == pages and run["fetches"] > 0.8 * 16.0 * 16.0  # B for 16 s
+        fetches, _ = family.run_history(tmp_path / policy)
+        times = np.concatenate([np.asarray(f) for f in fetches])
+        assert times.min() >= 0.0 and times.max() <= 16.5
+        window = json.loads((tmp_path / policy / "run.json").read_text())
+        spans.append((window["start"], window["end"]))
+        # every page has a copy by 8 s, so the views' freshness over the covered page-seconds
+        # is the freshness over all of them that the family measures
+        t0 = window["start"] + 8.0
+        con = open_history(
+            tmp_path / policy / "refresher.duckdb", truth=tmp_path / policy / "truth.duckdb"
+        )
+        try:
+            view = rows(con, "SELECT * FROM true_freshness(?, ?)", [t0, t0 + 8.0])[0]
+        finally:
+            con.close()
+        assert view["coverage"] == pytest.approx(1.0)
+        fresh, age = family.measure_windows(*family.run_history(tmp_path / policy), [(8.0, 16.0)])
+        assert fresh[0] == pytest.approx(view["freshness"], rel=1e-6)
+        assert age[0] == pytest.approx(view["age"], rel=1e-6)
+        assert np.mean(run["freshness"][0]) == pytest.approx(fresh[0], abs=1e-9)
+    # side by side: the two runs overlap for most of their span
+    (a0, a1), (b0, b1) = spans
+    assert min(a1, b1) - max(a0, b0) > 12.0
+    assert "web 7 real daemons" in family.format_real(real, None)
+
+
+def test_the_familys_honesty_check_compares_the_plans_estimate_with_the_truth() -> None:
+    from analysis import family
+
+    web = family.FamilyWeb(seed=7, simweb=SMALL_WEB, budget=16.0, min_delay=0.05, label="small")
+    estimated, true = family.honesty(web, seconds=120.0)
+    assert 0.0 < true < 1.0 and 0.0 < estimated < 1.0
+    assert abs(estimated - true) < 0.1, (estimated, true)
+
+
+def test_the_model_draws_each_pages_changes_at_its_rate() -> None:
+    rng = np.random.default_rng(0)
+    for rate in (0.001, 0.01, 1.0):
+        counts = np.array([c.size for c in model._changes(np.full(20_000, rate), 300.0, rng)])
+        expected = rate * 300.0
+        assert counts.mean() == pytest.approx(expected, abs=4 * math.sqrt(expected / 20_000))
+        assert counts.var() == pytest.approx(expected, rel=0.1)  # Poisson: variance = mean
+    times = model._changes(np.array([0.5]), 100.0, rng)[0]
+    assert (np.diff(times) > 0).all() and times.min() >= 0.0 and times.max() < 100.0

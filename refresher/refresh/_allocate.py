@@ -67,6 +67,7 @@ __all__ = [
     "plan",
     "policy_table",
     "priority_level",
+    "within_caps",
 ]
 
 log = get_logger("allocate")
@@ -181,6 +182,7 @@ def load_inputs(
             model=model,
             spread=spread,
             mixture=True,
+            fit_spread=True,
         )
         rates, rate_n = np.asarray(est.rate), np.asarray(est.n_eff)
         rate_sd = posterior_sd(est) if est.prior_mean is not None else None
@@ -220,15 +222,21 @@ def uncertainty(
     intervals: NDArray[np.float64],
     changed: NDArray[np.bool_],
     spread: float,
+    first_copy: NDArray[np.bool_] | None = None,
 ) -> tuple[NDArray[np.float64] | None, NDArray[np.float64] | None]:
     """The posterior sd of ln λ and the probability of never changing, per page, from a
-    log-normal estimate and its observations (None, None for the gamma prior)."""
+    log-normal estimate and its observations (None, None for the gamma prior); the prior's
+    sd is the estimate's own (``Estimate.prior_sd``) where it has one, else ``spread``.
+    ``first_copy`` marks the observations that are a first copy's quiet time, which say
+    nothing about whether a page changes at all."""
     if est.prior_mean is None:
         return None, None
     n = est.rate.size
-    p0, _ = static_probability(
-        page_index, intervals, changed, n, prior_mean=est.prior_mean, sd=spread
-    )
+    sd = spread if est.prior_sd is None else est.prior_sd
+    if first_copy is not None:
+        real = ~first_copy
+        page_index, intervals, changed = page_index[real], intervals[real], changed[real]
+    p0, _ = static_probability(page_index, intervals, changed, n, prior_mean=est.prior_mean, sd=sd)
     return posterior_sd(est), p0
 
 
@@ -360,6 +368,32 @@ def plan(
     elif spare > 0:
         target *= budget / max(float(target.sum()), 1e-300)
     return Plan(target=target, allocation=alloc, explored=explored)
+
+
+def within_caps(inputs: PolicyInputs, target: NDArray[np.float64]) -> NDArray[np.float64]:
+    """``target`` (f per page, fetches per second) with every host at most at its cap and the
+    same total where the caps allow it. A plan's exploration share, or the rescale that hands
+    it back to the policy's split when nothing starved (:func:`plan`, and a fleet's level
+    alike), can push a host the solve left at its cap past it; politeness never fetches a
+    host faster than its cap, so that part of B would never reach the wire. What a host
+    sheds goes to the pages of hosts below their caps, in proportion to their rates, as far
+    as their caps allow. The allocator applies it to every plan before the due times."""
+    host, caps = inputs.host_index, inputs.host_caps
+    budget = float(target.sum())
+    out = target.copy()
+    for _ in range(len(caps) + 1):  # each round fills at least one more host to its cap
+        sums = np.bincount(host, out, minlength=caps.size)
+        over = sums > caps * (1.0 + 1e-9)
+        if over.any():
+            scale = np.where(over, caps / np.maximum(sums, 1e-300), 1.0)
+            out *= scale[host]
+            sums = np.minimum(sums, caps)
+        free = (sums < caps * (1.0 - 1e-9))[host] & (out > 0.0)
+        missing = min(budget, float(caps.sum())) - float(out.sum())
+        if not over.any() or missing <= 1e-12 * budget or not free.any():
+            break
+        out[free] *= 1.0 + missing / float(out[free].sum())
+    return out
 
 
 class Planner(Protocol):
@@ -651,6 +685,7 @@ class Allocator:
         result = await trio.to_thread.run_sync(
             lambda: planner(inputs, policy, budget, explore=explore, decide=decide)
         )
+        result = replace(result, target=within_caps(inputs, result.target))
         update = PlanUpdate(
             page_ids=inputs.page_ids,
             rates=reported_rates(inputs, result.target),

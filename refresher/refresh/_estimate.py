@@ -155,6 +155,8 @@ class Estimate:
     method: NDArray[np.uint8]
     #: the log-normal prior's mean of ln λ per page (None for the gamma prior)
     prior_mean: Float | None = None
+    #: the log-normal prior's sd of ln λ (natural-log units; None for the gamma prior)
+    prior_sd: float | None = None
 
     def __len__(self) -> int:
         return int(self.rate.size)
@@ -726,6 +728,7 @@ def _log_normal_rounds(
     rounds: int,
     start: ArrayLike | None,
     mixture: bool = False,
+    real: Mask | None = None,
 ) -> tuple[LogNormalPrior, Float]:
     """:func:`log_normal_host_prior` on validated observations (see :func:`_timed`), and the
     last round's rates (changes per second), a close start for the final estimate.
@@ -756,7 +759,7 @@ def _log_normal_rounds(
         theta = np.log(est.rate)
         member = observed.astype(np.float64)
         if mixture:
-            p0, _ = static_probability(p, t, c, n_pages, prior_mean=means, sd=sd)
+            p0, _ = _static_of(p, t, c, real, n_pages, means, sd)
             member *= 1.0 - p0
         if not member.sum() > 0.0:
             member = observed.astype(np.float64)
@@ -770,6 +773,62 @@ def _log_normal_rounds(
         means = host_mean[host_of]
     assert rates is not None  # rounds ≥ 1
     return LogNormalPrior(mean=means, sd=sd), rates
+
+
+def _static_of(
+    p: Index, t: Float, c: Mask, real: Mask | None, n_pages: int, mean: ArrayLike, sd: float
+) -> tuple[Float, float]:
+    """:func:`static_probability` from the observations in ``real`` (all when None): a first
+    copy's Last-Modified says when the page last changed or was made, and a changing page
+    shows a quiet time there as surely as a static one, so it says nothing about whether a
+    page changes at all."""
+    if real is not None:
+        p, t, c = p[real], t[real], c[real]
+    return static_probability(p, t, c, n_pages, prior_mean=mean, sd=sd)
+
+
+def _fitted_spread(
+    observed: tuple[Index, Float, Mask, Mask, Float],
+    n_pages: int,
+    prior: LogNormalPrior,
+    mixture: bool,
+    real: Mask | None = None,
+) -> float:
+    """:func:`refresher.refresh._spread.fit_spread` on validated observations (page, interval,
+    changed, timed, quiet after the change: see :func:`_timed`), the changed intervals without
+    a change time as the statistics estimator's two-point rule."""
+    # imported here: the statistics estimator imports this module
+    from refresher.refresh._estimate_stats import two_point_nodes
+    from refresher.refresh._spread import SpreadEvidence, fit_spread, sample
+
+    p, t, c, timed, quiet_after = observed
+    untimed = c & ~timed
+    lt = np.log(t[untimed])
+    pu = p[untimed]
+    count = _sum(pu, np.ones(pu.size), n_pages)
+    moments = np.stack([_sum(pu, lt**k, n_pages) for k in (1, 2, 3)])
+    t0, t1, share = two_point_nodes(count, moments)
+    seen = sample(np.flatnonzero(np.bincount(p, minlength=n_pages) > 0))
+    mean = np.broadcast_to(np.asarray(prior.mean, dtype=np.float64), (n_pages,))[seen]
+    exposure = _sum(p, t if real is None else np.where(real, t, 0.0), n_pages)[seen]
+    changed = (_sum(p, c, n_pages) > 0)[seen]
+    evidence = SpreadEvidence(
+        quiet=_sum(p, np.where(c, quiet_after, t), n_pages)[seen],
+        timed=_sum(p, timed, n_pages)[seen],
+        t0=t0[seen],
+        w0=(count * share)[seen],
+        t1=t1[seen],
+        w1=(count * (1.0 - share))[seen],
+        changed=changed,
+        mean=mean,
+    )
+    pi = 0.0
+    if mixture:  # the share of static pages among the sampled pages
+        some = np.flatnonzero(exposure > 0.0)
+        _, pi = static_probability(
+            some, exposure[some], changed[some], seen.size, prior_mean=mean, sd=prior.sd
+        )
+    return fit_spread(evidence, spread=prior.sd, static_share=pi)
 
 
 def estimate_pages(
@@ -787,6 +846,8 @@ def estimate_pages(
     spread: float = DEFAULT_SPREAD,
     confidence: float = 0.95,
     mixture: bool = False,
+    fit_spread: bool = False,
+    first_copy: ArrayLike | None = None,
 ) -> Estimate:
     """The estimate for every page, choosing the method per page.
 
@@ -802,7 +863,12 @@ def estimate_pages(
 
     ``mixture`` (log-normal only): centre the prior on the pages that change at all, each
     page counting with its probability of changing (see :func:`_log_normal_rounds`); the
-    plan then weighs each page by that probability (:mod:`refresher.refresh._static`)."""
+    plan then weighs each page by that probability (:mod:`refresher.refresh._static`).
+    ``fit_spread`` (log-normal only): the prior's sd is fitted to the pages
+    (:func:`refresher.refresh._spread.fit_spread`, around ``spread``) before the final
+    estimate; ``Estimate.prior_sd`` says which sd was used. ``first_copy`` (bool per
+    observation): the observation is a first copy's quiet time from its Last-Modified, used
+    for the rate but not for whether the page changes at all (:func:`_static_of`)."""
     if model not in MODELS:
         raise ValueError(f"model must be one of {', '.join(map(repr, MODELS))}, not {model!r}")
     if model == "log-normal":
@@ -815,12 +881,20 @@ def estimate_pages(
         hosts = np.zeros(n_pages, np.intp) if page_host is None else np.asarray(page_host)
         timed, quiet_after = _timed(c, t, since)
         host_of = hosts.astype(np.intp, copy=False)
-        ln_prior, rates = _log_normal_rounds(
-            p, t, c, timed, quiet_after, host_of, max(n_hosts, 1), spread, None, 3, None, mixture
-        )
+        real = None if first_copy is None else ~np.asarray(first_copy, dtype=bool)
+        if real is not None and real.shape != t.shape:
+            raise ValueError("first_copy must have one entry per observation")
+        rounds = (p, t, c, timed, quiet_after, host_of, max(n_hosts, 1), spread, None, 3, None)
+        ln_prior, rates = _log_normal_rounds(*rounds, mixture, real)
+        if fit_spread:
+            obs = (p, t, c, timed, quiet_after)
+            sd = _fitted_spread(obs, n_pages, ln_prior, mixture, real)
+            ln_prior = LogNormalPrior(mean=ln_prior.mean, sd=sd)
         z = _z(confidence)
         est = _log_normal_map(p, t, c, timed, quiet_after, n_pages, ln_prior, rates, z)
-        return replace(est, prior_mean=np.asarray(ln_prior.mean, dtype=np.float64))
+        return replace(
+            est, prior_mean=np.asarray(ln_prior.mean, dtype=np.float64), prior_sd=ln_prior.sd
+        )
     p, t, c = _observations(page_index, intervals, changed, n_pages)
     if prior is None and page_host is not None:
         prior = host_prior(p, t, c, page_host, n_hosts)

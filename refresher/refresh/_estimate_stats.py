@@ -48,6 +48,7 @@ from refresher.refresh._estimate import (
     _psi,
     _z,
 )
+from refresher.refresh._spread import SpreadEvidence, fit_spread, sample
 from refresher.refresh._static import static_probability
 from refresher.store import ChangeStatistics
 
@@ -96,6 +97,7 @@ class PageEvidence:
 
     fetches: Float  # observations (weighted), the first copy's quiet interval included
     exposure: Float  # Σ t of those, seconds
+    first_quiet: Float  # the first copy's quiet interval in that, seconds (0: none)
     changes: Float  # X (weighted)
     changed_time: Float  # Σ t over changed intervals (weighted)
     timed: Mask  # the page's change times are used (trusted host, every change timed)
@@ -128,7 +130,7 @@ def evidence(
     size = n.size
     out = {
         name: np.empty(size)
-        for name in ("fetches", "exposure", "changes", "changed_time", "quiet_after")
+        for name in ("fetches", "exposure", "first_quiet", "changes", "changed_time", "quiet_after")
     } | {name: np.empty(size) for name in ("t0", "t1", "share")}
     timed = np.empty(size, dtype=bool)
     for b in _blocks(size):
@@ -138,7 +140,8 @@ def evidence(
         fq = stats.first_quiet[b]
         first = on_trusted & np.isfinite(fq) & (nb <= history)
         out["fetches"][b] = np.rint(nb * scale) + first
-        out["exposure"][b] = stats.time[b] * scale + np.where(first, fq, 0.0)
+        out["first_quiet"][b] = np.where(first, fq, 0.0)
+        out["exposure"][b] = stats.time[b] * scale + out["first_quiet"][b]
         out["changes"][b] = stats.changes[b] * scale
         out["changed_time"][b] = stats.changed_time[b] * scale
         out["quiet_after"][b] = stats.quiet_after[b] * scale
@@ -289,11 +292,18 @@ def _terms(theta: Float, nodes: _Nodes, timed_changes: Float, quiet: Float) -> t
 
 
 def _log_normal(
-    ev: PageEvidence, host: Index, n_hosts: int, spread: float, z: float, mixture: bool
+    ev: PageEvidence,
+    host: Index,
+    n_hosts: int,
+    spread: float,
+    z: float,
+    mixture: bool,
+    fit: bool = False,
 ) -> Estimate:
     """:func:`refresher.refresh._estimate.estimate_pages` (log-normal): three rounds of
     empirical Bayes host means, then the estimate under the last; ``mixture``: each page
-    counts towards its host's mean with its probability of changing at all."""
+    counts towards its host's mean with its probability of changing at all; ``fit``: the
+    prior's sd fitted to the pages before the final estimate (:mod:`._spread`)."""
     n_pages = ev.fetches.size
     pooled = (float(ev.changes.sum()) + 0.5) / (
         float(ev.exposure.sum()) - 0.5 * float(ev.changed_time.sum())
@@ -315,7 +325,8 @@ def _log_normal(
         count = np.bincount(host, member, minlength=n_hosts).astype(np.float64)
         strength = _host_strength(theta, member, host, total, count, n_hosts)
         means = ((total + strength * overall) / (count + strength))[host]
-    est = _log_normal_map(ev, means, spread, rates, z)
+    sd = _fitted_spread(ev, means, spread, mixture) if fit else spread
+    est = _log_normal_map(ev, means, sd, rates, z)
     return Estimate(
         rate=est.rate,
         lower=est.lower,
@@ -324,7 +335,38 @@ def _log_normal(
         fetches=est.fetches,
         method=est.method,
         prior_mean=means,
+        prior_sd=sd,
     )
+
+
+def _fitted_spread(ev: PageEvidence, means: Float, spread: float, mixture: bool) -> float:
+    """:func:`refresher.refresh._spread.fit_spread` on the observed pages' evidence (a
+    sample of them: :func:`refresher.refresh._spread.sample`)."""
+    seen = sample(np.flatnonzero(ev.fetches > 0))
+    timed = ev.timed[seen]
+    changes = ev.changes[seen]
+    untimed = np.where(timed, 0.0, changes)
+    share = ev.share[seen]
+    evidence = SpreadEvidence(
+        quiet=ev.exposure[seen]
+        - ev.changed_time[seen]
+        + np.where(timed, ev.quiet_after[seen], 0.0),
+        timed=np.where(timed, changes, 0.0),
+        t0=ev.t0[seen],
+        w0=untimed * share,
+        t1=ev.t1[seen],
+        w1=untimed * (1.0 - share),
+        changed=changes > 0,
+        mean=means[seen],
+    )
+    pi = 0.0
+    if mixture:  # the share of static pages among the sampled pages
+        exposure = ev.exposure[seen] - ev.first_quiet[seen]
+        some = np.flatnonzero(exposure > 0.0)
+        _, pi = static_probability(
+            some, exposure[some], changes[some] > 0, seen.size, prior_mean=means[seen], sd=spread
+        )
+    return fit_spread(evidence, spread=spread, static_share=pi)
 
 
 def _gamma_map(
@@ -417,30 +459,35 @@ def estimate_statistics(
     spread: float = DEFAULT_SPREAD,
     confidence: float = 0.95,
     mixture: bool = False,
+    fit_spread: bool = False,
 ) -> tuple[Estimate, Float | None]:
     """The estimate for every page (as :func:`refresher.refresh._estimate.estimate_pages`
     with Last-Modified change times and the first copy's quiet time where the host is
     trusted) and, for the log-normal model, each page's probability of never changing
     (None for the gamma model). ``host_index``: dense host number per page; ``mixture``: the
-    prior is centred on the pages that change at all (``estimate_pages(mixture=True)``)."""
+    prior is centred on the pages that change at all (``estimate_pages(mixture=True)``);
+    ``fit_spread``: the prior's sd fitted to the pages (``estimate_pages(fit_spread=True)``)."""
     if model not in MODELS:
         raise ValueError(f"model must be one of {', '.join(map(repr, MODELS))}, not {model!r}")
     host = np.asarray(host_index, dtype=np.intp)
     ev = evidence(stats, host, max(n_hosts, 1), history=history)
     if model == "gamma":
         return _gamma(ev, host, max(n_hosts, 1), confidence), None
-    est = _log_normal(ev, host, max(n_hosts, 1), spread, _z(confidence), mixture)
-    assert est.prior_mean is not None
-    return est, _static(ev, est.prior_mean, spread)
+    est = _log_normal(ev, host, max(n_hosts, 1), spread, _z(confidence), mixture, fit_spread)
+    assert est.prior_mean is not None and est.prior_sd is not None
+    return est, _static(ev, est.prior_mean, est.prior_sd)
 
 
 def _static(ev: PageEvidence, prior_mean: Float, spread: float) -> Float:
     """P(never changes) per page (:func:`static_probability`, which reads per page only its
-    exposure and whether it ever changed)."""
-    seen = np.flatnonzero(ev.exposure > 0)
+    exposure and whether it ever changed), from the intervals between fetches: not the first
+    copy's quiet time, which a changing page shows as surely as a static one
+    (:func:`refresher.refresh._estimate._static_of`)."""
+    exposure = ev.exposure - ev.first_quiet
+    seen = np.flatnonzero(exposure > 0)
     static_p, share = static_probability(
         np.arange(seen.size),
-        ev.exposure[seen],
+        exposure[seen],
         ev.changes[seen] > 0,
         seen.size,
         prior_mean=prior_mean[seen],

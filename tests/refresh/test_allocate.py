@@ -14,6 +14,8 @@ import numpy as np
 import pytest
 import trio
 from conftest import cli, daemon_config, fetch_record, wait_for
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from refresher import policies
 from refresher.refresh._allocate import (
@@ -25,6 +27,8 @@ from refresher.refresh._allocate import (
     policy_table,
     priority_level,
     reported_rates,
+    uncertainty,
+    within_caps,
 )
 from refresher.refresh._estimate import estimate_pages
 from refresher.sim._simweb import SimwebConfig, plan_web
@@ -92,6 +96,51 @@ def test_host_caps_bind_and_the_rest_is_reported_unplaced():
     )
     assert p.target[:2].sum() == pytest.approx(0.5) and p.target[2] == pytest.approx(0.25)
     assert p.allocation.unplaced == pytest.approx(2.25)
+
+
+def test_the_allocator_keeps_a_capped_host_at_its_cap_after_exploration():
+    # Nothing starves under optimal-age, so the exploration share goes back to the plan: by
+    # scaling every rate up it pushed host 0 (at its cap of 5/s) to 5.26/s, which politeness
+    # never lets happen, and that part of B never reached the wire.
+    rates = np.array([1.0] * 10 + [0.01] * 10 + [0.001] * 10)
+    given = inputs(rates, hosts=[0] * 10 + [1] * 10 + [2] * 10, caps=[5.0, 5.0, 5.0])
+    for decide in ("plug-in", "expected"):
+        sd = np.full(30, 0.3) if decide == "expected" else None
+        with_sd = dataclasses.replace(given, rate_sd=sd)
+        planned = plan(with_sd, "optimal-age", 8.0, explore=0.05, decide=decide).target
+        assert np.bincount(given.host_index, planned)[0] > 5.2  # what the plan alone asks
+        target = within_caps(with_sd, planned)
+        assert np.bincount(given.host_index, target)[0] == pytest.approx(5.0)
+        assert target.sum() == pytest.approx(8.0)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    n=st.integers(1, 40),
+    seed=st.integers(0, 10_000),
+    budget=st.floats(0.01, 30.0),
+    explore=st.sampled_from([0.0, 0.05, 0.3]),
+    name=st.sampled_from(["uniform", "proportional", "optimal", "optimal-age"]),
+    decide=st.sampled_from(["plug-in", "expected"]),
+)
+def test_the_allocator_never_asks_a_host_for_more_than_its_cap_and_spends_what_caps_allow(
+    n: int, seed: int, budget: float, explore: float, name: str, decide: str
+):
+    rng = np.random.default_rng(seed)
+    hosts = rng.integers(0, 4, n)
+    caps = rng.choice([0.05, 0.5, 5.0, np.inf], 4)
+    given = dataclasses.replace(
+        inputs(np.exp(rng.normal(-2.0, 2.0, n)), hosts=hosts, caps=caps),
+        rate_sd=rng.uniform(0.0, 3.0, n),
+    )
+    target = within_caps(given, plan(given, name, budget, explore=explore, decide=decide).target)
+    per_host = np.bincount(hosts, target, minlength=4)
+    assert (target >= 0).all()
+    assert (per_host <= caps * (1 + 1e-6) + 1e-12).all()
+    room = float(caps[np.bincount(hosts, minlength=4) > 0].sum())
+    assert target.sum() <= min(budget, room) * (1 + 1e-6)
+    if (target > 0).all():  # every page can take more: only the caps stop it
+        assert target.sum() == pytest.approx(min(budget, room), rel=1e-6)
 
 
 def test_the_policy_table_ranks_optimal_over_uniform_over_proportional():
@@ -631,3 +680,25 @@ def test_the_stored_rate_gives_the_pages_freshness_over_every_range_of_rate_and_
     np.testing.assert_allclose(policies.freshness(stored, target), fresh, rtol=1e-12)
     assert (stored <= rates * (1.0 + 1e-12)).all()  # a chance of never changing lowers it
     assert (stored[p0 == 0.0] == rates[p0 == 0.0]).all()
+
+
+def test_a_first_copys_quiet_time_does_not_make_a_page_look_static():
+    # 40 pages never change, 40 change every 5 s (fetched every 10 s, eight times); 20 more
+    # were fetched once, their Last-Modified 3 s before: as likely from a changing page as a
+    # static one, so they stay at the share of static pages
+    rng = np.random.default_rng(3)
+    page = np.repeat(np.arange(80), 8)
+    t = np.full(page.size, 10.0)
+    changed = (page >= 40) & (rng.random(page.size) < -np.expm1(-10.0 / 5.0))
+    page = np.r_[page, np.arange(80, 100)]
+    t = np.r_[t, np.full(20, 3.0)]
+    changed = np.r_[changed, np.zeros(20, bool)]
+    first = np.r_[np.zeros(640, bool), np.ones(20, bool)]
+    est = estimate_pages(page, t, changed, 100, mixture=True, first_copy=first)
+    _, p0 = uncertainty(est, page, t, changed, 2.0, first)
+    _, counted = uncertainty(est, page, t, changed, 2.0)
+    assert p0 is not None and counted is not None
+    share = float(p0[:80].mean())
+    assert share == pytest.approx(0.5, abs=0.05)
+    assert p0[80:] == pytest.approx(share, abs=0.01)
+    assert (counted[80:] > share + 0.1).all()  # 3 quiet seconds at a 5 s centre: "static"

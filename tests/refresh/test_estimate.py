@@ -455,3 +455,28 @@ def test_with_the_mixture_pages_that_never_change_do_not_drag_the_changing_pages
     assert math.exp(plain.prior_mean[0]) < 0.1 / HOUR
     assert math.exp(mixed.prior_mean[0]) > 0.3 / HOUR
     assert float(np.median(mixed.rate[:20])) == pytest.approx(1.0 / HOUR, rel=0.3)
+
+
+def test_with_a_fitted_spread_pages_whose_rates_hardly_differ_are_told_apart_less() -> None:
+    # 400 pages around one change an hour with sd 0.3 of ln λ, four hourly fetches each: a
+    # prior of sd 2 reads the binomial noise of four intervals as rates far apart
+    rng = np.random.default_rng(41)
+    rates = np.exp(rng.normal(math.log(1.0 / HOUR), 0.3, 400))
+    page, t, changed, _ = history(rates, pages=400, fetches=4, seed=41)
+    host = np.zeros(400, np.intp)
+    fixed = estimate_pages(page, t, changed, 400, page_host=host, n_hosts=1, mixture=True)
+    fitted = estimate_pages(
+        page, t, changed, 400, page_host=host, n_hosts=1, mixture=True, fit_spread=True
+    )
+    assert fixed.prior_sd == 2.0
+    assert fitted.prior_sd is not None and fitted.prior_sd < 0.8
+    error = {
+        name: float(np.mean(np.log(est.rate / rates) ** 2))
+        for name, est in (("fixed", fixed), ("fitted", fitted))
+    }
+    assert error["fitted"] < 0.5 * error["fixed"], error
+    spread = {
+        name: float(np.std(np.log(est.rate)))
+        for name, est in (("fixed", fixed), ("fitted", fitted))
+    }
+    assert spread["fitted"] < 0.5 * spread["fixed"], spread

@@ -80,7 +80,14 @@ def statistics(f: Fetches) -> ChangeStatistics:
     return read_statistics(state, meaningful=False)
 
 
-def from_history(f: Fetches, *, history: int, model: str = "log-normal", mixture: bool = True):
+def from_history(
+    f: Fetches,
+    *,
+    history: int,
+    model: str = "log-normal",
+    mixture: bool = True,
+    fit_spread: bool = False,
+):
     """The allocator's estimate from the latest ``history`` observation pairs per page."""
     n = f.host.size
     order = np.lexsort((f.finished, f.page))
@@ -106,6 +113,7 @@ def from_history(f: Fetches, *, history: int, model: str = "log-normal", mixture
     intervals = np.concatenate((intervals, (t_at - lm)[first]))
     changed = np.concatenate((changed, np.zeros(int(first.sum()), dtype=bool)))
     since = np.concatenate((since, np.full(int(first.sum()), np.nan)))
+    first_copy = np.r_[np.zeros(obs.sum(), bool), np.ones(int(first.sum()), bool)]
     est = estimate_pages(
         p,
         intervals,
@@ -117,24 +125,40 @@ def from_history(f: Fetches, *, history: int, model: str = "log-normal", mixture
         trusted_hosts=trusted,
         model=model,
         mixture=mixture and model == "log-normal",
+        fit_spread=fit_spread and model == "log-normal",
+        first_copy=first_copy,
     )
     p0 = None
     if est.prior_mean is not None:
-        p0, _ = static_probability(p, intervals, changed, n, prior_mean=est.prior_mean, sd=2.0)
+        assert est.prior_sd is not None
+        real = ~first_copy  # a first copy's quiet time says nothing about changing at all
+        p0, _ = static_probability(
+            p[real], intervals[real], changed[real], n, prior_mean=est.prior_mean, sd=est.prior_sd
+        )
     return est, p0
 
 
 @pytest.mark.parametrize(
-    ("model", "mixture"), [("log-normal", True), ("log-normal", False), ("gamma", False)]
+    ("model", "mixture", "fit"),
+    [
+        ("log-normal", True, False),
+        ("log-normal", True, True),
+        ("log-normal", False, True),
+        ("log-normal", False, False),
+        ("gamma", False, False),
+    ],
 )
 def test_with_regular_intervals_the_statistics_give_the_historys_estimate_exactly(
-    model: str, mixture: bool
+    model: str, mixture: bool, fit: bool
 ) -> None:
     f = generate(400, seed=1, regular=True)
-    want, want_p0 = from_history(f, history=64, model=model, mixture=mixture)
+    want, want_p0 = from_history(f, history=64, model=model, mixture=mixture, fit_spread=fit)
     got, got_p0 = estimate_statistics(
-        statistics(f), f.host, f.n_hosts, history=64, model=model, mixture=mixture
+        statistics(f), f.host, f.n_hosts, history=64, model=model, mixture=mixture, fit_spread=fit
     )
+    assert got.prior_sd == want.prior_sd
+    if model == "log-normal" and not fit:
+        assert got.prior_sd == 2.0
     np.testing.assert_allclose(got.rate, want.rate, rtol=1e-6)
     np.testing.assert_allclose(got.n_eff, want.n_eff, rtol=1e-6, atol=1e-9)
     np.testing.assert_allclose(got.lower, want.lower, rtol=1e-6)
