@@ -16,7 +16,7 @@ from refresher import policies
 from refresher.fleet import FleetBudget
 from refresher.fleet._solve import FleetSolver, answer, target_rates
 from refresher.policies import Demand
-from refresher.refresh._allocate import PolicyInputs, demand, plan, worth_fetching
+from refresher.refresh._allocate import PolicyInputs, demand, plan, within_caps, worth_fetching
 from refresher.store._pg_budget import PgBudget
 from refresher.store._pg_schema import init_fleet
 from tests.conftest import wait_for
@@ -457,3 +457,24 @@ async def test_a_database_outage_keeps_the_last_mu_and_the_fleet_solves_again_af
         nursery.cancel_scope.cancel()
     for node in nodes:
         node.close()
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("budget", [0.05, 2.0, 30.0])
+def test_each_node_fits_the_fleets_plan_to_its_host_caps_and_the_fleet_spends_the_budget(
+    policy: str, budget: float
+) -> None:
+    # The fleet hands its exploration share back by scaling, which can push a host the solve
+    # left at its cap past it; each node's allocator fits its part to its own hosts' caps.
+    pages = _pages(11, 3_000, 150, uncertain=True)
+    parts = _split(pages, 3, seed=4)
+    f, _ = _fleet_plan(pages, parts, policy, budget, explore=0.05, decide="plug-in")
+    fitted = np.zeros_like(f)
+    for rows in parts:
+        fitted[rows] = within_caps(_inputs(pages, rows), f[rows])
+    caps = pages["caps"]
+    before = np.bincount(pages["hosts"], f, minlength=caps.size)
+    after = np.bincount(pages["hosts"], fitted, minlength=caps.size)
+    assert (before > caps * (1.0 + 1e-6)).any()  # the case this guards against happens here
+    assert (after <= caps * (1.0 + 1e-9)).all()
+    assert fitted.sum() == pytest.approx(budget, rel=1e-9)
