@@ -84,7 +84,7 @@ class DiscoveryStatistics:
     dropped: int  # robots.txt sitemap lists not processed because the queue was full
     waited: int  # documents the crawler waited to queue (queue full, backlog full)
     deferred: int  # documents left owed in the store while the queue was full
-    replayed: int  # documents' findings an earlier run left, handed over again
+    replayed: int  # documents' findings handed over from the store (deferred, or a run left)
     links: int  # links looked at
     new_pages: int
     edges: int

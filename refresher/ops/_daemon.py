@@ -701,7 +701,8 @@ class Daemon:
                     with trio.move_on_after(self.config.daemon.drain_timeout) as drain:
                         await crawler.idle.wait()
                         # what discovery has queued, stored now rather than at the next start
-                        # (the workers have stopped: nothing more is queued)
+                        # (the workers have stopped; deferred findings wait for the next start
+                        # unless the replay has handed them over already)
                         if self._discovery is not None:
                             await self._discovery.drain()
                     if drain.cancelled_caught:

@@ -116,7 +116,8 @@ METRICS: Mapping[str, Mapping[str, MetricSpec]] = {
         "waited": _c("Documents the crawler waited to queue (the discovery queue was full)."),
         "deferred": _c("Documents left owed in the store while the discovery queue was full."),
         "replayed": _c(
-            "Documents' findings an earlier run (or a dead node) left, handed to discovery again."
+            "Documents' findings handed to discovery from the store: deferred, or left by an "
+            "earlier run or a dead node."
         ),
         "links": _c("Links looked at."),
         "new_pages": _c("Pages discovered by links."),
