@@ -314,6 +314,7 @@ def _throughput_config(
         },
         fetch={"timeout": 10.0},
         dns={"static": {"*.sim.test": f"127.0.0.1:{port}"}},
+        **({"discovery": {"queue": args.discovery_queue}} if args.discovery_queue else {}),
     )
 
 
@@ -661,6 +662,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     t.add_argument("--cold-seconds", type=float, default=30.0, help="measured from READY")
     t.add_argument("--budget", type=float, default=5000.0, help="fetches/s, above the goal")
     t.add_argument("--min-delay", type=float, default=0.05, help="politeness, seconds")
+    t.add_argument(
+        "--discovery-queue",
+        type=int,
+        default=0,
+        help="discovery.queue (default: the daemon's); a large one keeps every document in "
+        "memory, so that code which drops documents when it is full does the same work",
+    )
     m = parser.add_argument_group("memory")
     m.add_argument("--memory-pages", type=_ints, default=[10_000, 1_000_000])
     m.add_argument("--memory-hosts", type=int, default=10_000, help="hosts of those pages")

@@ -452,12 +452,14 @@ class Crawler:
                 last_modified=page.last_modified,
                 meaningful=change,
             )
-        # The findings travel with the fetch's record: a fleet's store keeps them in the
-        # fetch's transaction until discovery has stored them (no link lost to a crash).
+        # The findings travel with the fetch's record: the store keeps them in the fetch's
+        # transaction until discovery has stored them (no link lost to a crash).
         found = self._found(lease, r, extracted, duplicate_of)
         record = self._fetch_record(lease, r, o, due, fingerprint, change, duplicate_of)
+        # Discovery's queue full: the findings wait in the store, handed over as it empties.
+        deferred = found is not None and self._discovery is not None and self._discovery.defer()
         if found is not None:
-            record = replace(record, findings=findings_of(found))
+            record = replace(record, findings=findings_of(found), deferred=deferred)
         with self._timed("record"):
             await self._store.record(record, capture, _host_update(host.id, timing))
         lease = self._frontier.update_page(
@@ -470,8 +472,10 @@ class Crawler:
         # A gone page is out of the plan (the allocator leaves it out) and due again only on
         # its slow schedule: it may come back.
         self._frontier.release(lease, next_due=due, timing=timing, robots=robots)
-        if found is not None and self._discovery is not None:
-            self._discovery.submit(found)
+        if found is not None and self._discovery is not None and not deferred:
+            # Waits while the queue is full (the deferred backlog is full too, or the queue
+            # filled since): the crawl slows to discovery's pace rather than drop links.
+            await self._discovery.put(found)
 
     def _count(self, o: Outcome, r: FetchResult) -> None:
         self._fetches += 1

@@ -1,7 +1,14 @@
 """Discovery: from links found in fetched documents to new pages in the frontier.
 
-The crawler hands each processed document here through a bounded queue (a full queue drops the
-document and counts it: its links come back on the page's next refresh). For each document:
+The crawler hands each processed document here through a bounded queue. A fetched document's
+findings also ride in its fetch's record, and the store keeps them until discovery has stored
+what they yield (:attr:`DocumentUpdate.fetched_at`). When the queue is full a document is
+not dropped: it waits in the store (:meth:`Discovery.defer`) and :meth:`Discovery.replay`
+hands it over as the queue empties; beyond :data:`OWED_BACKLOG` such documents the crawler
+waits for room (:meth:`Discovery.put`). What a stop or a crash left in the queue is handed
+over again at the next start. Only robots.txt's sitemap lists, which no fetch record keeps,
+are dropped when the queue is full (counted; they come back with the next robots.txt).
+For each document:
 every link is canonicalised and screened by the URL filter (scope, limits, spider traps), the
 URL-seen test (CLOCK cache, then the store in one batch) keeps the never-seen ones, those become
 pages (prior change rate, due now) and go to the frontier; the link edges, rel=canonical, meta
@@ -17,6 +24,7 @@ from dataclasses import dataclass
 import trio
 
 from refresher._config import DiscoveryConfig
+from refresher._errors import StoreError
 from refresher.crawl._frontier import Frontier
 from refresher.discover._filter import UrlFilter
 from refresher.discover._parse import Extracted, Link
@@ -42,6 +50,17 @@ _PAGE_KINDS = frozenset({"a", "area", "frame", "iframe", "link", "url", "redirec
 _MEDIA_KINDS = frozenset({"img", "script"})
 #: documents handled together at most (one URL-seen lookup and one store call for them)
 BATCH_DOCUMENTS = 128
+#: owed documents read from the store at a time by :meth:`Discovery.replay`
+OWED_BATCH = 1000
+#: seconds between :meth:`Discovery.replay`'s looks for documents owed to discovery; those
+#: this run wrote or took are handed over again only this long after (for a store whose
+#: discovery lost them without the process ending)
+OWED_EVERY = 5.0
+OWED_GRACE = 120.0
+#: seconds at least between two looks of :meth:`Discovery.replay`
+OWED_SPACING = 1.0
+#: documents deferred to the store at most (:meth:`Discovery.defer`); then the crawler waits
+OWED_BACKLOG = 10_000
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -62,7 +81,10 @@ class Found:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DiscoveryStatistics:
     documents: int
-    dropped: int  # documents not processed because the queue was full
+    dropped: int  # robots.txt sitemap lists not processed because the queue was full
+    waited: int  # documents the crawler waited to queue (queue full, backlog full)
+    deferred: int  # documents left owed in the store while the queue was full
+    replayed: int  # documents' findings handed over from the store (deferred, or a run left)
     links: int  # links looked at
     new_pages: int
     edges: int
@@ -92,6 +114,13 @@ class Discovery:
         self._wall = wall_clock
         self._documents = 0
         self._dropped = 0
+        self._waited = 0
+        self._deferred = 0
+        self._backlog = 0  # deferred and not handed over yet (about)
+        self._wake = trio.Event()  # set when a document is deferred
+        self._replayed = 0
+        self._busy = False  # a batch is being handled
+        self._idle = trio.Event()  # set when a batch ends with nothing queued
         self._links = 0
         self._new = 0
         self._edges = 0
@@ -111,6 +140,59 @@ class Discovery:
             return False
         return True
 
+    def defer(self) -> bool:
+        """Whether a fetched document's findings should wait in the store (its record marked
+        :attr:`FetchRecord.deferred`) instead of in the queue: the queue is full and fewer
+        than :data:`OWED_BACKLOG` are deferred already. :meth:`replay` hands them over as the
+        queue empties. Beyond the backlog the crawler waits in :meth:`put` (backpressure)."""
+        s = self._send.statistics()
+        if s.current_buffer_used < s.max_buffer_size or self._backlog >= OWED_BACKLOG:
+            return False
+        self._deferred += 1
+        self._backlog += 1
+        self._wake.set()
+        return True
+
+    async def put(self, found: Found) -> None:
+        """Queue a fetched document's findings, waiting while the queue is full (they are
+        owed in the store meanwhile: none is dropped)."""
+        try:
+            self._send.send_nowait(found)
+        except trio.WouldBlock:
+            self._waited += 1
+            await self._send.send(found)
+
+    async def replay(
+        self,
+        *,
+        every: float = OWED_EVERY,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Hand over the documents' findings the store owes to discovery and no queue holds:
+        those an earlier run left (it stopped or died before storing them) at once, those
+        :meth:`defer` left as soon as the queue has room, and any of this run's left longer
+        than :data:`OWED_GRACE`. Looks every ``every`` seconds, or (at most once a second)
+        when a document was deferred. At least once: a link found twice is one page."""
+        task_status.started()
+        while True:
+            self._wake = trio.Event()
+            try:
+                owed = await self._store.owed_documents(OWED_BATCH, grace=OWED_GRACE)
+            except StoreError as e:  # a fleet's database away for a while: try again later
+                log.warning("reading the owed findings failed; retrying", error=str(e))
+                owed = []
+            for _row, page_id, fetched_at, findings in owed:
+                await self._send.send(found_of(page_id, fetched_at, findings))
+            self._replayed += len(owed)
+            self._backlog = max(0, self._backlog - len(owed))
+            if owed:
+                log.info("findings handed to discovery again", documents=len(owed))
+            if len(owed) < OWED_BATCH:
+                # not a look per deferred document: each look commits the store's batch
+                await trio.sleep(OWED_SPACING)
+                with trio.move_on_after(every):
+                    await self._wake.wait()
+
     def add_seed_hosts(self, hosts: Iterable[str]) -> None:
         self.filter.add_seed_hosts(hosts)
 
@@ -127,7 +209,20 @@ class Discovery:
                     batch.append(self._recv.receive_nowait())
                 except (trio.WouldBlock, trio.EndOfChannel):
                     break
-            await self.handle_many(batch)
+            self._busy = True
+            try:
+                await self.handle_many(batch)
+            finally:
+                self._busy = False
+            if not self._recv.statistics().current_buffer_used:
+                self._idle.set()
+
+    async def drain(self) -> None:
+        """Wait until every queued document is stored (at a stop: what is stored then is not
+        handed over again at the next start; the caller bounds the wait)."""
+        while self._busy or self._recv.statistics().current_buffer_used:
+            self._idle = trio.Event()
+            await self._idle.wait()
 
     async def handle(self, found: Found) -> int:
         """Process one document's findings; returns the number of new pages."""
@@ -199,6 +294,9 @@ class Discovery:
         return DiscoveryStatistics(
             documents=self._documents,
             dropped=self._dropped,
+            waited=self._waited,
+            deferred=self._deferred,
+            replayed=self._replayed,
             links=self._links,
             new_pages=self._new,
             edges=self._edges,

@@ -23,7 +23,7 @@ from refresher.crawl._frontier import Frontier
 from refresher.fleet._assignment import CUT_ALLOWANCE, LeaseTiming
 from refresher.fleet._membership import Membership, MembershipStatistics, owns_hosts
 from refresher.ops._logging import get_logger
-from refresher.store._interface import Findings, HostRow, PageRow
+from refresher.store._interface import HostRow, PageRow
 
 __all__ = ["FleetNode", "FleetNodeStatistics"]
 
@@ -31,10 +31,6 @@ log = get_logger("fleet")
 
 #: inbox rows taken per transaction
 INBOX_BATCH = 1000
-#: seconds between looks for findings owed to discovery; findings this run wrote or took are
-#: handed to discovery (again) only this long after (its discovery dropped them)
-OWED_EVERY = 5.0
-OWED_GRACE = 120.0
 
 
 class FleetStore(Protocol):
@@ -49,10 +45,6 @@ class FleetStore(Protocol):
     ) -> tuple[list[PageRow], dict[int, HostRow], int]: ...
 
     def fencing(self) -> Any: ...
-
-    async def owed_documents(
-        self, limit: int, *, grace: float, now: float | None = ...
-    ) -> list[tuple[int, int, float, Findings]]: ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -74,7 +66,6 @@ class FleetNodeStatistics:
     fenced_hosts: int
     inbox_sent: int  # discovered pages sent to other partitions' inboxes
     inbox_drained: int  # inbox rows taken from this node's partitions
-    findings_replayed: int  # documents' findings a dead node (or run) left, handed to discovery
 
 
 class FleetNode:
@@ -91,7 +82,6 @@ class FleetNode:
         pages_added: Callable[[int], None],
         abandon: Callable[[Callable[[str], bool]], int] = lambda hosts: 0,
         leases: Any = None,
-        rediscover: Callable[[int, float, Findings], bool] | None = None,
     ) -> None:
         f = config.fleet
         self.config = config
@@ -103,8 +93,6 @@ class FleetNode:
         self._pages_added = pages_added
         self._abandon = abandon
         self._leases = leases
-        self._rediscover = rediscover
-        self.rediscovered = 0
         self._interval = max(config.store.flush_interval, 0.2)
         self.membership: Membership | None = None
         self._scope = trio.CancelScope()
@@ -135,8 +123,6 @@ class FleetNode:
                 async with trio.open_nursery() as nursery:
                     await nursery.start(self.membership.run)
                     nursery.start_soon(self._inbox)
-                    if self._rediscover is not None:
-                        nursery.start_soon(self._owed)
                     log.info(
                         "joined the fleet",
                         node=f.node_id,
@@ -181,27 +167,6 @@ class FleetNode:
                 log.debug("inbox drained", pages=len(rows), taken=taken)
             if taken < INBOX_BATCH:
                 await trio.sleep(self._interval)
-
-    async def _owed(self) -> None:
-        """Hand discovery the findings a dead node (or run) left in this node's partitions:
-        written in their fetch's transaction, they wait there until stored (at least once:
-        a link found twice is one page)."""
-        assert self._rediscover is not None
-        while True:
-            await trio.sleep(OWED_EVERY)
-            try:
-                owed = await self._store.owed_documents(INBOX_BATCH, grace=OWED_GRACE)
-            except StoreError as e:
-                log.warning("reading the owed findings failed; retrying", error=str(e))
-                continue
-            handed = 0
-            for _row, page_id, fetched_at, findings in owed:
-                if not self._rediscover(page_id, fetched_at, findings):
-                    break  # discovery's queue is full: the rest after the grace
-                handed += 1
-            self.rediscovered += handed
-            if handed:
-                log.info("findings handed to discovery again", documents=handed)
 
     async def stop(self) -> None:
         """Hand every partition back (after the in-flight fetches commit) and leave."""
@@ -249,5 +214,4 @@ class FleetNode:
             fenced_hosts=int(getattr(fencing, "hosts", 0)),
             inbox_sent=int(getattr(fencing, "inbox", 0)),
             inbox_drained=int(getattr(fencing, "drained", 0)),
-            findings_replayed=self.rediscovered,
         )

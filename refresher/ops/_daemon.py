@@ -35,7 +35,7 @@ from refresher.crawl._dns import Resolver
 from refresher.crawl._fetch import Fetcher
 from refresher.crawl._frontier import Frontier
 from refresher.crawl._workers import Crawler
-from refresher.discover._discovery import Discovery, found_of
+from refresher.discover._discovery import Discovery
 from refresher.discover._filter import UrlFilter
 from refresher.discover._parse import available as parse_available
 from refresher.discover._seen import UrlSeen
@@ -48,7 +48,7 @@ from refresher.ops._reload import RELOAD, changed_keys, effective
 from refresher.refresh._allocate import Allocator, InputSettings, plan, priority_level
 from refresher.store._backup import backup_service
 from refresher.store._duckdb import DuckDBStore, StoreService
-from refresher.store._interface import Findings, HostRow, NewPage, PageRow
+from refresher.store._interface import HostRow, NewPage, PageRow
 from refresher.store._snapshot import Snapshotter, snapshot_path
 
 if TYPE_CHECKING:
@@ -413,14 +413,8 @@ class Daemon:
             pages_added=allocator.pages_added,
             # the crawler starts after the node (the node's first claims come first)
             abandon=lambda hosts: 0 if self._crawler is None else self._crawler.abandon(hosts),
-            rediscover=None if self._discovery is None else self._rediscover,
         )
         return self._fleet
-
-    def _rediscover(self, page_id: int, fetched_at: float, findings: Findings) -> bool:
-        """Findings a node left before discovery stored them, to this node's discovery."""
-        assert self._discovery is not None
-        return self._discovery.submit(found_of(page_id, fetched_at, findings))
 
     def _fleet_planner(self, c: Config) -> FleetBudget:
         """The fleet's one budget as the allocator's planner (issue 13: one μ for all nodes)."""
@@ -645,6 +639,8 @@ class Daemon:
             await services.start(frontier.run)
             if self._discovery is not None:
                 await services.start(self._discovery.run)
+                # the findings a stop or a crash left owed in the store, then any left behind
+                await services.start(self._discovery.replay)
             crawler = Crawler(
                 config=c,
                 frontier=frontier,
@@ -704,10 +700,17 @@ class Daemon:
                     frontier.close()
                     with trio.move_on_after(self.config.daemon.drain_timeout) as drain:
                         await crawler.idle.wait()
+                        # what discovery has queued, stored now rather than at the next start
+                        # (the workers have stopped; deferred findings wait for the next start
+                        # unless the replay has handed them over already)
+                        if self._discovery is not None:
+                            await self._discovery.drain()
                     if drain.cancelled_caught:
                         log.warning(
-                            "drain deadline passed; unfinished fetches will be redone",
+                            "drain deadline passed; unfinished fetches will be redone and "
+                            "queued findings handed to discovery at the next start",
                             in_flight=crawler.statistics().busy,
+                            queued=self._discovery.statistics().queued if self._discovery else 0,
                         )
                     work.cancel_scope.cancel()
                     break

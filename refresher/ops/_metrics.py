@@ -112,7 +112,13 @@ METRICS: Mapping[str, Mapping[str, MetricSpec]] = {
     },
     "discovery": {
         "documents": _c("Documents whose links were processed."),
-        "dropped": _c("Documents dropped because the discovery queue was full."),
+        "dropped": _c("robots.txt sitemap lists dropped because the discovery queue was full."),
+        "waited": _c("Documents the crawler waited to queue (the discovery queue was full)."),
+        "deferred": _c("Documents left owed in the store while the discovery queue was full."),
+        "replayed": _c(
+            "Documents' findings handed to discovery from the store: deferred, or left by an "
+            "earlier run or a dead node."
+        ),
         "links": _c("Links looked at."),
         "new_pages": _c("Pages discovered by links."),
         "edges": _c("Link edges recorded."),
@@ -136,9 +142,6 @@ METRICS: Mapping[str, Mapping[str, MetricSpec]] = {
         "fenced_hosts": _c("Host updates the database refused: their partition moved on."),
         "inbox_sent": _c("Discovered pages sent to the inbox of another node's partition."),
         "inbox_drained": _c("Inbox rows taken for this node's partitions."),
-        "findings_replayed": _c(
-            "Documents' findings a dead node or run left unstored, handed to discovery again."
-        ),
     },
     "frontier": {
         "in_memory": _g("Pages held in memory."),

@@ -1,14 +1,24 @@
 """What both stores compute alike in Python before their SQL: the page state a batch of fetch
-records leaves, and the rows of newly inserted pages."""
+records leaves, the rows of newly inserted pages, and a fetch's findings as the document both
+keep in ``owed_documents`` until discovery has stored them."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
-from refresher.store._interface import FetchRecord, NewPage, PageRow
+from refresher.store._interface import FetchRecord, Findings, NewPage, PageRow
 
-__all__ = ["PageBatch", "fold_pages", "new_page_rows"]
+__all__ = [
+    "PageBatch",
+    "findings_doc",
+    "findings_of_doc",
+    "fold_pages",
+    "new_page_rows",
+    "owed_rows",
+]
 
 
 @dataclass(slots=True)
@@ -59,3 +69,40 @@ def new_page_rows(
         )
         for i, u, h in inserted
     ]
+
+
+def findings_doc(f: Findings) -> dict[str, Any]:
+    """``f`` as the JSON document an ``owed_documents`` row keeps (:func:`findings_of_doc`)."""
+    return {
+        "depth": f.depth,
+        "url": f.url,
+        "links": [list(link) for link in f.links],
+        "canonical": f.canonical,
+        "noindex": f.noindex,
+        "lastmod": [list(m) for m in f.lastmod],
+        "synthetic": f.synthetic,
+    }
+
+
+def owed_rows(records: Sequence[FetchRecord], run: str) -> list[tuple[FetchRecord, str, str]]:
+    """The ``owed_documents`` rows of a batch: each record that carries findings, the run its
+    row is written under (``run``, whose discovery has them in its queue; "" when it was
+    deferred: any run takes it at once) and its document as JSON text."""
+    return [
+        (r, "" if r.deferred else run, json.dumps(findings_doc(r.findings)))
+        for r in records
+        if r.findings is not None
+    ]
+
+
+def findings_of_doc(doc: dict[str, Any]) -> Findings:
+    """The :class:`Findings` an ``owed_documents`` row's document (:func:`findings_doc`) keeps."""
+    return Findings(
+        depth=int(doc["depth"]),
+        url=str(doc["url"]),
+        links=tuple((str(u), str(k)) for u, k in doc["links"]),
+        canonical=doc["canonical"],
+        noindex=bool(doc["noindex"]),
+        lastmod=tuple((str(u), float(t)) for u, t in doc["lastmod"]),
+        synthetic=bool(doc["synthetic"]),
+    )

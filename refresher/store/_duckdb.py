@@ -9,15 +9,24 @@ not yet acknowledged: those in flight and those waiting for their batch (at most
 ``store.flush_interval`` seconds or ``store.batch_size`` records). A lost fetch left its page's
 due time unchanged, so the page is simply fetched again.
 
+A fetched document's findings (its links, canonical, noindex, sitemap lastmod) are kept in
+``owed_documents`` in the fetch's own batch and deleted in the transaction in which discovery
+stores them (:meth:`DuckDBStore.save_documents`), as a fleet's store does: a crash in between
+loses no link; the next run hands the rows to its discovery again
+(:meth:`DuckDBStore.owed_documents`).
+
 Times are stored as unix seconds (DOUBLE); the public view ``fetch_log`` shows timestamps (UTC).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import math
+import time
+import uuid
 from collections import Counter
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -27,7 +36,7 @@ import numpy as np
 from refresher._errors import StoreError
 from refresher.discover._seen import fingerprints
 from refresher.ops._logging import get_logger
-from refresher.store._batch import fold_pages, new_page_rows
+from refresher.store._batch import findings_of_doc, fold_pages, new_page_rows, owed_rows
 from refresher.store._captures import (
     CAPTURES_MIGRATION,
     CaptureRow,
@@ -53,6 +62,7 @@ from refresher.store._interface import (
     DocumentUpdate,
     EstimatorInputs,
     FetchRecord,
+    Findings,
     HostRow,
     HostSummary,
     HostUpdate,
@@ -211,6 +221,18 @@ def _migrate_5(con: Any) -> None:
 
 
 _MIGRATIONS.append(_migrate_5)
+# 6: the documents owed to discovery, written in their fetch's batch (as a fleet's store does)
+_MIGRATIONS.append(
+    """
+    CREATE TABLE owed_documents (
+        page_id BIGINT NOT NULL,
+        fetched_at DOUBLE NOT NULL,          -- the fetch that found it (finished_at)
+        run VARCHAR NOT NULL,                -- the daemon's run that wrote or last took it
+        created_at DOUBLE NOT NULL,          -- unix seconds, written or last taken
+        document VARCHAR NOT NULL            -- JSON: links, canonical, noindex, lastmod, …
+    );
+    """
+)
 #: the first schema version with per-page change statistics
 STATISTICS_VERSION = 5
 SCHEMA_VERSION = len(_MIGRATIONS)
@@ -259,6 +281,9 @@ class DuckDBStore:
             raise StoreError(f"cannot open the store {str(path)!r}: {msg}") from e
         if not read_only:
             self._migrate()
+        #: this process's run: the owed documents it wrote or took (its discovery has them)
+        self.run = uuid.uuid4().hex[:16]
+        self._in_transaction = False
         self._next_page = self._scalar("SELECT coalesce(max(id), 0) + 1 FROM pages")
         self._next_host = self._scalar("SELECT coalesce(max(id), 0) + 1 FROM hosts")
         self._next_fetch = self._scalar("SELECT coalesce(max(id), 0) + 1 FROM fetches")
@@ -301,6 +326,26 @@ class DuckDBStore:
                 ) from e
             log.info("schema migrated", version=target + 1, path=str(self.path))
 
+    @contextlib.contextmanager
+    def _transaction(self, what: str) -> Iterator[None]:
+        """The block in one transaction; inside another one, part of that one."""
+        if self._in_transaction:
+            yield
+            return
+        self._con.execute("BEGIN")
+        self._in_transaction = True
+        try:
+            yield
+            self._con.execute("COMMIT")
+        except BaseException as e:
+            with contextlib.suppress(duckdb.Error):
+                self._con.execute("ROLLBACK")
+            if isinstance(e, duckdb.Error):
+                raise StoreError(f"{what}: {e}") from e
+            raise
+        finally:
+            self._in_transaction = False
+
     def schema_version(self) -> int:
         row = first_row(self._con.execute("SELECT value FROM meta WHERE key = 'schema_version'"))
         return int(row[0]) if row else 0
@@ -342,33 +387,29 @@ class DuckDBStore:
         unique = list({p.url: p for p in pages}.values())
         if not unique:
             return []
-        self._con.execute("BEGIN")
         try:
-            self._ensure_hosts(unique)
-            urls = [p.url for p in unique]
-            batch = {
-                "url": np.array(urls, dtype=object),
-                "host": np.array([p.host for p in unique], dtype=object),
-                "source": np.array([p.source for p in unique], dtype=object),
-                "depth": np.array([p.depth for p in unique], dtype=np.int32),
-                "fp": fingerprints(urls),
-            }
-            self._con.register("_new_pages", batch)
-            rows = self._con.execute(
-                """
-                INSERT INTO pages (id, url, host_id, first_seen, due_at, source, depth, url_fp)
-                SELECT ? + row_number() OVER (ORDER BY n.url) - 1, n.url, h.id, ?, ?, n.source,
-                       n.depth, n.fp
-                FROM _new_pages n JOIN hosts h ON h.name = n.host
-                ANTI JOIN pages p ON p.url = n.url
-                RETURNING id, url, host_id
-                """,
-                [self._next_page, now, now],
-            ).fetchall()
-            self._con.execute("COMMIT")
-        except duckdb.Error as e:
-            self._con.execute("ROLLBACK")
-            raise StoreError(f"adding pages: {e}") from e
+            with self._transaction("adding pages"):
+                self._ensure_hosts(unique)
+                urls = [p.url for p in unique]
+                batch = {
+                    "url": np.array(urls, dtype=object),
+                    "host": np.array([p.host for p in unique], dtype=object),
+                    "source": np.array([p.source for p in unique], dtype=object),
+                    "depth": np.array([p.depth for p in unique], dtype=np.int32),
+                    "fp": fingerprints(urls),
+                }
+                self._con.register("_new_pages", batch)
+                rows = self._con.execute(
+                    """
+                    INSERT INTO pages (id, url, host_id, first_seen, due_at, source, depth, url_fp)
+                    SELECT ? + row_number() OVER (ORDER BY n.url) - 1, n.url, h.id, ?, ?, n.source,
+                           n.depth, n.fp
+                    FROM _new_pages n JOIN hosts h ON h.name = n.host
+                    ANTI JOIN pages p ON p.url = n.url
+                    RETURNING id, url, host_id
+                    """,
+                    [self._next_page, now, now],
+                ).fetchall()
         finally:
             # Unregistered after the transaction ended, so a failure shows its own cause.
             for view in ("_new_hosts", "_new_pages"):
@@ -406,22 +447,6 @@ class DuckDBStore:
         finally:
             self._con.unregister("_dst")
         return len(rows)
-
-    def save_facts(
-        self,
-        page_id: int,
-        *,
-        canonical: str | None,
-        noindex: bool,
-        lastmod: Sequence[tuple[str, float]],
-    ) -> None:
-        """What processing a page's body found that belongs to pages, not to the history."""
-        self._con.execute(
-            "UPDATE pages SET canonical = ?, noindex = ? WHERE id = ?",
-            [canonical, noindex, page_id],
-        )
-        if lastmod:
-            self._save_lastmod(lastmod)
 
     def _save_lastmod(self, lastmod: Sequence[tuple[str, float]]) -> None:
         """Sitemap ``<lastmod>`` values (unix seconds) of pages by URL; the latest is kept."""
@@ -662,6 +687,7 @@ class DuckDBStore:
                 )
                 con.unregister("_h")
             insert_captures(con, captures)
+            self._insert_owed(records)
             for rb in robots:
                 self.save_robots(
                     rb.host_id,
@@ -705,17 +731,7 @@ class DuckDBStore:
     def save_document(
         self, update: DocumentUpdate, *, now: float
     ) -> tuple[list[PageRow], dict[int, HostRow], int]:
-        rows, hosts = self.add_pages_with_hosts(update.new, now=now)
-        edges = 0
-        if not update.synthetic:
-            edges = self.add_links(update.page_id, update.linked, now=now)
-            self.save_facts(
-                update.page_id,
-                canonical=update.canonical,
-                noindex=update.noindex,
-                lastmod=update.lastmod,
-            )
-        return rows, hosts, edges
+        return self.save_documents([update], now=now)[0]
 
     def save_documents(
         self, updates: Sequence[DocumentUpdate], *, now: float
@@ -723,16 +739,21 @@ class DuckDBStore:
         """:meth:`save_document` for each of ``updates``, with one statement of each kind for
         them all: the new pages, the edges (one join against the pages, not one a document)
         and the pages' facts. A page is new in one update at most (discovery adds it with the
-        first document that links it), so adding them all first changes no edge."""
-        rows, hosts = self.add_pages_with_hosts([p for u in updates for p in u.new], now=now)
-        pairs = [(u.page_id, url) for u in updates if not u.synthetic for url in u.linked]
-        edges = self._add_edges(pairs, now=now) if pairs else {}
-        own = [u for u in updates if not u.synthetic]
-        if own:
-            self._save_flags({u.page_id: (u.canonical, u.noindex) for u in own})
-        for u in own:
-            if u.lastmod:
-                self._save_lastmod(u.lastmod)
+        first document that links it), so adding them all first changes no edge.
+
+        One transaction, which also deletes the owed documents of the updates' fetches
+        (:attr:`DocumentUpdate.fetched_at`): discovery has stored all they found."""
+        with self._transaction("saving documents"):
+            rows, hosts = self.add_pages_with_hosts([p for u in updates for p in u.new], now=now)
+            pairs = [(u.page_id, url) for u in updates if not u.synthetic for url in u.linked]
+            edges = self._add_edges(pairs, now=now) if pairs else {}
+            own = [u for u in updates if not u.synthetic]
+            if own:
+                self._save_flags({u.page_id: (u.canonical, u.noindex) for u in own})
+            for u in own:
+                if u.lastmod:
+                    self._save_lastmod(u.lastmod)
+            self._forget_owed(updates)
         by_url = {r.url: r for r in rows}
         out = []
         for u in updates:
@@ -741,6 +762,71 @@ class DuckDBStore:
             out.append((mine, {r.host_id: hosts[r.host_id] for r in mine}, count))
             edges.pop(u.page_id, None)  # a page's document twice in a batch: counted once
         return out
+
+    def _insert_owed(self, records: Sequence[FetchRecord]) -> None:
+        """Keep the records' findings until discovery has stored them (in the fetch's batch)."""
+        rows = owed_rows(records, self.run)
+        if not rows:
+            return
+        self._con.register(
+            "_owed",
+            {
+                "page_id": np.array([r.page_id for r, _, _ in rows], dtype=np.int64),
+                "fetched_at": np.array([r.finished_at for r, _, _ in rows], dtype=np.float64),
+                "run": np.array([run for _, run, _ in rows], dtype=object),
+                "document": np.array([doc for _, _, doc in rows], dtype=object),
+            },
+        )
+        try:
+            self._con.execute(
+                "INSERT INTO owed_documents (page_id, fetched_at, run, created_at, document)"
+                " SELECT page_id, fetched_at, run, ?, document FROM _owed",
+                [time.time()],
+            )
+        finally:
+            self._con.unregister("_owed")
+
+    def _forget_owed(self, updates: Sequence[DocumentUpdate]) -> None:
+        """Delete the owed documents of these updates' fetches: discovery stored them."""
+        done = [(u.page_id, u.fetched_at) for u in updates if u.fetched_at is not None]
+        if not done:
+            return
+        self._con.register(
+            "_done",
+            {
+                "page_id": np.array([p for p, _ in done], dtype=np.int64),
+                "fetched_at": np.array([t for _, t in done], dtype=np.float64),
+            },
+        )
+        try:
+            self._con.execute(
+                "DELETE FROM owed_documents o USING _done d"
+                " WHERE o.page_id = d.page_id AND o.fetched_at = d.fetched_at"
+            )
+        finally:
+            self._con.unregister("_done")
+
+    def owed_documents(
+        self, limit: int, *, grace: float, now: float
+    ) -> list[tuple[int, int, float, Findings]]:
+        """Take up to ``limit`` findings owed to discovery, oldest fetch first: those an
+        earlier run left (it stopped or died before its discovery stored them), and this
+        run's own older than ``grace`` seconds. Taken rows become this run's, so they are not
+        handed out again for ``grace`` seconds (while discovery has them); the same contract
+        as a fleet's store. (row id, page id, fetched_at, findings)."""
+        with self._transaction("taking the findings owed to discovery"):
+            rows = self._con.execute(
+                "SELECT rowid, page_id, fetched_at, document FROM owed_documents"
+                " WHERE run <> ? OR created_at < ? ORDER BY fetched_at, page_id LIMIT ?",
+                [self.run, now - grace, limit],
+            ).fetchall()
+            if rows:
+                self._con.execute(
+                    "UPDATE owed_documents SET run = ?, created_at = ?"
+                    " WHERE list_contains(?, rowid)",
+                    [self.run, now, [int(r[0]) for r in rows]],
+                )
+        return [(int(i), int(p), float(t), findings_of_doc(json.loads(d))) for i, p, t, d in rows]
 
     def _add_edges(self, pairs: Sequence[tuple[int, str]], *, now: float) -> dict[int, int]:
         """Edges from each source page to the known page at each URL: per source, how many."""

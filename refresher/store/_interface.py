@@ -179,9 +179,10 @@ class HostRow:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Findings:
     """What a fetched document yielded for discovery, carried by its :class:`FetchRecord`:
-    a fleet's store keeps it in the fetch's own transaction until discovery has stored what it
-    found (:attr:`DocumentUpdate.fetched_at`), so a node that dies in between loses no link
-    (the partition's next owner hands the findings to its discovery again)."""
+    the store keeps it in the fetch's own transaction until discovery has stored what it
+    found (:attr:`DocumentUpdate.fetched_at`), so a process that dies in between loses no link
+    (the next run, or in a fleet the partition's next owner, hands the findings to its
+    discovery again: :meth:`Store.owed_documents`)."""
 
     depth: int  # the page's depth; its links are one deeper
     url: str  # the base for relative links (where the body came from)
@@ -224,6 +225,9 @@ class FetchRecord:
     last_modified_at: float | None = None
     #: what the document yielded for discovery (None: nothing to discover)
     findings: Findings | None = None
+    #: discovery's queue was full: the findings wait in the store, free for
+    #: :meth:`Store.owed_documents` to hand over at once, instead of in the queue
+    deferred: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -256,7 +260,7 @@ class DocumentUpdate:
     lastmod: Sequence[tuple[str, float]]  # (URL, sitemap <lastmod> in unix seconds)
     #: findings with no document of their own (robots.txt sitemaps): new pages only
     synthetic: bool = False
-    #: the fetch (its finished_at) whose :class:`Findings` these are, if any: a fleet's store
+    #: the fetch (its finished_at) whose :class:`Findings` these are, if any: the store
     #: forgets them in this update's transaction
     fetched_at: float | None = None
 
@@ -412,6 +416,17 @@ class Store(Protocol):
         self, updates: Sequence[DocumentUpdate], *, now: float
     ) -> list[tuple[list[PageRow], dict[int, HostRow], int]]:
         """:meth:`save_document` for each of ``updates``, in order, as one operation."""
+        ...
+
+    async def owed_documents(
+        self, limit: int, *, grace: float, now: float | None = None
+    ) -> list[tuple[int, int, float, Findings]]:
+        """Take up to ``limit`` documents' findings owed to discovery (kept with their fetch's
+        record, :attr:`FetchRecord.findings`, until a :class:`DocumentUpdate` with its
+        ``fetched_at`` is saved): those an earlier run (or, in a fleet, another node) left,
+        and this run's own taken or written more than ``grace`` seconds before ``now``
+        (default: the time of the call). Taken rows are this run's from then on. (row id, page
+        id, fetched_at, findings) each, oldest first."""
         ...
 
     async def known_fingerprints(self, fps: NDArray[np.int64]) -> NDArray[np.bool_]:

@@ -25,7 +25,6 @@ with the rest). ``pages.url`` is unique, so a URL delivered twice is one page.
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import time
 import uuid
@@ -42,7 +41,7 @@ from refresher._errors import StoreError
 from refresher.discover._seen import fingerprints
 from refresher.fleet._partition import partition_of
 from refresher.ops._logging import get_logger
-from refresher.store._batch import fold_pages, new_page_rows
+from refresher.store._batch import findings_of_doc, fold_pages, new_page_rows, owed_rows
 from refresher.store._captures import BatchArchive, CaptureRow
 from refresher.store._change_stats import (
     ESTIMATOR_COLUMNS,
@@ -102,30 +101,6 @@ def batch_key(records: Sequence[FetchRecord]) -> str | None:
     if not records:
         return None
     return f"{records[0].page_id}:{records[0].finished_at!r}:{len(records)}"
-
-
-def _findings_json(f: Findings) -> dict[str, Any]:
-    return {
-        "depth": f.depth,
-        "url": f.url,
-        "links": [list(link) for link in f.links],
-        "canonical": f.canonical,
-        "noindex": f.noindex,
-        "lastmod": [list(m) for m in f.lastmod],
-        "synthetic": f.synthetic,
-    }
-
-
-def _findings_of(doc: dict[str, Any]) -> Findings:
-    return Findings(
-        depth=int(doc["depth"]),
-        url=str(doc["url"]),
-        links=tuple((str(u), str(k)) for u, k in doc["links"]),
-        canonical=doc["canonical"],
-        noindex=bool(doc["noindex"]),
-        lastmod=tuple((str(u), float(t)) for u, t in doc["lastmod"]),
-        synthetic=bool(doc["synthetic"]),
-    )
 
 
 def _nan_none(x: float | None) -> float | None:
@@ -768,23 +743,23 @@ class PgStore:
     ) -> None:
         """Keep the records' findings until discovery has stored them (in the fetch's batch;
         ``partition``: host id → partition)."""
-        records = [r for r in records if r.findings is not None]
-        if not records:
+        rows = owed_rows(records, self.run)
+        if not rows:
             return
         cur.execute(
             "INSERT INTO owed_documents"
             " (page_id, partition, fetched_at, node_id, run, created_at, document)"
-            " SELECT o.page_id, o.partition, o.fetched_at, %s, %s, %s, o.document"
-            " FROM unnest(%s::bigint[], %s::int[], %s::float8[], %s::jsonb[])"
-            " AS o(page_id, partition, fetched_at, document)",
+            " SELECT o.page_id, o.partition, o.fetched_at, %s, o.run, %s, o.document"
+            " FROM unnest(%s::bigint[], %s::int[], %s::float8[], %s::text[], %s::jsonb[])"
+            " AS o(page_id, partition, fetched_at, run, document)",
             (
                 self.node_id,
-                self.run,
                 time.time(),
-                [r.page_id for r in records],
-                [partition[r.host_id] for r in records],
-                [r.finished_at for r in records],
-                [json.dumps(_findings_json(r.findings)) for r in records if r.findings],
+                [r.page_id for r, _, _ in rows],
+                [partition[r.host_id] for r, _, _ in rows],
+                [r.finished_at for r, _, _ in rows],
+                [run for _, run, _ in rows],
+                [doc for _, _, doc in rows],
             ),
         )
 
@@ -814,7 +789,9 @@ class PgStore:
                 """,
                 {"run": self.run, "now": now, "owned": owned, "grace": grace, "limit": limit},
             )
-            got = [(int(i), int(p), float(t), _findings_of(doc)) for i, p, t, doc in cur.fetchall()]
+            got = [
+                (int(i), int(p), float(t), findings_of_doc(doc)) for i, p, t, doc in cur.fetchall()
+            ]
             return sorted(got, key=lambda o: o[0])
 
         return self._tx("taking the findings owed to discovery", take)
@@ -1101,13 +1078,6 @@ class PostgresStore(PruneCalls, BatchedService[PgStore]):
         all in one transaction; (new pages, their hosts, rows taken)."""
         at = time.time() if now is None else now
         return await self._call(lambda s: s.drain_inbox(limit, now=at))
-
-    async def owed_documents(
-        self, limit: int, *, grace: float, now: float | None = None
-    ) -> list[tuple[int, int, float, Findings]]:
-        """See :meth:`PgStore.owed_documents`."""
-        at = time.time() if now is None else now
-        return await self._call(lambda s: s.owed_documents(limit, grace=grace, now=at))
 
     def fencing(self) -> Fencing:
         s = self.store

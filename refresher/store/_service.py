@@ -26,6 +26,7 @@ from refresher.store._interface import (
     DocumentUpdate,
     EstimatorInputs,
     FetchRecord,
+    Findings,
     HostRow,
     HostSummary,
     HostUpdate,
@@ -73,6 +74,10 @@ class SyncStore(Protocol):
     def save_document(
         self, update: DocumentUpdate, *, now: float
     ) -> tuple[list[PageRow], dict[int, HostRow], int]: ...
+
+    def owed_documents(
+        self, limit: int, *, grace: float, now: float
+    ) -> list[tuple[int, int, float, Findings]]: ...
 
     def known_fingerprints(self, fps: NDArray[np.int64]) -> NDArray[np.bool_]: ...
 
@@ -201,6 +206,12 @@ class BatchedService(Generic[S]):
         """:meth:`save_document` for each of ``updates`` in order, in one call: one hop to
         the store thread and one commit of the queued writes for the lot."""
         return await self._call(lambda s: _save_documents(s, updates, now))
+
+    async def owed_documents(
+        self, limit: int, *, grace: float, now: float | None = None
+    ) -> list[tuple[int, int, float, Findings]]:
+        at = time.time() if now is None else now
+        return await self._call(lambda s: s.owed_documents(limit, grace=grace, now=at))
 
     async def known_fingerprints(self, fps: NDArray[np.int64]) -> NDArray[np.bool_]:
         found: NDArray[np.bool_] = await self._call(lambda s: s.known_fingerprints(fps))

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
+import random
 import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import trio
-from conftest import DaemonProcess, cli, daemon_config, query_db, wait_for
+from conftest import DaemonProcess, acli, cli, daemon_config, query_db, wait_for
 
 from refresher.ops._control import request
+from refresher.sim._site import HostSpec, PageSpec, Site, serve_site
 
 pytestmark = pytest.mark.slow
 
@@ -344,3 +350,138 @@ async def test_a_paused_host_is_left_alone_until_resumed(site, short_dir, daemon
     )
     d.signal(signal.SIGTERM)
     assert await d.wait_exit() == 0
+
+
+# -- no discovered link lost: the findings owed in the store ------------------------------------
+
+#: hosts × pages of the dense web; every page links to every page, and to OUTSIDE pages out of
+#: scope, so that discovery (screening each link) falls behind the fetches
+DENSE_HOSTS, DENSE_PAGES, OUTSIDE = 6, 10, 1500
+
+
+def dense_urls() -> list[str]:
+    return [f"http://d{h}.sim.test/p{k}" for h in range(DENSE_HOSTS) for k in range(DENSE_PAGES)]
+
+
+def dense_site() -> Site:
+    urls = dense_urls()
+    far = tuple(f"http://o{i}.outside.test/x" for i in range(OUTSIDE))
+    return Site(
+        [
+            HostSpec(
+                name=f"d{h}.sim.test",
+                pages=tuple(
+                    PageSpec(path=f"/p{k}", links=(*urls, *far)) for k in range(DENSE_PAGES)
+                ),
+            )
+            for h in range(DENSE_HOSTS)
+        ]
+    )
+
+
+def dense_config(short_dir: Path, port: int) -> Path:
+    return daemon_config(
+        short_dir,
+        port=port,
+        seeds=["http://d0.sim.test/p0"],
+        discovery={"sitemaps": False, "allowed_domains": ["sim.test"], "queue": 2},
+    )
+
+
+def unstored_links(db: Path) -> tuple[dict[str, set[str]], int]:
+    """Per page of the dense web fetched with a body (status 200), its links missing from the
+    pages and links tables, unless the store still owes its findings to discovery; and the
+    number of owed rows."""
+    pages = dict(query_db(db, "SELECT url, id FROM pages"))
+    edges = set(query_db(db, "SELECT DISTINCT src, dst FROM links"))
+    owed = {p for (p,) in query_db(db, "SELECT DISTINCT page_id FROM owed_documents")}
+    fetched = {u for (u,) in query_db(db, "SELECT DISTINCT url FROM fetch_log WHERE status = 200")}
+    missing: dict[str, set[str]] = {}
+    for url in fetched:
+        if pages[url] in owed:
+            continue
+        src = pages[url]
+        lost = {
+            link
+            for link in dense_urls()
+            if link != url and (link not in pages or (src, pages[link]) not in edges)
+        }
+        if lost:
+            missing[url] = lost
+    (count,) = query_db(db, "SELECT count(*) FROM owed_documents")[0]
+    return missing, int(count)
+
+
+async def next_run_stores_what_was_owed(
+    db: Path, config: Path, daemons: Callable[..., DaemonProcess]
+) -> None:
+    """A run after one that left findings owed hands them to its discovery at once, and its
+    stop stores what is queued: what is still owed after it was found by its own fetches."""
+    (owed,) = query_db(db, "SELECT count(*) FROM owed_documents")[0]
+    started = time.time()
+    d = daemons(config)
+    await d.ready()
+    if owed:
+        await wait_for(lambda: d.event("findings handed to discovery again"), what="the replay")
+    d.signal(signal.SIGTERM)
+    assert await d.wait_exit() == 0
+    missing, _ = unstored_links(db)
+    assert not missing
+    assert query_db(db, f"SELECT count(*) FROM owed_documents WHERE fetched_at < {started}") == [
+        (0,)
+    ]
+
+
+async def test_kill_9_at_random_points_loses_no_link_of_an_acknowledged_fetch(
+    nursery, short_dir, daemons
+):
+    """Every link of every acknowledged fetch reaches the pages and links tables: kill -9 lands
+    between a fetch's commit and its links' storing (discovery behind, its queue full), the
+    findings wait in owed_documents and the next run stores them."""
+    s = dense_site()
+    port = await nursery.start(serve_site, s)
+    config = dense_config(short_dir, port)
+    db = short_dir / "refresher.duckdb"
+    rng = random.Random()
+    seed = rng.randrange(1 << 30)
+    rng.seed(seed)
+    landed = 0
+    for _ in range(3):
+        d = daemons(config)
+        await d.ready()
+        point = rng.randint(3, 30)
+        await wait_for(
+            functools.partial(lambda d, n: d.acknowledged() >= n, d, point),
+            what=f"{point} acknowledged (seed {seed})",
+        )
+        d.signal(signal.SIGKILL)
+        assert await d.wait_exit() == -signal.SIGKILL
+        missing, owed = unstored_links(db)
+        assert not missing, f"seed {seed}"
+        landed += owed > 0
+    assert landed, f"no kill landed before discovery stored a fetch's links (seed {seed})"
+    await next_run_stores_what_was_owed(db, config, daemons)
+
+
+async def test_sigterm_with_discoverys_queue_full_loses_no_link(nursery, short_dir, daemons):
+    """Documents that found the queue full wait in the store (deferred); a stop stores what is
+    queued, and the next run what is still owed."""
+    s = dense_site()
+    port = await nursery.start(serve_site, s)
+    config = dense_config(short_dir, port)
+    d = daemons(config)
+    await d.ready()
+
+    async def waiting() -> bool:
+        answer = await acli("status", "--config", str(config), "--json")
+        found = json.loads(answer.stdout)["discovery"]
+        return found["deferred"] + found["waited"] > 0
+
+    await wait_for(waiting, what="discovery's queue full")
+    d.signal(signal.SIGTERM)
+    assert await d.wait_exit() == 0
+    db = short_dir / "refresher.duckdb"
+    missing, _ = unstored_links(db)
+    assert not missing
+    assert query_db(db, "SELECT count(*) FROM fetch_log")[0][0] >= d.acknowledged() > 0
+    await next_run_stores_what_was_owed(db, config, daemons)

@@ -158,6 +158,7 @@ def _downgrade(path: Path) -> None:
     try:
         for c in STAT_COLUMNS:
             con.execute(f"ALTER TABLE pages DROP COLUMN {c}")
+        con.execute("DROP TABLE owed_documents")  # version 6
         con.execute("UPDATE meta SET value = '4' WHERE key = 'schema_version'")
     finally:
         con.close()

@@ -19,6 +19,7 @@ from refresher.store import (
     NEVER,
     DocumentUpdate,
     FetchRecord,
+    Findings,
     HostUpdate,
     NewPage,
     PlanUpdate,
@@ -334,6 +335,50 @@ async def test_a_document_adds_new_pages_links_and_facts_once(store: Store) -> N
     assert sorted(zip(inputs.link_src.tolist(), inputs.link_dst.tolist(), strict=True)) == sorted(
         (src.id, r.id) for r in (await _pages(store)).values() if r.id != src.id
     )
+
+
+async def test_a_fetchs_findings_are_owed_until_discovery_saves_that_fetchs_document(
+    store: Store,
+) -> None:
+    (row,), _ = await store.add_pages([page("http://a.example/")], now=NOW)
+    findings = Findings(
+        depth=0,
+        url=row.url,
+        links=(("http://a.example/x", "a"), ("/y", "link")),
+        canonical="http://a.example/",
+        noindex=True,
+        lastmod=(("http://a.example/x", NOW - 5),),
+    )
+    await store.record(fetch(row.id, row.host_id, NOW + 1, findings=findings))
+    await store.record(fetch(row.id, row.host_id, NOW + 2))  # nothing found: nothing owed
+    # this run's own findings are its discovery's (in its queue) until the grace has passed
+    assert await store.owed_documents(10, grace=120.0, now=time.time()) == []
+    later = time.time() + 121.0
+    taken = await store.owed_documents(10, grace=120.0, now=later)
+    assert [o[1:] for o in taken] == [(row.id, NOW + 1, findings)]
+    assert await store.owed_documents(10, grace=120.0, now=later + 1) == []  # taken: not again
+
+    def update(fetched_at: float | None) -> DocumentUpdate:
+        return DocumentUpdate(
+            page_id=row.id,
+            new=[],
+            linked=[],
+            canonical=None,
+            noindex=False,
+            lastmod=[],
+            fetched_at=fetched_at,
+        )
+
+    # a document of another fetch of the page, or of none, leaves them owed
+    await store.save_documents([update(NOW + 2), update(None)], now=NOW + 3)
+    assert len(await store.owed_documents(10, grace=120.0, now=later + 500)) == 1
+    await store.save_documents([update(NOW + 1)], now=NOW + 4)
+    assert await store.owed_documents(10, grace=0.0, now=later + 1000) == []
+    # deferred (discovery's queue was full): no queue has them, taken at once
+    await store.record(fetch(row.id, row.host_id, NOW + 5, findings=findings, deferred=True))
+    taken = await store.owed_documents(10, grace=120.0, now=time.time())
+    assert [o[1:] for o in taken] == [(row.id, NOW + 5, findings)]
+    assert await store.owed_documents(10, grace=120.0, now=time.time()) == []
 
 
 async def test_the_policy_switch_holds_until_the_config_names_another(store: Store) -> None:

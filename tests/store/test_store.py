@@ -19,8 +19,10 @@ from refresher._errors import StoreError
 from refresher.archive._warc import WarcWriter, read_record
 from refresher.store import (
     SCHEMA_VERSION,
+    DocumentUpdate,
     DuckDBStore,
     FetchRecord,
+    Findings,
     HostUpdate,
     NewPage,
     StoreService,
@@ -109,6 +111,52 @@ def test_reopening_keeps_the_data_and_ids_continue(path: Path) -> None:
         s.write([fetch(more[0].id)], [])
         ids = s._con.execute("SELECT id FROM fetches ORDER BY id").fetchall()
         assert ids == [(1,), (2,)]
+    finally:
+        s.close()
+
+
+def test_findings_a_run_left_owed_go_to_the_next_run_at_once_oldest_first(path: Path) -> None:
+    """The owed table's lifecycle: written with the fetch's batch, taken by the next run at
+    once (an earlier run's), not handed out twice within the grace, deleted when discovery
+    saves the fetch's document; the table ends empty."""
+    s = DuckDBStore(path)
+    rows = s.add_pages([page(f"http://a.example/{i}") for i in range(3)], now=NOW)
+
+    def found(i: int) -> Findings:
+        return Findings(depth=i, url=rows[i].url, links=((f"/to{i}", "a"),), canonical=None)
+
+    records = [fetch(r.id, at=NOW + 10 - i, findings=found(i)) for i, r in enumerate(rows)]
+    s.write([*records, fetch(rows[0].id, at=NOW + 20)], [])  # the last one found nothing
+    assert s.owed_documents(10, grace=120.0, now=NOW + 30) == []  # this run's: in its queue
+    s.close()  # stopped before discovery stored any of them
+
+    s = DuckDBStore(path)
+    try:
+        first = s.owed_documents(2, grace=120.0, now=NOW + 40)
+        assert [o[1:] for o in first] == [
+            (rows[2].id, NOW + 8, found(2)),
+            (rows[1].id, NOW + 9, found(1)),
+        ]
+        rest = s.owed_documents(2, grace=120.0, now=NOW + 41)
+        assert [o[1:] for o in rest] == [(rows[0].id, NOW + 10, found(0))]
+        assert s.owed_documents(10, grace=120.0, now=NOW + 42) == []  # taken by this run
+        assert len(s.owed_documents(10, grace=120.0, now=NOW + 200)) == 3  # after the grace
+
+        def update(i: int) -> DocumentUpdate:
+            return DocumentUpdate(
+                page_id=rows[i].id,
+                new=[],
+                linked=[],
+                canonical=None,
+                noindex=False,
+                lastmod=[],
+                fetched_at=NOW + 10 - i,
+            )
+
+        s.save_documents([update(0), update(2)], now=NOW + 50)
+        assert [o[1] for o in s.owed_documents(10, grace=0.0, now=NOW + 500)] == [rows[1].id]
+        s.save_document(update(1), now=NOW + 51)
+        assert s._scalar("SELECT count(*) FROM owed_documents") == 0
     finally:
         s.close()
 
