@@ -18,6 +18,15 @@ Two webs, each measured for ``--seconds`` after ``--warmup`` seconds, one crawle
   links each). Both start from the host roots; Scrapy re-requests every link it sees
   (``dont_filter``), refresher re-fetches pages as its budget allows: refresh passes.
 
+``--complete`` (docs web): both crawlers are seeded with every page (Scrapy's starts in a
+file, the hosts taking turns, through its duplicate filter; its spider then follows only links
+to .html pages), and each runs alone until nginx's access log has served it every page once
+(or for ``--limit`` seconds). pages/s = pages / seconds from its first request to its last new
+page, CPU over the same span; start-up (refresher: seeding its store) is printed apart. Both
+fetch and parse the same pages, which a window of a first pass does not give: a window holds
+whichever pages each crawler's order reaches first (refresher's, seeded: the first pages of
+each host in path order; Scrapy's, breadth first: the index pages and the pages they link).
+
 pages/s counts 2xx responses in the window (refresher: fetch records in its DuckDB history;
 Scrapy: responses its spider parsed); on the docs web refresher is seeded with every page
 (with only the index pages known, a budget far above what 20 hosts serve makes a refresh
@@ -689,7 +698,11 @@ def both(web: Web, args: argparse.Namespace) -> None:
                 if mine.fetches
                 else ""
             )
-            print(f"  round {round_ + 1}: ratio refresher/Scrapy {ratio:.2f}{answered}")
+            cpu = (theirs.cpu / theirs.pages) / (mine.cpu / mine.pages) if mine.pages else 0.0
+            print(
+                f"  round {round_ + 1}: ratio refresher/Scrapy {ratio:.2f}{answered}; "
+                f"CPU per page Scrapy/refresher {cpu:.2f}"
+            )
     if len(ratios) > 1:
         listed = ", ".join(f"{r:.2f}" for r in ratios)
         print(f"  ratios {listed}; median {statistics.median(ratios):.2f}")
