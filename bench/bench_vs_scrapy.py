@@ -474,9 +474,10 @@ class AccessLog:
         self._partial = b""
 
     def poll(self) -> None:
+        data = self._partial
         with contextlib.suppress(FileNotFoundError), self.path.open("rb") as f:
             f.seek(self._offset)
-            data = self._partial + f.read()
+            data += f.read()
             self._offset = f.tell()
         lines = data.split(b"\n")
         self._partial = lines.pop()
