@@ -18,6 +18,15 @@ Two webs, each measured for ``--seconds`` after ``--warmup`` seconds, one crawle
   links each). Both start from the host roots; Scrapy re-requests every link it sees
   (``dont_filter``), refresher re-fetches pages as its budget allows: refresh passes.
 
+``--complete`` (docs web): both crawlers are seeded with every page (Scrapy's starts in a
+file, the hosts taking turns, through its duplicate filter; its spider then follows only links
+to .html pages), and each runs alone until nginx's access log has served it every page once
+(or for ``--limit`` seconds). pages/s = pages / seconds from its first request to its last new
+page, CPU over the same span; start-up (refresher: seeding its store) is printed apart. Both
+fetch and parse the same pages, which a window of a first pass does not give: a window holds
+whichever pages each crawler's order reaches first (refresher's, seeded: the first pages of
+each host in path order; Scrapy's, breadth first: the index pages and the pages they link).
+
 pages/s counts 2xx responses in the window (refresher: fetch records in its DuckDB history;
 Scrapy: responses its spider parsed); on the docs web refresher is seeded with every page
 (with only the index pages known, a budget far above what 20 hosts serve makes a refresh
@@ -82,7 +91,7 @@ pid {dir}/nginx.pid;
 error_log {dir}/error.log warn;
 events {{ worker_connections 4096; }}
 http {{
-    access_log off;
+    {access_log}
     client_body_temp_path {dir}/body;
     proxy_temp_path {dir}/proxy;
     fastcgi_temp_path {dir}/fastcgi;
@@ -134,12 +143,23 @@ class Bench(scrapy.Spider):
 
     def __init__(self, *a, **kw):
         super().__init__(*a, **kw)
-        self.start_urls = os.environ["BENCH_START"].split()
+        if os.environ.get("BENCH_START_FILE"):  # every page a start (--complete)
+            with open(os.environ["BENCH_START_FILE"]) as f:
+                self.start_urls = f.read().split()
+        else:
+            self.start_urls = os.environ["BENCH_START"].split()
+        self.html_only = os.environ.get("BENCH_HTML_ONLY") == "1"
         self.refresh = os.environ.get("BENCH_REFRESH") == "1"
         self.count_file = os.environ["BENCH_COUNT"]
         self.count = 0
         self.ticker = task.LoopingCall(self.write_count)
         self.ticker.start(0.05)
+
+    async def start(self):
+        # through the duplicate filter (Scrapy's own starts skip it), so a page both
+        # seeded and linked is fetched once
+        for url in self.start_urls:
+            yield scrapy.Request(url, callback=self.parse, dont_filter=self.refresh)
 
     def write_count(self):
         with open(self.count_file + ".tmp", "w") as f:
@@ -153,6 +173,8 @@ class Bench(scrapy.Spider):
         for href in response.css("a::attr(href)").getall():
             url = response.urljoin(href).partition("#")[0]
             if url not in seen and url.split("/")[2:3] == [host]:
+                if self.html_only and not url.endswith(".html"):
+                    continue  # --complete: the pages the web has, as refresher's seeds
                 seen.add(url)
                 yield scrapy.Request(url, callback=self.parse, dont_filter=self.refresh)
 '''
@@ -214,14 +236,20 @@ def free_port() -> int:
         return port
 
 
+#: one line per request, "host path status", for --complete (read by AccessLog)
+ACCESS_LOG = "log_format pages '$host $uri $status'; access_log {path} pages;"
+
+
 @contextlib.contextmanager
-def nginx(directory: Path, docs: Path) -> Iterator[int]:
-    """Debian's nginx serving ``docs`` on a loopback port, one process; yields the port."""
+def nginx(directory: Path, docs: Path, access_log: Path | None = None) -> Iterator[int]:
+    """Debian's nginx serving ``docs`` on a loopback port, one process; yields the port.
+    With ``access_log``, it writes a line per request there."""
     port = free_port()
     for sub in ("body", "proxy", "fastcgi", "uwsgi", "scgi"):
         (directory / sub).mkdir(exist_ok=True)
     conf = directory / "nginx.conf"
-    conf.write_text(NGINX_CONF.format(dir=directory, port=port, docs=docs))
+    logging = ACCESS_LOG.format(path=access_log) if access_log else "access_log off;"
+    conf.write_text(NGINX_CONF.format(dir=directory, port=port, docs=docs, access_log=logging))
     process = subprocess.Popen(
         ["nginx", "-p", str(directory), "-c", str(conf), "-e", str(directory / "error.log")],
         stdin=subprocess.DEVNULL,
@@ -357,10 +385,12 @@ def print_stages(before: dict[str, Any], after: dict[str, Any]) -> None:
 
 @contextlib.contextmanager
 def scrapy_process(
-    directory: Path, web: Web, args: argparse.Namespace
+    directory: Path, web: Web, args: argparse.Namespace, *, complete: bool = False
 ) -> Iterator[tuple[subprocess.Popen[bytes], Callable[[], int]]]:
     """Scrapy crawling ``web`` from its start URLs, once it has parsed a page; yields the
-    process and a function reading how many pages it has parsed so far. Killed afterwards."""
+    process and a function reading how many pages it has parsed so far. Killed afterwards.
+    ``complete``: from every seed of ``web`` instead, following only links to HTML pages,
+    yielded as soon as it has started."""
     spider = directory / "bench_spider.py"
     spider.write_text(SPIDER)
     count = directory / "scrapy.count"
@@ -371,6 +401,10 @@ def scrapy_process(
         BENCH_COUNT=str(count),
         PYTHONPATH=str(directory),
     )
+    if complete:  # 10,000 URLs are more than an environment variable may hold
+        starts = directory / "starts.txt"
+        starts.write_text("".join(f"{url}\n" for url in by_turns(web.seeds or web.starts)))
+        env.update(BENCH_START_FILE=str(starts), BENCH_HTML_ONLY="1")
     with (directory / "scrapy.log").open("wb") as log:
         process = subprocess.Popen(
             # The resolver is a process setting (installed before the spider's are read);
@@ -391,7 +425,7 @@ def scrapy_process(
 
     try:
         deadline = time.monotonic() + 60
-        while pages() == 0:
+        while pages() == 0 and not complete:
             if process.poll() is not None or time.monotonic() > deadline:
                 tail = (directory / "scrapy.log").read_text(errors="replace")[-2000:]
                 raise SystemExit(f"Scrapy did not get going:\n{tail}")
@@ -413,6 +447,98 @@ def run_scrapy(directory: Path, web: Web, args: argparse.Namespace) -> Run:
         w1 = cpu_wait_seconds(process.pid)
         rss = rss_bytes(process.pid)
     return Run("Scrapy", p1 - p0, t1 - t0, c1 - c0, rss, starved=w1 - w0)
+
+
+def by_turns(urls: list[str]) -> list[str]:
+    """``urls`` with their hosts taking turns (the first of each host, then the second, …).
+    Scrapy's scheduler hands its downloader requests in order, at most 256 waiting: in the
+    seeds' order (host by host) they would all be one host's, one in flight. refresher's
+    frontier keeps a queue per host whatever the order."""
+    hosts: dict[str, list[str]] = {}
+    for url in urls:
+        hosts.setdefault(url.split("/")[2], []).append(url)
+    queues = list(hosts.values())
+    return [q[i] for i in range(max(map(len, queues), default=0)) for q in queues if i < len(q)]
+
+
+class AccessLog:
+    """nginx's access log (``ACCESS_LOG``'s format) read as it grows: which of the web's
+    pages have been served with a 200, and how many requests in all."""
+
+    def __init__(self, path: Path, pages: set[tuple[str, str]]) -> None:
+        self.path = path
+        self.pages = pages  # (host, path) of every page of the web
+        self.served: set[tuple[str, str]] = set()  # of those, served with a 200
+        self.requests = 0
+        self._offset = path.stat().st_size if path.exists() else 0
+        self._partial = b""
+
+    def poll(self) -> None:
+        data = self._partial
+        with contextlib.suppress(FileNotFoundError), self.path.open("rb") as f:
+            f.seek(self._offset)
+            data += f.read()
+            self._offset = f.tell()
+        lines = data.split(b"\n")
+        self._partial = lines.pop()
+        for line in lines:
+            host, path, status = line.decode(errors="replace").rsplit(" ", 2)
+            self.requests += 1
+            if (host, path) in self.pages and status == "200":
+                self.served.add((host, path))
+
+    @property
+    def complete(self) -> bool:
+        return len(self.served) == len(self.pages)
+
+
+@dataclass(frozen=True, slots=True)
+class Complete:
+    """One crawler's pass over every page of the docs web, from its first request to its
+    last new page (``Run``'s figures), with what else it asked for."""
+
+    run: Run
+    startup: float  # seconds from the process's start to its first request
+    startup_cpu: float  # CPU seconds it spent in them (refresher: seeding its store)
+    requests: int  # requests in the pass, re-fetches and robots.txt included
+    done: bool  # every page fetched within --limit
+
+    def line(self) -> str:
+        tail = "" if self.done else f"  NOT COMPLETE after {self.run.seconds:.0f} s"
+        return (
+            f"{self.run.line()}  {self.run.seconds:6.1f} s for {self.run.pages} pages, "
+            f"{self.requests} requests, start-up {self.startup:.1f} s "
+            f"({self.startup_cpu:.1f} CPU s){tail}"
+        )
+
+
+def run_complete(directory: Path, web: Web, args: argparse.Namespace, crawler: str) -> Complete:
+    """``crawler`` (seeded with every page of the web) until nginx has served it every page
+    once, or for ``--limit`` seconds; measured from its first request, polled every 0.2 s."""
+    assert web.seeds is not None
+    pages = {(u.split("/")[2].split(":")[0], "/" + u.split("/", 3)[3]) for u in web.seeds}
+    log = AccessLog(args.access_log, pages)
+    with contextlib.ExitStack() as stack:
+        started = time.time()
+        if crawler == "refresher":
+            daemon = Daemon(refresher_config(directory, web, args))
+            stack.callback(daemon.stop)
+            pid = daemon.pid
+        else:
+            pid = stack.enter_context(scrapy_process(directory, web, args, complete=True))[0].pid
+        first: tuple[float, float, float] | None = None  # time, CPU, CPU wait at the start
+        while True:
+            log.poll()
+            now, cpu, wait = time.time(), tree_cpu_seconds(pid), tree_cpu_wait_seconds(pid)
+            if first is None and log.requests:
+                first = (now, cpu, wait)
+            if first is not None and (log.complete or now - first[0] > args.limit):
+                break
+            time.sleep(0.2)
+        rss = tree_rss_bytes(pid)
+    t0, c0, w0 = first
+    run = Run(crawler, len(log.served), now - t0, cpu - c0, rss, starved=wait - w0)
+    return Complete(run, t0 - started, c0, log.requests, log.complete)
 
 
 class Turns:
@@ -524,6 +650,15 @@ def load_average() -> str:
 def one_round(round_: int, web: Web, args: argparse.Namespace) -> dict[str, Run]:
     """Each crawler's run of one round, printed as they end."""
     runs: dict[str, Run] = {}
+    crawlers = args.crawlers.split(",")
+    if args.complete:
+        for crawler in crawlers if round_ % 2 == 0 else crawlers[::-1]:
+            with tempfile.TemporaryDirectory(prefix=f"vs-{crawler}-", dir=args.tmp) as tmp:
+                before = load_average()
+                complete = run_complete(Path(tmp), web, args, crawler)
+            runs[crawler] = complete.run
+            print(complete.line() + f"  (load average before: {before})")
+        return runs
     if args.interleave:
         with tempfile.TemporaryDirectory(prefix="vs-turns-", dir=args.tmp) as tmp:
             before = load_average()
@@ -533,7 +668,6 @@ def one_round(round_: int, web: Web, args: argparse.Namespace) -> dict[str, Run]
             print(run.line() + f"  (load average before: {before})")
         return runs
     # alternate who goes first, so a change in the machine's load hits both alike
-    crawlers = args.crawlers.split(",")
     for crawler in crawlers if round_ % 2 == 0 else crawlers[::-1]:
         with tempfile.TemporaryDirectory(prefix=f"vs-{crawler}-", dir=args.tmp) as tmp:
             before = load_average()
@@ -548,10 +682,10 @@ def one_round(round_: int, web: Web, args: argparse.Namespace) -> dict[str, Run]
 
 def both(web: Web, args: argparse.Namespace) -> None:
     how = f", turns of {args.interleave:g} s" if args.interleave else ""
-    print(
-        f"{web.name}: {len(web.starts)} hosts, warmup {args.warmup:.0f} s, "
-        f"window {args.seconds:.0f} s{how}"
-    )
+    window = f"warmup {args.warmup:.0f} s, window {args.seconds:.0f} s{how}"
+    if args.complete:
+        window = f"every page of {len(web.seeds or ())} once, both seeded with all of them"
+    print(f"{web.name}: {len(web.starts)} hosts, {window}")
     ratios = []
     for round_ in range(args.rounds):
         runs = one_round(round_, web, args)
@@ -565,7 +699,11 @@ def both(web: Web, args: argparse.Namespace) -> None:
                 if mine.fetches
                 else ""
             )
-            print(f"  round {round_ + 1}: ratio refresher/Scrapy {ratio:.2f}{answered}")
+            cpu = (theirs.cpu / theirs.pages) / (mine.cpu / mine.pages) if mine.pages else 0.0
+            print(
+                f"  round {round_ + 1}: ratio refresher/Scrapy {ratio:.2f}{answered}; "
+                f"CPU per page Scrapy/refresher {cpu:.2f}"
+            )
     if len(ratios) > 1:
         listed = ", ".join(f"{r:.2f}" for r in ratios)
         print(f"  ratios {listed}; median {statistics.median(ratios):.2f}")
@@ -621,6 +759,16 @@ def main() -> None:
         "first pass goes as fast as discovery finds pages (default: every page a seed)",
     )
     parser.add_argument(
+        "--complete",
+        action="store_true",
+        help="docs web: both crawlers seeded with every page, each run until nginx has served "
+        "it every page once (or --limit seconds); pages/s = pages / seconds from its first "
+        "request, so both fetch the same pages",
+    )
+    parser.add_argument(
+        "--limit", type=float, default=900.0, help="with --complete: seconds at most per pass"
+    )
+    parser.add_argument(
         "--py-spy",
         default=None,
         metavar="DIR",
@@ -641,13 +789,20 @@ def main() -> None:
         f"{os.cpu_count()} cores, load average {load_average()}, refresher archive {args.archive}"
     )
     webs = args.web.split(",")
+    if args.complete and (args.discover or args.interleave or webs != ["docs"]):
+        sys.exit(
+            "--complete runs the docs web alone (--web docs), without --discover and --interleave"
+        )
     if "docs" in webs:
         if shutil.which("nginx") is None or not (args.docs / "index.html").exists():
             sys.exit("apt-get install -y nginx python3.11-doc (or give --docs DIR)")
         with (
             tempfile.TemporaryDirectory(prefix="vs-nginx-", dir=args.tmp) as tmp,
-            nginx(Path(tmp), args.docs) as port,
+            nginx(
+                Path(tmp), args.docs, Path(tmp) / "access.log" if args.complete else None
+            ) as port,
         ):
+            args.access_log = Path(tmp) / "access.log"
             starts = [f"http://h{i}.docs.test:{port}/index.html" for i in range(args.hosts)]
             # refresher is seeded with every page (Scrapy finds them from the index pages):
             # a refresh crawler re-fetches what it knows, and with few pages known and a budget
