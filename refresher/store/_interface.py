@@ -135,8 +135,8 @@ def due_after(last: float, interval: float, late: float) -> float:
     wire; only up to :data:`LATE_CREDIT` of an interval: a page far behind (its host down or
     backing off, the daemon stopped, a budget cut) is fetched again at its planned pace from
     now, not in a burst of catch-up fetches. A page fetched early (``late`` < 0) owes
-    nothing: due one interval after the fetch. The due times of one page are never closer
-    than one interval, so it never runs above f on average."""
+    nothing: due one interval after the fetch. Fetched on time or late, a page's due times
+    are never closer than one interval, so it never runs above f on average."""
     return last + interval - min(max(late, 0.0), LATE_CREDIT * interval)
 
 
