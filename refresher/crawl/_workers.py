@@ -440,7 +440,10 @@ class Crawler:
         duplicate_of = self._content_seen(page.id, r, o, extracted)
         change = meaningful(o, page.fingerprint, fingerprint)
         self._meaningful += bool(change)
-        due = r.finished_at + (self._allocator.interval(page) if o.due else GONE_RECHECK)
+        if o.due:
+            due = self._allocator.due_after_fetch(page, r.finished_at)
+        else:
+            due = r.finished_at + GONE_RECHECK
         capture = None
         if self._keeper is not None:
             capture = self._keeper.keep(

@@ -14,9 +14,11 @@ the allocator
    (:mod:`refresher.policies`) for B·(1 − ``policy.explore``); the exploration share goes in equal
    parts to the pages the policy gave nothing, so their estimates never go stale;
 4. writes λ̂, its evidence, the weight and the target rate f to the store, which makes each
-   page due at last fetch + 1/f (:data:`NEVER` after it when f = 0:
-   :func:`refresher.store.due_interval`, the one definition of a due time, which the workers
-   use after each fetch too), and has the frontier reload its window.
+   page due one interval 1/f after its last fetch (:data:`NEVER` when f = 0), less the
+   lateness its due time made up (:func:`refresher.store.next_due`; the workers apply the
+   same rule after each fetch, :func:`refresher.store.due_after`: one interval after the
+   page was due, lateness made up to half an interval), and has the frontier reload its
+   window.
 
 Budget that the host caps leave unplaced is reported (``statistics().unplaced``), never
 silently dropped.
@@ -49,6 +51,7 @@ from refresher.store._interface import (
     PageRow,
     PlanUpdate,
     Store,
+    due_after,
     due_interval,
 )
 
@@ -624,8 +627,16 @@ class Allocator:
         self._wake = trio.Event()
 
     def interval(self, page: PageRow) -> float:
-        """Seconds until ``page`` is due again after a fetch (:func:`due_interval`)."""
+        """Seconds from one due time of ``page`` to the next (:func:`due_interval`)."""
         return due_interval(page.target_rate, self.uniform_interval)
+
+    def due_after_fetch(self, page: PageRow, fetched_at: float) -> float:
+        """When ``page``, fetched at ``fetched_at`` (unix seconds), is due again
+        (:func:`due_after`): one interval after it was due, its lateness made up. A page
+        without a copy yet has no schedule to keep: its first fetch sets one (pages found
+        together are due at one time; making up their lateness would keep them together)."""
+        late = fetched_at - page.due_at if page.digest is not None else 0.0
+        return due_after(fetched_at, self.interval(page), late)
 
     @property
     def uniform_interval(self) -> float:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from refresher.store._change_stats import fold_observations, last_modified_agrees
 from refresher.store._duckdb import SCHEMA_VERSION, DuckDBStore, StoreService
 from refresher.store._interface import (
+    LATE_CREDIT,
     NEVER,
     ChangeStatistics,
     DocumentUpdate,
@@ -33,10 +34,12 @@ from refresher.store._interface import (
     Store,
     StoreStatistics,
     StoreStatus,
+    due_after,
     due_interval,
     is_change,
     is_success,
     next_due,
+    next_due_sql,
 )
 from refresher.store._open import open_store
 
@@ -62,6 +65,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "LATE_CREDIT",
     "NEVER",
     "SCHEMA_VERSION",
     "ChangeStatistics",
@@ -85,11 +89,13 @@ __all__ = [
     "StoreService",
     "StoreStatistics",
     "StoreStatus",
+    "due_after",
     "due_interval",
     "fold_observations",
     "is_change",
     "is_success",
     "last_modified_agrees",
     "next_due",
+    "next_due_sql",
     "open_store",
 ]

@@ -57,7 +57,6 @@ from refresher.store._change_stats import (
 from refresher.store._history import prune_history
 from refresher.store._hosts import host_summary
 from refresher.store._interface import (
-    NEVER,
     SUCCESS_SQL,
     DocumentUpdate,
     EstimatorInputs,
@@ -71,6 +70,7 @@ from refresher.store._interface import (
     PlanUpdate,
     RobotsUpdate,
     StoreStatus,
+    next_due_sql,
 )
 from refresher.store._prune import PruneCalls, PrunePlan, apply_plan, plan_prune
 from refresher.store._service import BatchedService
@@ -238,6 +238,8 @@ STATISTICS_VERSION = 5
 SCHEMA_VERSION = len(_MIGRATIONS)
 #: pages per transaction of :meth:`DuckDBStore.save_plan`
 _PLAN_SLICE = 1 << 20
+#: the one definition of a due time over a new plan (:func:`next_due`), in SQL
+_PLAN_DUE = next_due_sql("_plan.target", "?")
 _STAT_SETS = ", ".join(f"{c} = _p.{c}" for c in STAT_COLUMNS)
 
 
@@ -928,16 +930,13 @@ class DuckDBStore:
             self._con.register("_plan", batch)
             try:
                 self._con.execute(
-                    """
+                    f"""
                     UPDATE pages SET rate = _plan.rate, rate_n = _plan.rate_n,
                         weight = _plan.weight, target_rate = _plan.target,
-                        due_at = CASE
-                            WHEN pages.last_fetch IS NULL THEN least(pages.due_at, ?)
-                            WHEN _plan.target > 0 THEN pages.last_fetch + 1.0 / _plan.target
-                            ELSE pages.last_fetch + ? END
+                        due_at = {_PLAN_DUE}
                     FROM _plan WHERE pages.id = _plan.id
                     """,
-                    [now, NEVER],
+                    [now],
                 )
             finally:
                 self._con.unregister("_plan")

@@ -14,7 +14,9 @@ The interface also holds the three definitions every part must agree on, each wr
   :func:`success_sql`;
 - a *change*: :func:`is_change` (a successful fetch whose body digest differs from the copy's;
   a 304 is never a change), stored as ``fetches.changed``;
-- a page's *due time*: :func:`next_due` (and :func:`due_interval`), which the store's
+- a page's *due time*: :func:`due_after` a fetch, one planned interval (:func:`due_interval`)
+  after the time it was due, making up lateness up to :data:`LATE_CREDIT` of an interval;
+  :func:`next_due` (in SQL :func:`next_due_sql`) the same over a new plan, which the store's
   :meth:`Store.save_plan` applies to every planned page.
 
 Times are unix seconds; rates are per second.
@@ -33,6 +35,7 @@ if TYPE_CHECKING:
     from refresher.store._captures import Capture
 
 __all__ = [
+    "LATE_CREDIT",
     "NEVER",
     "SUCCESS_SQL",
     "ChangeStatistics",
@@ -50,10 +53,12 @@ __all__ = [
     "Store",
     "StoreStatistics",
     "StoreStatus",
+    "due_after",
     "due_interval",
     "is_change",
     "is_success",
     "next_due",
+    "next_due_sql",
     "success_sql",
 ]
 
@@ -103,7 +108,7 @@ def is_change(
 
 
 def due_interval(target_rate: float | None, uniform_interval: float) -> float:
-    """Seconds from a page's fetch to its next due time.
+    """Seconds from a page's due time to its next one: its planned interval.
 
     ``target_rate`` f (fetches per second) > 0: 1/f. f = 0 (the plan gives the page nothing):
     :data:`NEVER`. No plan yet (``None``, a page found since the last solve):
@@ -115,18 +120,76 @@ def due_interval(target_rate: float | None, uniform_interval: float) -> float:
     return NEVER
 
 
-def next_due(
-    last_fetch: NDArray[np.float64], target_rate: NDArray[np.float64], *, now: float
-) -> NDArray[np.float64]:
-    """Due times (vectorised :func:`due_interval` after ``last_fetch``) of planned pages.
+#: the most lateness a due time makes up, as a share of the page's interval: a page is due
+#: again at least (1 − this) intervals after a fetch
+LATE_CREDIT = 0.5
 
-    A page never fetched (``last_fetch`` NaN) is due ``now`` at the latest (the store keeps an
-    earlier due time); a planned page always has a target rate. The store applies exactly this
-    in :meth:`Store.save_plan`."""
+
+def due_after(last: float, interval: float, late: float) -> float:
+    """A page's next due time (unix seconds) after its fetch at ``last``: one ``interval``
+    (seconds, :func:`due_interval`) after the time it was due, ``late`` seconds before the
+    fetch.
+
+    Lateness (waiting for the host's next allowed time, a worker, the budget's pacer) is
+    made up rather than added to every interval, so a page keeps its planned rate f on the
+    wire; only up to :data:`LATE_CREDIT` of an interval: a page far behind (its host down or
+    backing off, the daemon stopped, a budget cut) is fetched again at its planned pace from
+    now, not in a burst of catch-up fetches. A page fetched early (``late`` < 0) owes
+    nothing: due one interval after the fetch. Fetched on time or late, a page's due times
+    are never closer than one interval, so it never runs above f on average."""
+    return last + interval - min(max(late, 0.0), LATE_CREDIT * interval)
+
+
+def _intervals(target_rate: NDArray[np.float64]) -> NDArray[np.float64]:
+    """:func:`due_interval` of planned pages (every one has a target rate), vectorised."""
     with np.errstate(divide="ignore"):
-        interval = np.where(target_rate > 0, 1.0 / np.maximum(target_rate, 1e-300), NEVER)
-    due: NDArray[np.float64] = np.where(np.isnan(last_fetch), now, last_fetch + interval)
+        out: NDArray[np.float64] = np.where(
+            target_rate > 0, 1.0 / np.maximum(target_rate, 1e-300), NEVER
+        )
+    return out
+
+
+def next_due(
+    last_fetch: NDArray[np.float64],
+    target_rate: NDArray[np.float64],
+    *,
+    due_at: NDArray[np.float64],
+    planned: NDArray[np.float64],
+    now: float,
+) -> NDArray[np.float64]:
+    """Due times of pages given a new plan (``target_rate``): :func:`due_after` their last
+    fetch with the new interval, making up the lateness their stored due time (``due_at``,
+    set after that fetch under the previous target rate ``planned``) still made up. A page
+    first planned (``planned`` NaN) makes up none; a page never fetched (``last_fetch`` NaN)
+    is due ``now`` at the latest. The store applies exactly this in :meth:`Store.save_plan`
+    (:func:`next_due_sql`)."""
+    interval = _intervals(target_rate)
+    owed = np.where(np.isnan(planned), 0.0, last_fetch + _intervals(planned) - due_at)
+    owed = np.clip(owed, 0.0, LATE_CREDIT * interval)
+    due: NDArray[np.float64] = np.where(
+        np.isnan(last_fetch), np.minimum(due_at, now), last_fetch + interval - owed
+    )
     return due
+
+
+def next_due_sql(target: str, now: str) -> str:
+    """:func:`next_due` as a SQL expression over the columns of ``pages`` as they stand
+    before the update (its previous plan), the new target rate named ``target`` and the
+    parameter marker ``now``."""
+
+    def interval(rate: str) -> str:
+        return f"(CASE WHEN {rate} > 0 THEN 1.0 / {rate} ELSE {NEVER!r} END)"
+
+    new = interval(target)
+    owed = (
+        "(CASE WHEN pages.target_rate IS NULL THEN 0.0 ELSE "
+        f"pages.last_fetch + {interval('pages.target_rate')} - pages.due_at END)"
+    )
+    return (
+        f"CASE WHEN pages.last_fetch IS NULL THEN least(pages.due_at, {now}) "
+        f"ELSE pages.last_fetch + {new} - least(greatest({owed}, 0.0), {LATE_CREDIT!r} * {new}) "
+        "END"
+    )
 
 
 # -- the rows ----------------------------------------------------------------------------------

@@ -52,7 +52,6 @@ from refresher.store._change_stats import (
 )
 from refresher.store._hosts import summaries, summary_sql_pg
 from refresher.store._interface import (
-    NEVER,
     DocumentUpdate,
     EstimatorInputs,
     FetchRecord,
@@ -65,6 +64,7 @@ from refresher.store._interface import (
     PlanUpdate,
     RobotsUpdate,
     StoreStatus,
+    next_due_sql,
     success_sql,
 )
 from refresher.store._pg_archive import apply_node_prune, plan_node_prune
@@ -83,6 +83,8 @@ _STAT_READ = ", ".join(f"coalesce({c}, 'NaN'::float8)" for c in STAT_COLUMNS)
 _STAT_SETS = ", ".join(f"{c} = b.{c}" for c in STAT_COLUMNS)
 _STAT_ARRAYS = ", %s::float8[]" * len(STAT_COLUMNS)
 _SUCCESS = success_sql()
+#: the one definition of a due time over a new plan (:func:`next_due`), in SQL
+_PLAN_DUE = next_due_sql("b.target", "%s")
 
 
 def _signed(fp: int | None) -> int | None:
@@ -917,20 +919,15 @@ class PgStore:
         def save(cur: Any) -> int:
             held = sorted(self._held(cur, self.owned))
             cur.execute(
-                """
+                f"""
                 UPDATE pages SET rate = b.rate, rate_n = b.rate_n, weight = b.weight,
-                    target_rate = b.target,
-                    due_at = CASE
-                        WHEN pages.last_fetch IS NULL THEN least(pages.due_at, %s)
-                        WHEN b.target > 0 THEN pages.last_fetch + 1.0 / b.target
-                        ELSE pages.last_fetch + %s END
+                    target_rate = b.target, due_at = {_PLAN_DUE}
                 FROM unnest(%s::bigint[], %s::float8[], %s::float8[], %s::float8[],
                             %s::float8[]) AS b(id, rate, rate_n, weight, target)
                 WHERE pages.id = b.id AND pages.partition = ANY(%s)
                 """,
                 (
                     now,
-                    NEVER,
                     [int(x) for x in plan.page_ids],
                     [float(x) for x in plan.rates],
                     [float(x) for x in plan.rate_n],

@@ -485,3 +485,39 @@ async def test_sigterm_with_discoverys_queue_full_loses_no_link(nursery, short_d
     assert not missing
     assert query_db(db, "SELECT count(*) FROM fetch_log")[0][0] >= d.acknowledged() > 0
     await next_run_stores_what_was_owed(db, config, daemons)
+
+
+async def test_a_slow_host_gets_its_planned_rate_on_the_wire(nursery, short_dir, daemons):
+    # Every response of this host takes 40 ms, so each fetch ends 40 ms after its page was
+    # due. Uniform plans each of the two pages at B/2 = 5 fetches/s (every 0.2 s); its host
+    # could take 16/s. A page due one interval after its last fetch would run at 1/0.24 s:
+    # 83 % of its plan; due one interval after it *was* due (the lateness made up), the pages
+    # keep their plan. Counted at the server over a window of the run, with room for a busy
+    # machine's jitter.
+    from refresher.sim._site import HostSpec, PageSpec, Site, serve_site
+
+    budget, host = 10.0, "slow.sim.test"
+    spec = HostSpec(
+        name=host, pages=(PageSpec(path="/a"), PageSpec(path="/b")), response_delay=0.04
+    )
+    s = Site([spec])
+    port = await nursery.start(serve_site, s)
+    config = daemon_config(
+        short_dir,
+        port=port,
+        seeds=[f"http://{host}/a", f"http://{host}/b"],
+        budget={"fetches_per_second": budget},
+        politeness={"min_delay": 0.02},
+    )
+    d = daemons(config)
+    await d.ready()
+
+    def fetched() -> list[float]:
+        return [r.started for r in s.requests.by_start(host) if r.path != "/robots.txt"]
+
+    await wait_for(lambda: len(fetched()) >= 200, what="200 fetches")
+    d.signal(signal.SIGTERM)
+    assert await d.wait_exit() == 0
+    window = fetched()[20:200]  # from the 10th round on: the plan in force
+    rate = (len(window) - 1) / (window[-1] - window[0])
+    assert 0.93 * budget <= rate <= 1.07 * budget, f"{rate:.2f} fetches/s, planned {budget:g}"

@@ -8,6 +8,7 @@ import json
 import math
 import signal
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import numpy as np
@@ -224,21 +225,16 @@ def test_inputs_from_a_real_store_order_pages_by_how_often_they_changed(tmp_path
     assert got.weights.mean() == pytest.approx(1.0)
 
 
+def _page(**fields: Any) -> PageRow:
+    """A page due at NOW, fetched never (as far as the row shows), planned as ``fields`` say."""
+    base: dict[str, Any] = {"id": 1, "url": "u", "host_id": 1, "host": "h", "due_at": NOW}
+    unknown = {"etag": None, "last_modified": None, "digest": None, "target_rate": None}
+    return PageRow(**{**base, **unknown, **fields})
+
+
 def test_priority_puts_new_and_likely_stale_pages_first():
     def row(rate, target, weight=1.0):
-        return PageRow(
-            id=1,
-            url="u",
-            host_id=1,
-            host="h",
-            due_at=NOW,
-            etag=None,
-            last_modified=None,
-            digest=None,
-            target_rate=target,
-            rate=rate,
-            weight=weight,
-        )
+        return _page(target_rate=target, rate=rate, weight=weight)
 
     assert priority_level(row(None, None), NOW, 8) == 0
     assert priority_level(row(10.0, 1.0), NOW, 8) == 0  # surely changed by its due time
@@ -393,7 +389,8 @@ def test_a_plan_makes_pages_due_one_interval_after_their_last_fetch(tmp_path: Pa
     assert due[ids[1]] == NOW  # never fetched: stays due
     assert due[ids[2]] == pytest.approx(NOW + 20 + NEVER)  # no fetches planned: re-checked late
     # the store applies the one definition of a due time
-    expected = next_due(got.last_fetch, target, now=NOW)
+    nan = np.full(3, np.nan)  # no plan before this one
+    expected = next_due(got.last_fetch, target, due_at=np.full(3, NOW), planned=nan, now=NOW)
     assert [due[i] for i in got.page_ids] == pytest.approx(expected.tolist())
 
 
@@ -523,6 +520,26 @@ async def test_without_exploration_a_starved_page_is_due_alike_in_the_store_and_
     for p in pages:
         assert p.due_at == pytest.approx(times[-1] + allocator.interval(p))
     assert allocator.interval(starved[0]) == NEVER
+
+
+def test_after_a_fetch_a_page_is_due_one_interval_after_it_was_due_unless_it_had_no_copy():
+    from refresher.refresh._allocate import Allocator
+
+    allocator = Allocator(
+        store=None,  # type: ignore[arg-type]
+        frontier=_NoFrontier(),  # type: ignore[arg-type]
+        budget=10.0,
+        policy="optimal",
+    )
+    page = _page(digest=b"d", target_rate=0.1)
+    assert allocator.due_after_fetch(page, NOW + 3) == NOW + 10  # 3 s late, made up
+    assert allocator.due_after_fetch(page, NOW + 60) == NOW + 65  # far behind: half an interval
+    # A page fetched for the first time has no schedule to keep: pages found together are due
+    # at one time, and making up each one's wait would keep them bunched.
+    first = dataclasses.replace(page, digest=None)
+    assert allocator.due_after_fetch(first, NOW + 3) == NOW + 13
+    # not planned yet: the uniform interval (pages / B; the allocator knows no page here)
+    assert allocator.due_after_fetch(dataclasses.replace(page, target_rate=None), NOW) == NOW + 0.1
 
 
 def test_gone_pages_leave_the_plan_until_they_answer_again(tmp_path: Path):

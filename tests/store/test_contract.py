@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import trio
 from conftest import fetch_record
+from numpy.typing import NDArray
 
 from refresher.store import (
     NEVER,
@@ -26,6 +27,8 @@ from refresher.store import (
     RobotsUpdate,
     Store,
     StoreService,
+    due_after,
+    next_due,
 )
 from refresher.store._duckdb import DuckDBStore
 from refresher.store._pg_leases import PgLeases
@@ -277,6 +280,49 @@ async def test_a_plan_makes_pages_due_by_the_one_definition(store: Store) -> Non
         0.3,
         2.0,
     )
+
+
+async def test_a_new_plan_keeps_the_lateness_the_due_times_made_up_by_the_one_definition(
+    store: Store,
+) -> None:
+    # Four pages fetched under a first plan, their due times set by the workers' rule (lateness
+    # made up: the due time is earlier than last fetch + 1/f), then re-planned: the store's
+    # SQL gives each exactly what next_due gives, in both stores.
+    rows, _ = await store.add_pages([page(f"http://a.example/{i}") for i in range(5)], now=NOW)
+    first = np.array([0.5, 0.5, 0.1, 0.2, 0.25])
+
+    def plan(target: NDArray[np.float64]) -> PlanUpdate:
+        ones = np.ones(len(rows))
+        return PlanUpdate(
+            page_ids=np.array([r.id for r in rows], dtype=np.int64),
+            rates=ones,
+            rate_n=ones,
+            weights=ones,
+            target=target,
+        )
+
+    await store.save_plan(plan(first), now=NOW)
+    fetched_at = NOW + np.array([10.0, 20.0, 30.0, 40.0])
+    late = np.array([0.5, 3.0, 1.0, 0.0])  # s; 3 s is more than half of page 1's 2 s interval
+    for r, at, f, lag in zip(rows, fetched_at, first, late, strict=False):
+        await store.record(fetch(r.id, r.host_id, at, due_at=due_after(at, 1 / f, lag)))
+    before = await _pages(store)
+    second = np.array([0.5, 1.0, 0.05, 0.0, 0.25])
+    await store.save_plan(plan(second), now=NOW + 60)
+    after = await _pages(store)
+    urls = [r.url for r in rows]
+    expected = next_due(
+        np.append(fetched_at, np.nan),
+        second,
+        due_at=np.array([before[u].due_at for u in urls]),
+        planned=first,
+        now=NOW + 60,
+    )
+    assert [after[u].due_at for u in urls] == pytest.approx(expected.tolist(), abs=1e-6)
+    # unchanged plan: the made-up lateness stays (0.5 s earlier than last fetch + 2 s)
+    assert after[urls[0]].due_at == pytest.approx(NOW + 10 + 2 - 0.5)
+    assert after[urls[3]].due_at == pytest.approx(NOW + 40 + NEVER)  # no fetches planned
+    assert after[urls[4]].due_at == NOW  # never fetched: due at once
 
 
 async def test_documents_saved_together_add_what_each_would_alone(store: Store) -> None:
