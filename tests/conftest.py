@@ -20,11 +20,20 @@ from typing import Any
 
 import pytest
 import trio
+from hypothesis import settings
 
 from refresher.sim import _harness as harness
 from refresher.sim._harness import harness_config, write_config
 from refresher.sim._site import HostSpec, PageSpec, Site, serve_site
 from refresher.store import FetchRecord
+
+# The suite is a gate, run once on a clean checkout: its property tests draw the same examples
+# every run (Hypothesis's own CI profile). REFRESHER_HYPOTHESIS=explore draws new ones each
+# run, to look for failures rather than to pass.
+settings.register_profile("repeatable", derandomize=True, database=None, print_blob=True)
+settings.load_profile(
+    os.environ.get("REFRESHER_HYPOTHESIS", "repeatable").replace("explore", "default")
+)
 
 #: Generous deadlines: a loaded 2-core CI machine must not fail a correct daemon.
 DEADLINE = 60.0
