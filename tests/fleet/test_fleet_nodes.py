@@ -233,6 +233,33 @@ async def test_kill_9_at_random_points_loses_no_acknowledged_fetch_and_pages_kee
     assert_polite(s, fleet)
 
 
+#: makes node b's first heartbeat (the insert of its row) take the whole lease ttl, three
+#: times what a later heartbeat may take, as a loaded machine sometimes does
+SLOW_JOIN = f"""
+CREATE FUNCTION slow_join() RETURNS trigger AS $$
+BEGIN
+    IF NEW.node_id = 'b' AND NOT EXISTS (SELECT 1 FROM nodes WHERE node_id = 'b') THEN
+        PERFORM pg_sleep({TTL});
+    END IF;
+    RETURN NEW;
+END $$ LANGUAGE plpgsql;
+CREATE TRIGGER slow_join BEFORE INSERT ON nodes FOR EACH ROW EXECUTE FUNCTION slow_join();
+"""
+
+
+async def test_a_node_whose_first_heartbeat_is_slow_joins_instead_of_exiting(fleet):
+    a = fleet.start("a")
+    await a.ready()
+    with psycopg.connect(fleet.dsn, autocommit=True) as con:
+        con.execute(SLOW_JOIN)
+    b = fleet.start("b")
+    await b.ready()
+    await wait_for(fleet.split_is(["a", "b"]), what="8 and 8")
+    a.signal(signal.SIGTERM)
+    b.signal(signal.SIGTERM)
+    assert await a.wait_exit() == 0 and await b.wait_exit() == 0
+
+
 def test_an_unreachable_database_at_start_is_one_line_and_exit_1_without_the_password(
     short_dir, free_port_dsn
 ):
