@@ -260,6 +260,54 @@ async def test_a_node_whose_first_heartbeat_is_slow_joins_instead_of_exiting(fle
     assert await a.wait_exit() == 0 and await b.wait_exit() == 0
 
 
+#: makes node a's next batch sleep inside its transaction, once (while pause_flag has a row),
+#: after the batch has locked its partitions' lease rows FOR SHARE
+PAUSE_IN_BATCH = """
+CREATE TABLE pause_flag (x int);
+CREATE FUNCTION pause_in_batch() RETURNS trigger AS $$
+BEGIN
+    IF NEW.node_id = 'a' AND EXISTS (SELECT 1 FROM pause_flag) THEN
+        DELETE FROM pause_flag;
+        PERFORM pg_sleep(2);
+    END IF;
+    RETURN NEW;
+END $$ LANGUAGE plpgsql;
+CREATE TRIGGER pause_in_batch BEFORE INSERT ON fetches
+    FOR EACH ROW EXECUTE FUNCTION pause_in_batch();
+"""
+
+
+async def test_a_node_paused_inside_a_transaction_keeps_no_partition_from_the_others(fleet, web):
+    """SIGSTOP in the middle of a batch stands for a node paused by a debugger or a VM, or
+    cut off, while its transaction holds its partitions' lease rows: its session is ended
+    by the server, so the others take every partition once the leases expire, not when
+    (if ever) the node comes back."""
+    s, _ = web
+    a = fleet.start("a")
+    await a.ready()
+    b = fleet.start("b")
+    await b.ready()
+    await wait_for(fleet.split_is(["a", "b"]), what="8 and 8")
+    with psycopg.connect(fleet.dsn, autocommit=True) as con:
+        con.execute(PAUSE_IN_BATCH)
+        con.execute("INSERT INTO pause_flag VALUES (1)")
+    sleeping = "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep'"
+    await wait_for(lambda: fleet.rows(sleeping) != [(0,)], what="a's batch in its transaction")
+    a.signal(signal.SIGSTOP)
+    try:
+        await wait_for(fleet.split_is(["b"]), what="b takes every partition")
+    finally:
+        a.signal(signal.SIGCONT)
+    await wait_for(fleet.split_is(["a", "b"]), what="8 and 8 again")
+    a.signal(signal.SIGTERM)
+    b.signal(signal.SIGTERM)
+    assert await a.wait_exit() == 0 and await b.wait_exit() == 0
+    for node, d in (("a", a), ("b", b)):
+        (recorded,) = fleet.rows("SELECT count(*) FROM fetches WHERE node_id = %s", node)[0]
+        assert recorded >= d.acknowledged() > 0, node
+    assert_polite(s, fleet)
+
+
 def test_an_unreachable_database_at_start_is_one_line_and_exit_1_without_the_password(
     short_dir, free_port_dsn
 ):
