@@ -276,7 +276,7 @@ CREATE FUNCTION pause_in_batch() RETURNS trigger AS $$
 BEGIN
     IF NEW.node_id = 'a' AND EXISTS (SELECT 1 FROM pause_flag) THEN
         DELETE FROM pause_flag;
-        PERFORM pg_sleep(2);
+        PERFORM pg_sleep(3);
     END IF;
     RETURN NEW;
 END $$ LANGUAGE plpgsql;
@@ -299,7 +299,10 @@ async def test_a_node_paused_inside_a_transaction_keeps_no_partition_from_the_ot
     with psycopg.connect(fleet.dsn, autocommit=True) as con:
         con.execute(PAUSE_IN_BATCH)
         con.execute("INSERT INTO pause_flag VALUES (1)")
-    sleeping = "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep'"
+    sleeping = (
+        "SELECT count(*) FROM pg_stat_activity"
+        " WHERE wait_event = 'PgSleep' AND datname = current_database()"
+    )
     await wait_for(lambda: fleet.rows(sleeping) != [(0,)], what="a's batch in its transaction")
     a.signal(signal.SIGSTOP)
     try:
