@@ -405,14 +405,26 @@ async def test_the_fleet_spends_its_budget_within_5_percent_over_a_minute(fleet,
         return bool(rows) and rows[0][0].get("nodes") == 2
 
     await wait_for(solved_over_both, what="a solution over both nodes")
-    (start,) = fleet.rows("SELECT extract(epoch FROM clock_timestamp())::float8")[0]
     window = 60.0
+    # A minute in which no lease moved. On a loaded machine a renewal that comes back late
+    # makes a node stop fetching its partitions until they are claimed again (self-fencing,
+    # by design); their owner then catches up on the pages that fell due meanwhile, at up to
+    # B on its own. That burst is not the steady spending measured here: a minute with a
+    # lease moved is measured again.
+    leases = "SELECT partition, epoch FROM partitions ORDER BY partition"
+    for _ in range(4):
+        (start,) = fleet.rows("SELECT extract(epoch FROM clock_timestamp())::float8")[0]
+        before = fleet.rows(leases)
 
-    def window_over() -> bool:
-        (last,) = fleet.rows("SELECT coalesce(max(started_at), 0) FROM fetches")[0]
-        return last >= start + window
+        def window_over(start: float = start) -> bool:
+            (last,) = fleet.rows("SELECT coalesce(max(started_at), 0) FROM fetches")[0]
+            return last >= start + window
 
-    await wait_for(window_over, timeout=3 * window, what="a minute of the fleet's fetches")
+        await wait_for(window_over, timeout=3 * window, what="a minute of the fleet's fetches")
+        if fleet.rows(leases) == before:
+            break
+    else:
+        raise AssertionError("a lease moved in each of 4 minutes: the split never held")
     (fetches,) = fleet.rows(
         "SELECT count(*) FROM fetches WHERE started_at >= %s AND started_at < %s",
         start,
