@@ -57,6 +57,12 @@ __all__ = [
 
 log = get_logger("fleet")
 
+#: seconds a joining node waits for its first heartbeat and claim. It holds no lease yet, so
+#: no margin needs the tight deadline of the later heartbeats (``lease_ttl / 3``): a database
+#: slow to answer a node's first statements (a loaded machine, a cold connection) delays the
+#: start instead of failing it; one that does not answer in this long fails it.
+JOIN_TIMEOUT = 30.0
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FleetView:
@@ -341,7 +347,7 @@ class Membership:
         if self._stopping:
             return
         sent = self._last_sent = trio.current_time()
-        wait = max(self.timing.heartbeat, 0.1)
+        wait = JOIN_TIMEOUT if first else max(self.timing.heartbeat, 0.1)
         call = partial(
             exchange,
             self._leases,

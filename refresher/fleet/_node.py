@@ -103,11 +103,15 @@ class FleetNode:
         f = self.config.fleet
         leases = self._leases
         if leases is None:
+            from refresher.store._pg_dsn import idle_limit
             from refresher.store._pg_leases import PgLeases
 
             # Membership checks the clocks itself, allowing for the round trip (max_skew
             # against one reading of ours would refuse a node for a slow thread hop).
-            leases = await trio.to_thread.run_sync(lambda: PgLeases(f.dsn, max_skew=None))
+            idle = idle_limit(f.lease_ttl)
+            leases = await trio.to_thread.run_sync(
+                lambda: PgLeases(f.dsn, max_skew=None, idle_in_transaction=idle)
+            )
         try:
             self.membership = Membership(
                 leases=leases,

@@ -17,7 +17,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from refresher._errors import StoreError
 
-__all__ = ["connect", "describe", "dsn_problem", "redact"]
+__all__ = ["connect", "describe", "dsn_problem", "idle_limit", "redact"]
 
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 _SCHEMES = ("postgresql://", "postgres://")
@@ -62,10 +62,29 @@ def _scrub(text: str) -> str:
     return re.sub(r"(://[^/@:\s]*):[^@/\s]*@", r"\1:***@", text)
 
 
-def connect(dsn: str, **kwargs: Any) -> psycopg.Connection[Any]:
-    """A connection to the fleet's database, or a :class:`StoreError` naming it redacted."""
+def idle_limit(lease_ttl: float) -> float:
+    """Seconds a node's session may sit idle inside a transaction (twice ``lease_ttl``)
+    before the server ends it: a node paused or cut off mid-transaction must not hold its
+    partitions' lease rows (and keep the others from claiming them) past its leases."""
+    return 2 * lease_ttl
+
+
+def connect(
+    dsn: str, *, idle_in_transaction: float | None = None, **kwargs: Any
+) -> psycopg.Connection[Any]:
+    """A connection to the fleet's database, or a :class:`StoreError` naming it redacted.
+    ``idle_in_transaction`` (seconds): the server ends the session when it sits that long
+    idle inside a transaction, rolling it back and releasing its locks."""
     try:
-        return psycopg.connect(dsn, **kwargs)
+        con = psycopg.connect(dsn, **kwargs)
+        if idle_in_transaction is not None:
+            ms = str(max(1, round(idle_in_transaction * 1000)))
+            con.execute(
+                "SELECT set_config('idle_in_transaction_session_timeout', %s, false)", (ms,)
+            )
+            if not con.autocommit:
+                con.commit()
+        return con
     except psycopg.Error as e:
         raise StoreError(
             f"cannot connect to the fleet's PostgreSQL at {redact(dsn)!r}: "

@@ -93,11 +93,14 @@ class LeaseStore(Protocol):
 class PgLeases:
     """:class:`LeaseStore` on one PostgreSQL connection (its own; thread-safe by a lock)."""
 
-    def __init__(self, dsn: str, *, max_skew: float | None = 5.0) -> None:
+    def __init__(
+        self, dsn: str, *, max_skew: float | None = 5.0, idle_in_transaction: float | None = None
+    ) -> None:
         self._dsn = dsn
         self.max_skew = max_skew
+        self._idle = idle_in_transaction
         self._lock = threading.Lock()
-        self._con: psycopg.Connection[Any] = connect(dsn)
+        self._con: psycopg.Connection[Any] = connect(dsn, idle_in_transaction=self._idle)
 
     def close(self) -> None:
         with self._lock:
@@ -108,7 +111,7 @@ class PgLeases:
         with self._lock:
             try:
                 if self._con.closed:  # lost with the server: membership retries through here
-                    self._con = connect(self._dsn)
+                    self._con = connect(self._dsn, idle_in_transaction=self._idle)
                 with self._con.transaction(), self._con.cursor() as cur:
                     return fn(cur)
             except psycopg.Error as e:

@@ -68,7 +68,7 @@ from refresher.store._interface import (
     success_sql,
 )
 from refresher.store._pg_archive import apply_node_prune, plan_node_prune
-from refresher.store._pg_dsn import connect, describe, redact
+from refresher.store._pg_dsn import connect, describe, idle_limit, redact
 from refresher.store._pg_schema import check_schema
 from refresher.store._prune import PruneCalls, PrunePlan
 from refresher.store._service import BatchedService
@@ -160,8 +160,18 @@ class PgStore:
     """Synchronous access to the fleet's database for one node (its own connection). Use it
     through :class:`PostgresStore`, whose queue calls it from one thread at a time."""
 
-    def __init__(self, dsn: str, *, node_id: str, partitions: int, retry_for: float = 2.0) -> None:
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        node_id: str,
+        partitions: int,
+        retry_for: float = 2.0,
+        idle_in_transaction: float | None = None,
+    ) -> None:
         self.dsn = dsn
+        #: seconds the server lets this session sit idle inside a transaction (see connect)
+        self.idle_in_transaction = idle_in_transaction
         #: seconds a transaction is retried here while PostgreSQL is unreachable (a blip);
         #: longer outages are the queue's to retry (BatchedService.transient)
         self.retry_for = retry_for
@@ -187,10 +197,15 @@ class PgStore:
     @classmethod
     def from_config(cls, config: Config) -> PgStore:
         f = config.fleet
-        return cls(f.dsn, node_id=f.node_id, partitions=f.partitions)
+        return cls(
+            f.dsn,
+            node_id=f.node_id,
+            partitions=f.partitions,
+            idle_in_transaction=idle_limit(f.lease_ttl),
+        )
 
     def _connect(self) -> psycopg.Connection[Any]:
-        con = connect(self.dsn, autocommit=True)
+        con = connect(self.dsn, autocommit=True, idle_in_transaction=self.idle_in_transaction)
         try:
             check_schema(con, partitions=self.partitions, dsn=self.dsn)
         except BaseException:

@@ -147,17 +147,25 @@ async def test_partitions_split_evenly_and_move_on_join_sigterm_and_kill_9_polit
     )
     assert {n for (n,) in fleet.rows("SELECT DISTINCT node_id FROM fetches")} == {"a", "b", "c"}
 
-    # each node reports its part (refresher status) and the fleet reads whole (fleet status)
-    mine = json.loads((await acli("status", "--json", "--config", str(fleet.config("c")))).stdout)
-    assert mine["fleet"]["owned"] == shares(P, ["a", "b", "c"])["c"]
-    assert mine["fleet"]["live_nodes"] == 3 and mine["fleet"]["reachable"]
-    text = (await acli("fleet", "status", "--config", str(fleet.config("init")))).stdout
-    assert text.startswith("3 live nodes, 16 partitions")
-    assert [line.split()[:3] for line in text.splitlines()[3:]] == [
-        ["a", "live", "6"],
-        ["b", "live", "5"],
-        ["c", "live", "5"],
-    ]
+    # each node reports its part (refresher status) and the fleet reads whole (fleet status).
+    # Waited for, not read once: on a loaded machine a renewal that comes back late makes a
+    # node stop fetching its partitions until it claims them again (self-fencing), so a
+    # node's own count can lag the lease table for a heartbeat or two.
+    async def c_reports_its_part() -> bool:
+        done = await acli("status", "--json", "--config", str(fleet.config("c")))
+        mine = json.loads(done.stdout)["fleet"]
+        return mine["owned"] == shares(P, ["a", "b", "c"])["c"] and (
+            mine["live_nodes"] == 3 and mine["reachable"]
+        )
+
+    async def the_fleet_reads_whole() -> bool:
+        text = (await acli("fleet", "status", "--config", str(fleet.config("init")))).stdout
+        return text.startswith("3 live nodes, 16 partitions") and [
+            line.split()[:3] for line in text.splitlines()[3:]
+        ] == [["a", "live", "6"], ["b", "live", "5"], ["c", "live", "5"]]
+
+    await wait_for(c_reports_its_part, what="c's status: its 5 partitions, 3 live nodes")
+    await wait_for(the_fleet_reads_whole, what="fleet status: 6, 5 and 5, all live")
 
     # SIGTERM: c hands its partitions back before it exits, at once (not by expiry)
     c.signal(signal.SIGTERM)
@@ -230,6 +238,84 @@ async def test_kill_9_at_random_points_loses_no_acknowledged_fetch_and_pages_kee
     # and every record is a request the server saw
     (recorded,) = fleet.rows("SELECT count(*) FROM fetches WHERE status IS NOT NULL")[0]
     assert recorded <= len([r for r in s.requests if r.path != "/robots.txt"])
+    assert_polite(s, fleet)
+
+
+#: makes node b's first heartbeat (the insert of its row) take the whole lease ttl, three
+#: times what a later heartbeat may take, as a loaded machine sometimes does
+SLOW_JOIN = f"""
+CREATE FUNCTION slow_join() RETURNS trigger AS $$
+BEGIN
+    IF NEW.node_id = 'b' AND NOT EXISTS (SELECT 1 FROM nodes WHERE node_id = 'b') THEN
+        PERFORM pg_sleep({TTL});
+    END IF;
+    RETURN NEW;
+END $$ LANGUAGE plpgsql;
+CREATE TRIGGER slow_join BEFORE INSERT ON nodes FOR EACH ROW EXECUTE FUNCTION slow_join();
+"""
+
+
+async def test_a_node_whose_first_heartbeat_is_slow_joins_instead_of_exiting(fleet):
+    a = fleet.start("a")
+    await a.ready()
+    with psycopg.connect(fleet.dsn, autocommit=True) as con:
+        con.execute(SLOW_JOIN)
+    b = fleet.start("b")
+    await b.ready()
+    await wait_for(fleet.split_is(["a", "b"]), what="8 and 8")
+    a.signal(signal.SIGTERM)
+    b.signal(signal.SIGTERM)
+    assert await a.wait_exit() == 0 and await b.wait_exit() == 0
+
+
+#: makes node a's next batch sleep inside its transaction, once (while pause_flag has a row),
+#: after the batch has locked its partitions' lease rows FOR SHARE
+PAUSE_IN_BATCH = """
+CREATE TABLE pause_flag (x int);
+CREATE FUNCTION pause_in_batch() RETURNS trigger AS $$
+BEGIN
+    IF NEW.node_id = 'a' AND EXISTS (SELECT 1 FROM pause_flag) THEN
+        DELETE FROM pause_flag;
+        PERFORM pg_sleep(3);
+    END IF;
+    RETURN NEW;
+END $$ LANGUAGE plpgsql;
+CREATE TRIGGER pause_in_batch BEFORE INSERT ON fetches
+    FOR EACH ROW EXECUTE FUNCTION pause_in_batch();
+"""
+
+
+async def test_a_node_paused_inside_a_transaction_keeps_no_partition_from_the_others(fleet, web):
+    """SIGSTOP in the middle of a batch stands for a node paused by a debugger or a VM, or
+    cut off, while its transaction holds its partitions' lease rows: its session is ended
+    by the server, so the others take every partition once the leases expire, not when
+    (if ever) the node comes back."""
+    s, _ = web
+    a = fleet.start("a")
+    await a.ready()
+    b = fleet.start("b")
+    await b.ready()
+    await wait_for(fleet.split_is(["a", "b"]), what="8 and 8")
+    with psycopg.connect(fleet.dsn, autocommit=True) as con:
+        con.execute(PAUSE_IN_BATCH)
+        con.execute("INSERT INTO pause_flag VALUES (1)")
+    sleeping = (
+        "SELECT count(*) FROM pg_stat_activity"
+        " WHERE wait_event = 'PgSleep' AND datname = current_database()"
+    )
+    await wait_for(lambda: fleet.rows(sleeping) != [(0,)], what="a's batch in its transaction")
+    a.signal(signal.SIGSTOP)
+    try:
+        await wait_for(fleet.split_is(["b"]), what="b takes every partition")
+    finally:
+        a.signal(signal.SIGCONT)
+    await wait_for(fleet.split_is(["a", "b"]), what="8 and 8 again")
+    a.signal(signal.SIGTERM)
+    b.signal(signal.SIGTERM)
+    assert await a.wait_exit() == 0 and await b.wait_exit() == 0
+    for node, d in (("a", a), ("b", b)):
+        (recorded,) = fleet.rows("SELECT count(*) FROM fetches WHERE node_id = %s", node)[0]
+        assert recorded >= d.acknowledged() > 0, node
     assert_polite(s, fleet)
 
 
@@ -319,14 +405,26 @@ async def test_the_fleet_spends_its_budget_within_5_percent_over_a_minute(fleet,
         return bool(rows) and rows[0][0].get("nodes") == 2
 
     await wait_for(solved_over_both, what="a solution over both nodes")
-    (start,) = fleet.rows("SELECT extract(epoch FROM clock_timestamp())::float8")[0]
     window = 60.0
+    # A minute in which no lease moved. On a loaded machine a renewal that comes back late
+    # makes a node stop fetching its partitions until they are claimed again (self-fencing,
+    # by design); their owner then catches up on the pages that fell due meanwhile, at up to
+    # B on its own. That burst is not the steady spending measured here: a minute with a
+    # lease moved is measured again.
+    leases = "SELECT partition, epoch FROM partitions ORDER BY partition"
+    for _ in range(4):
+        (start,) = fleet.rows("SELECT extract(epoch FROM clock_timestamp())::float8")[0]
+        before = fleet.rows(leases)
 
-    def window_over() -> bool:
-        (last,) = fleet.rows("SELECT coalesce(max(started_at), 0) FROM fetches")[0]
-        return last >= start + window
+        def window_over(start: float = start) -> bool:
+            (last,) = fleet.rows("SELECT coalesce(max(started_at), 0) FROM fetches")[0]
+            return last >= start + window
 
-    await wait_for(window_over, timeout=3 * window, what="a minute of the fleet's fetches")
+        await wait_for(window_over, timeout=3 * window, what="a minute of the fleet's fetches")
+        if fleet.rows(leases) == before:
+            break
+    else:
+        raise AssertionError("a lease moved in each of 4 minutes: the split never held")
     (fetches,) = fleet.rows(
         "SELECT count(*) FROM fetches WHERE started_at >= %s AND started_at < %s",
         start,

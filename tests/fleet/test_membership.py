@@ -129,7 +129,13 @@ async def inline(fn: Callable[[], Any]) -> Any:
 class Node:
     """A membership with what it published and drained recorded."""
 
-    def __init__(self, table: Table, name: str, drain_time: float = 0.0) -> None:
+    def __init__(
+        self,
+        table: Table,
+        name: str,
+        drain_time: float = 0.0,
+        run_sync: Callable[[Callable[[], Any]], Any] = inline,
+    ) -> None:
         self.published: list[tuple[float, dict[int, int]]] = []
         self.drained: list[frozenset[int]] = []
         self.fenced: list[dict[int, int]] = []
@@ -144,7 +150,7 @@ class Node:
             leases=table,
             node_id=name,
             partitions=table.partitions_,
-            run_sync=inline,
+            run_sync=run_sync,
             timing=TIMING,
             serve=lambda held: self.published.append((trio.current_time(), dict(held))),
             fence=self._fence,
@@ -247,6 +253,44 @@ async def test_stop_drains_then_hands_every_partition_back_at_once(autojump_cloc
         assert len(b.held) == 8
         assert next(t for t, h in b.published if len(h) == 8) - stopped < TTL
         nursery.cancel_scope.cancel()
+
+
+async def test_a_database_slow_to_answer_the_joining_heartbeat_is_waited_for(autojump_clock):
+    """A node joining holds no lease, so there is no margin for a deadline to keep: a first
+    heartbeat slower than the later ones may take (a loaded machine, a cold connection) is
+    waited for, and the node joins with its share instead of failing to start."""
+    table = Table(4)
+    calls = 0
+
+    async def slow_at_first(fn: Callable[[], Any]) -> Any:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            await trio.sleep(TIMING.heartbeat * 3)
+        return fn()
+
+    a = Node(table, "a", run_sync=slow_at_first)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(a.m.run)
+        assert len(a.held) == 4
+        assert a.m.statistics().heartbeat_failures == 0
+        await trio.sleep(TTL * 2)  # and keeps them: later heartbeats answer in time
+        assert len(a.held) == 4 and a.m.statistics().self_fenced == 0
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_database_that_never_answers_the_joining_heartbeat_fails_the_start(
+    autojump_clock,
+):
+    table = Table(4)
+
+    async def hangs(fn: Callable[[], Any]) -> Any:
+        await trio.sleep_forever()
+
+    a = Node(table, "a", run_sync=hangs)
+    with pytest.raises(StoreError, match="did not answer"):
+        await a.m.run()
+    assert a.held == set()
 
 
 async def test_a_node_whose_clock_is_far_off_is_refused(autojump_clock):
