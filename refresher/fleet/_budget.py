@@ -34,7 +34,7 @@ import contextlib
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -146,7 +146,11 @@ class FleetBudget:
         else:
             result = self._plan_at(inputs, solution)
         self._node_budget = float(result.target.sum())
-        return result
+        # The node's pacer at its own part of B, never below an even share (pages it was
+        # given since the solve, a node that planned nothing yet): each node pacing at the
+        # whole B let a partition's new owner catch up on its overdue pages at B while the
+        # others spent their parts.
+        return replace(result, pace=max(self._node_budget, budget / max(self._nodes, 1)))
 
     @staticmethod
     def _plan_at(inputs: PolicyInputs, solution: Solution) -> Plan:

@@ -126,6 +126,10 @@ class Plan:
     target: NDArray[np.float64]  # f per page, fetches per second
     allocation: policies.Allocation
     explored: int
+    #: the request rate this node's pacer allows, fetches per second; None: the whole budget
+    #: (one node). A fleet node paces at its own part, so that pages overdue on partitions it
+    #: just took over are not caught up at the fleet's whole budget.
+    pace: float | None = None
 
 
 def _pagerank(
@@ -668,7 +672,8 @@ class Allocator:
         """New settings (a policy switch, SIGHUP); a change that alters the plan re-solves at
         once. ``inputs`` replaces how the estimator reads the history ([estimate],
         politeness.min_delay, policy.weights)."""
-        changed = budget != self.budget or policy != self.policy
+        repace = budget != self.budget
+        changed = repace or policy != self.policy
         if resolve_interval is not None:
             self.resolve_interval = resolve_interval
         if inputs is not None and inputs != self.inputs:
@@ -681,7 +686,8 @@ class Allocator:
         if weights is not None and weights != self.inputs.weights:
             self.inputs = replace(self.inputs, weights=weights)
             changed = True
-        self._frontier.set_budget(budget)
+        if repace:  # until the solve it pokes sets the plan's own pace
+            self._frontier.set_budget(budget)
         if changed:
             self.poke()
 
@@ -697,6 +703,7 @@ class Allocator:
             lambda: planner(inputs, policy, budget, explore=explore, decide=decide)
         )
         result = replace(result, target=within_caps(inputs, result.target))
+        self._frontier.set_budget(budget if result.pace is None else result.pace)
         update = PlanUpdate(
             page_ids=inputs.page_ids,
             rates=reported_rates(inputs, result.target),

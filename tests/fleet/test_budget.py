@@ -321,8 +321,14 @@ async def test_two_nodes_on_postgresql_converge_to_one_mu_and_the_union_allocati
     coordinators = [n.statistics().solves for n in nodes]
     assert sorted(coordinators)[0] == 0 and sum(coordinators) >= 1  # one coordinator
     f = np.zeros(pages["rates"].size)
+    paces = []
     for node, rows in zip(nodes, parts, strict=True):
-        f[rows] = node(_inputs(pages, rows), "optimal", budget, explore=0.0).target
+        planned = node(_inputs(pages, rows), "optimal", budget, explore=0.0)
+        f[rows] = planned.target
+        paces.append(planned.pace)
+        # each node paces at its own part of B (never below an even share), not at all of B
+        assert planned.pace == pytest.approx(max(planned.target.sum(), budget / 2), rel=1e-12)
+    assert sum(p for p in paces if p is not None) < 1.5 * budget
     single = _single(pages, "optimal", budget)
     _close(f, pages, single)
     solution = nodes[0].solution

@@ -7,6 +7,7 @@ import dataclasses
 import json
 import math
 import signal
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -582,10 +583,42 @@ def test_pages_robots_txt_denies_leave_the_plan(tmp_path: Path):
 
 
 class _NoFrontier:
-    """The allocator only tells the frontier to reload; nothing to reload here."""
+    """The allocator tells the frontier its pace and to reload; the pace is kept."""
+
+    rate: float | None = None
 
     def reset(self) -> None:
         pass
+
+    def set_budget(self, budget: float) -> None:
+        self.rate = budget
+
+
+async def test_the_frontier_paces_at_the_plans_own_pace_or_else_the_whole_budget(
+    tmp_path: Path, nursery
+) -> None:
+    from refresher.refresh._allocate import Allocator
+
+    store = DuckDBStore(tmp_path / "r.duckdb")
+    _three_pages(store)
+    service = StoreService(store)
+    await nursery.start(service.run)
+    frontier = _NoFrontier()
+
+    def fleet_part(inputs, policy, budget, *, explore, decide="plug-in"):  # type: ignore[no-untyped-def]
+        return replace(plan(inputs, policy, budget / 4, explore=explore), pace=budget / 4)
+
+    for planner, pace in ((plan, 10.0), (fleet_part, 2.5)):
+        allocator = Allocator(
+            store=service,
+            frontier=frontier,  # type: ignore[arg-type]
+            budget=10.0,
+            policy="uniform",
+            planner=planner,
+        )
+        await allocator.solve()
+        assert frontier.rate == pace
+    service.close()
 
 
 async def test_an_empty_store_is_reported_as_no_pages_not_as_unplaced_budget(
