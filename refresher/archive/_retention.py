@@ -28,7 +28,7 @@ from typing import Any, Protocol
 import trio
 
 from refresher._config import Config
-from refresher.archive._warc import WARC_SUFFIX, first_record_end
+from refresher.archive._warc import WARC_SUFFIX, first_record_end, lock_for_writing
 from refresher.ops._logging import get_logger
 from refresher.store._duckdb import DuckDBStore, StoreService
 from refresher.store._prune import FilePlan, PrunePlan, apply_plan, plan_prune
@@ -75,6 +75,7 @@ def _copy_kept(directory: Path, plan: FilePlan) -> tuple[str, list[tuple[int, in
         n += 1  # rewritten twice within a second
     moves: list[tuple[int, int]] = []
     with old.open("rb") as src, (directory / new_name).open("xb") as dst:
+        lock_for_writing(dst.fileno())  # not another writer's recovery to cut while copied
         dst.write(src.read(first_record_end(old)))  # the warcinfo record
         for offset, span in plan.keep:
             src.seek(offset)

@@ -17,8 +17,9 @@ Durability: :meth:`WarcWriter.write` appends (no fsync) and returns the index ro
 writer calls :meth:`WarcWriter.write_batch` (both, for a whole batch's captures in one
 ``write``) just before the transaction that indexes them commits. A crash can leave a
 half-written record after the last indexed one: :meth:`WarcWriter.recover` cuts it off at
-start. Files are named ``PREFIX-TIMESTAMP17-SERIAL-PID~HOST.warc.gz`` (the Heritrix pattern)
-and rotate past ``archive.max_file_bytes``; each process starts a new file.
+start, in this writer's own files only, never in one another process is appending to. Files
+are named ``PREFIX-TIMESTAMP17-SERIAL-PID~HOST.warc.gz`` (the Heritrix pattern) and rotate past
+``archive.max_file_bytes``; each process starts a new file.
 
 A disk too full (free space under ``archive.min_free_bytes``, or a write failing with ENOSPC)
 stops archiving with one error log and ``failing`` in the statistics; fetching and the history
@@ -28,9 +29,11 @@ go on, and archiving resumes by itself once the space is back.
 from __future__ import annotations
 
 import errno
+import fcntl
 import io
 import os
 import random
+import re
 import shutil
 import socket
 import threading
@@ -57,6 +60,7 @@ __all__ = [
     "WarcWriter",
     "WarcWriterStatistics",
     "first_record_end",
+    "lock_for_writing",
     "read_record",
     "scan_file",
 ]
@@ -191,6 +195,11 @@ class WarcWriter:
         #: file → rows handed out by write() and not yet passed to sync() (not yet indexed)
         self._pending: dict[str, int] = {}
         self._host = socket.gethostname().replace("-", "_") or "localhost"
+        #: this writer's file names (see _current), with a retention pass's rewritten copies
+        self._own_name = re.compile(
+            rf"{re.escape(prefix)}-\d{{17}}-\d+-\d+~{re.escape(self._host)}(-p\d+)?"
+            + re.escape(WARC_SUFFIX)
+        )
         self._failing: str | None = None
         self._responses = self._revisits = self._bytes = self._files = 0
         self._skipped = self._failures = self._corrupt = self._tails = 0
@@ -362,6 +371,7 @@ class WarcWriter:
         name = f"{self.prefix}-{stamp}-{self._serial:05d}-{os.getpid()}~{self._host}{WARC_SUFFIX}"
         path = self.directory / name
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+        lock_for_writing(fd)
         info = self._warcinfo(name)
         try:
             _write_all(fd, info)
@@ -461,49 +471,101 @@ class WarcWriter:
 
     # -- start-up ----------------------------------------------------------------------------
 
+    def owns(self, name: str, ends: Mapping[str, int]) -> bool:
+        """Whether recovery may cut file ``name``: its store indexed records in it (``ends``),
+        or its name is this writer's (this prefix, this host; rewritten copies included).
+        Another writer's files in the same directory (another prefix or host) are not."""
+        return name in ends or self._own_name.fullmatch(name) is not None
+
     def recover(self, ends: Mapping[str, int]) -> list[str]:
-        """Check the archive directory before writing: cut a half-written record off the end of
-        each file (nothing indexed is ever cut), report files that do not read as WARC.
+        """Check this writer's files before writing: cut a half-written record off the end of
+        each (nothing indexed is ever cut), report those that do not read as WARC.
 
         ``ends`` is, per file, the end of its last indexed record (see
-        :func:`refresher.store._captures.file_ends`). Returns the corrupt files' names.
+        :func:`refresher.store._captures.file_ends`). Only files this writer owns
+        (:meth:`owns`) are looked at, and of those only the ones no live process holds open
+        for appending (each writer locks its file): another daemon's files in a shared
+        directory, or one it is appending to right now, are left as they are. Returns the
+        corrupt files' names.
         """
         corrupt: list[str] = []
+        foreign = busy = 0
         for path in sorted(self.directory.glob(f"*{WARC_SUFFIX}")):
-            indexed = ends.get(path.name, 0)
-            size = path.stat().st_size
-            if size < indexed:
-                corrupt.append(path.name)
-                log.error(
-                    "archive file is shorter than its index says; its last records are lost",
-                    file=str(path),
-                    size=size,
-                    indexed=indexed,
-                )
+            if not self.owns(path.name, ends):
+                foreign += 1
                 continue
-            good, error = scan_file(path, start=indexed)
-            if error is not None and good == 0:
-                corrupt.append(path.name)
-                log.error(
-                    "archive file is not WARC; skipped for reads, left in place",
-                    file=str(path),
-                    error=error,
-                    hint="move it out of archive.dir or delete it",
-                )
-                continue
-            if good < size:
-                with path.open("r+b") as f:
-                    f.truncate(good)
-                    f.flush()
-                    os.fsync(f.fileno())
-                self._tails += 1
-                log.warning(
-                    "cut a half-written record off an archive file (a crash while writing)",
-                    file=str(path),
-                    cut_bytes=size - good,
-                )
+            try:
+                fd = os.open(path, os.O_RDWR)
+            except FileNotFoundError:
+                continue  # pruned meanwhile
+            try:
+                if not _try_lock(fd):
+                    busy += 1
+                    continue
+                if not self._recover_file(fd, path, ends.get(path.name, 0)):
+                    corrupt.append(path.name)
+            finally:
+                os.close(fd)  # releases the lock
+        if foreign or busy:
+            log.info(
+                "archive files of other writers left alone",
+                directory=str(self.directory),
+                other_writers=foreign,
+                being_written=busy,
+            )
         self._corrupt = len(corrupt)
         return corrupt
+
+    def _recover_file(self, fd: int, path: Path, indexed: int) -> bool:
+        """Cut a half-written tail off ``path`` (open as ``fd``, locked); False if corrupt."""
+        size = os.fstat(fd).st_size
+        if size < indexed:
+            log.error(
+                "archive file is shorter than its index says; its last records are lost",
+                file=str(path),
+                size=size,
+                indexed=indexed,
+            )
+            return False
+        good, error = scan_file(path, start=indexed)
+        if error is not None and good == 0:
+            log.error(
+                "archive file is not WARC; skipped for reads, left in place",
+                file=str(path),
+                error=error,
+                hint="move it out of archive.dir or delete it",
+            )
+            return False
+        if good < size:
+            os.ftruncate(fd, good)
+            os.fsync(fd)
+            self._tails += 1
+            log.warning(
+                "cut a half-written record off an archive file (a crash while writing)",
+                file=str(path),
+                cut_bytes=size - good,
+            )
+        return True
+
+
+def lock_for_writing(fd: int) -> None:
+    """Mark ``fd``'s file as being written by this process until it is closed, so another
+    writer's start-up recovery leaves it alone (an advisory ``flock``; a file system without
+    locks is written to all the same)."""
+    _try_lock(fd)
+
+
+def _try_lock(fd: int) -> bool:
+    """Take ``fd``'s exclusive advisory lock without waiting; False if another open file holds
+    it (True too where the file system has no locks: nothing could hold one)."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    except OSError as e:
+        if e.errno in (errno.EWOULDBLOCK, errno.EACCES):
+            return False
+    return True
 
 
 def scan_file(path: Path, *, start: int = 0) -> tuple[int, str | None]:

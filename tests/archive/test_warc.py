@@ -8,6 +8,7 @@ from pathlib import Path
 
 from warcio.archiveiterator import ArchiveIterator
 
+from refresher.archive import _warc as warc
 from refresher.archive._keep import capture_of
 from refresher.archive._warc import Capture, WarcWriter, read_record, scan_file
 from refresher.crawl._fetch import FetchResult
@@ -170,9 +171,9 @@ def test_recovery_cuts_a_half_written_record_and_keeps_every_whole_one(tmp_path)
 
 
 def test_a_file_that_is_not_warc_is_reported_by_name_and_left_in_place(tmp_path):
-    bad = tmp_path / "refresher-junk.warc.gz"
-    bad.write_bytes(b"this is not gzip")
     w = WarcWriter(tmp_path, min_free_bytes=0)
+    bad = tmp_path / f"refresher-{'0' * 17}-00001-1~{w._host}.warc.gz"  # one of its own names
+    bad.write_bytes(b"this is not gzip")
     assert w.recover({}) == [bad.name]
     assert bad.exists() and w.statistics().corrupt_files == 1
 
@@ -228,3 +229,56 @@ def test_record_ids_are_distinct_version_4_uuid_urns_as_warcio_makes_them(tmp_pa
         assert urn.startswith("<urn:uuid:") and urn.endswith(">")
         u = uuid.UUID(urn[len("<urn:uuid:") : -1])
         assert u.version == 4 and u.variant == uuid.RFC_4122
+
+
+def test_recovery_leaves_alone_the_file_another_live_writer_is_appending_to(
+    tmp_path, monkeypatch
+):
+    # Two daemons with the same prefix on one host share the directory: the second starts
+    # while the first is in the middle of appending a batch.
+    first = WarcWriter(tmp_path, min_free_bytes=0)
+    [kept] = first.write_batch([capture(result(body=b"<p>one</p>" * 300))])
+    second = WarcWriter(tmp_path, min_free_bytes=0)
+    write_all = warc._write_all
+
+    def halfway(fd: int, data: bytes) -> None:
+        write_all(fd, data[: len(data) // 2])
+        assert second.recover({}) == []
+        write_all(fd, data[len(data) // 2 :])
+
+    monkeypatch.setattr(warc, "_write_all", halfway)
+    rows = first.write_batch([capture(result(body=b"<p>two</p>" * 300))])
+    monkeypatch.setattr(warc, "_write_all", write_all)
+    assert len(rows) == 1 and second.statistics().truncated_tails == 0
+    path = tmp_path / kept.file
+    assert scan_file(path) == (path.stat().st_size, None)
+    assert read_record(path, rows[0].offset).body == b"<p>two</p>" * 300
+    assert read_record(path, kept.offset).body == b"<p>one</p>" * 300
+
+
+def test_recovery_never_touches_a_file_of_another_prefix_and_the_owner_cuts_its_own(tmp_path):
+    other, [row] = write(tmp_path, [capture(result(body=b"A" * 4000))], prefix="node_a")
+    other.close()
+    path = tmp_path / row.file
+    whole = path.read_bytes()
+    with path.open("ab") as f:  # node_a died in the middle of its next record
+        f.write(whole[row.offset : row.offset + row.length // 2])
+    torn = path.read_bytes()
+    b = WarcWriter(tmp_path, prefix="node_b", min_free_bytes=0)
+    assert b.recover({}) == [] and path.read_bytes() == torn
+    assert b.statistics().truncated_tails == 0
+    a = WarcWriter(tmp_path, prefix="node_a", min_free_bytes=0)
+    assert a.recover({}) == [] and path.read_bytes() == whole
+    assert a.statistics().truncated_tails == 1
+
+
+def test_recovery_cuts_a_file_its_store_indexed_under_an_earlier_prefix(tmp_path):
+    old, [row] = write(tmp_path, [capture(result(body=b"B" * 4000))], prefix="before")
+    old.close()
+    path = tmp_path / row.file
+    whole = path.read_bytes()
+    with path.open("ab") as f:
+        f.write(whole[row.offset : row.offset + row.length // 2])
+    renamed = WarcWriter(tmp_path, prefix="after", min_free_bytes=0)
+    assert renamed.recover({row.file: row.offset + row.span}) == []
+    assert path.read_bytes() == whole
