@@ -545,7 +545,14 @@ def policy_table(inputs: PolicyInputs, budget: float, *, decide: str = "plug-in"
 
 def priority_level(page: PageRow, now: float, levels: int) -> int:
     """Front queue for a due page: the likelier it changed since its last fetch (times its
-    weight), the higher; new pages first. Level 0 is the highest."""
+    weight), the higher; new pages first. Level 0 is the highest.
+
+    A page with no copy yet (never fetched, or never successfully) is new even once a solve
+    has planned it: ranked by its weight it would wait behind re-fetches of heavier pages
+    (an index page every other page links to was fetched again and again before the rest of
+    its host was fetched once)."""
+    if page.digest is None:
+        return 0
     if page.rate is None or page.target_rate is None or page.target_rate <= 0:
         return 0
     value = page.weight * -math.expm1(-page.rate / page.target_rate)

@@ -235,7 +235,7 @@ def _page(**fields: Any) -> PageRow:
 
 def test_priority_puts_new_and_likely_stale_pages_first():
     def row(rate, target, weight=1.0):
-        return _page(target_rate=target, rate=rate, weight=weight)
+        return _page(target_rate=target, rate=rate, weight=weight, digest=b"copy")
 
     assert priority_level(row(None, None), NOW, 8) == 0
     assert priority_level(row(10.0, 1.0), NOW, 8) == 0  # surely changed by its due time
@@ -244,6 +244,15 @@ def test_priority_puts_new_and_likely_stale_pages_first():
     assert priority_level(row(0.5, 1.0, weight=0.01), NOW, 8) > priority_level(
         row(0.5, 1.0), NOW, 8
     )
+
+
+def test_a_page_without_a_copy_stays_first_once_a_solve_has_planned_it():
+    # planned: a pooled prior rate, a target, a light weight; its level by them would be 7
+    new = _page(target_rate=1.0, rate=0.001, weight=0.2)
+    heavy = _page(target_rate=1.0, rate=0.001, weight=50.0, digest=b"copy")
+    assert priority_level(new, NOW, 8) == 0
+    assert priority_level(heavy, NOW, 8) > 0
+    assert priority_level(replace(new, digest=b"copy"), NOW, 8) == 7
 
 
 @pytest.mark.slow
