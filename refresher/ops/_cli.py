@@ -333,6 +333,7 @@ def _offline_status(config: Config, *, hosts_limit: int | None) -> dict[str, Any
         "next_due": status.next_due,
         "last_fetch": status.last_fetch,
         "due_now": status.due_now,
+        "owed_documents": status.owed,
         "host_list": [dataclasses.asdict(h) for h in host_rows],
     }
 
@@ -383,12 +384,22 @@ def _cmd_status(args: argparse.Namespace) -> int:
             f"  frontier   {f.get('in_memory')} pages in memory, "
             f"{f.get('active_hosts')} active hosts, {f.get('ready_hosts')} waiting their turn"
         )
+        if answer.get("owed_documents"):
+            print(
+                f"  discovery  off; the findings of {answer['owed_documents']} fetched documents "
+                "are kept for it (stored once discovery.enabled is true again)"
+            )
         _print_hosts(answer.get("host_list", []))
     else:
         print(
             f"refresher: not running; {answer['store_path']}: {answer['pages']} pages, "
             f"{answer['hosts']} hosts, {answer['fetches']} fetches, {answer['due_now']} due now"
         )
+        if answer["owed_documents"]:
+            print(
+                f"  the findings of {answer['owed_documents']} fetched documents wait for "
+                "discovery (the next run with discovery on stores them)"
+            )
         _print_hosts(answer["host_list"])
     return 0
 

@@ -110,6 +110,7 @@ class Daemon:
         self._crawler: Crawler | None = None
         self._fetcher: Fetcher | None = None
         self._discovery: Discovery | None = None
+        self._owed_kept = 0  # documents owed to discovery, kept while it is off
         self._snapshotter: Snapshotter | None = None
         self._warc: WarcWriter | None = None
         self._feed: ChangeFeed | None = None
@@ -143,6 +144,20 @@ class Daemon:
         if rows and self._allocator is not None:
             self._allocator.pages_added(len(rows))
         return {"added": len(rows), "known": len(pages) - len(rows), "rejected": rejected}
+
+    async def _keep_owed(self) -> None:
+        """Discovery is off: the findings an earlier run left owed (a stop or a crash before
+        its discovery stored them) stay in the store as they are, and no fetch adds any; the
+        next run with discovery on stores their links. Dropping them would lose those links
+        for good: a page's next fetch does not process an unchanged body again."""
+        assert self._store is not None
+        self._owed_kept = (await self._store.status(now=self._wall())).owed
+        if self._owed_kept:
+            log.warning(
+                "findings owed to discovery kept while it is off",
+                documents=self._owed_kept,
+                hint="their links are stored once discovery.enabled is true again (a restart)",
+            )
 
     async def _make_discovery(
         self, c: Config, frontier: Frontier, allocator: Allocator
@@ -198,6 +213,8 @@ class Daemon:
         if self._discovery is not None:
             out["filter"] = _plain(self._discovery.filter.statistics())
             out["seen"] = _plain(self._discovery.seen.statistics())
+        elif self._owed_kept:
+            out["owed_documents"] = self._owed_kept  # kept for discovery, which is off
         return out
 
     async def _status_with_hosts(self, limit: Any) -> dict[str, Any]:
@@ -605,6 +622,8 @@ class Daemon:
         self._allocator = allocator
         if c.discovery.enabled:
             self._discovery = await self._make_discovery(c, frontier, allocator)
+        else:
+            await self._keep_owed()
         seeds = c.all_seeds()
         if seeds:
             result = await self.add_seeds(seeds)

@@ -945,8 +945,8 @@ class DuckDBStore:
         pages, hosts, fetches = self.counts()
         row = first_row(
             self._con.execute(
-                "SELECT min(due_at), max(last_fetch), count(*) FILTER (WHERE due_at <= ?)"
-                " FROM pages",
+                "SELECT min(due_at), max(last_fetch), count(*) FILTER (WHERE due_at <= ?),"
+                " (SELECT count(*) FROM owed_documents) FROM pages",
                 [now],
             )
         )
@@ -957,6 +957,7 @@ class DuckDBStore:
             next_due=row[0] if row else None,
             last_fetch=row[1] if row else None,
             due_now=int(row[2]) if row else 0,
+            owed=int(row[3]) if row else 0,
         )
 
     def last_refreshes(self) -> list[tuple[str, float | None, float | None]]:

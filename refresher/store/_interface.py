@@ -419,6 +419,8 @@ class StoreStatus:
     next_due: float | None  # unix seconds
     last_fetch: float | None
     due_now: int
+    #: fetched documents whose findings wait for discovery to store them (``owed_documents``)
+    owed: int = 0
 
 
 # -- the interface -----------------------------------------------------------------------------

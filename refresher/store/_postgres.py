@@ -1009,7 +1009,8 @@ class PgStore:
             cur.execute(
                 "SELECT (SELECT count(*) FROM pages), (SELECT count(*) FROM hosts),"
                 " (SELECT count(*) FROM fetches), min(due_at), max(last_fetch),"
-                " count(*) FILTER (WHERE due_at <= %s) FROM pages",
+                " count(*) FILTER (WHERE due_at <= %s), (SELECT count(*) FROM owed_documents)"
+                " FROM pages",
                 (now,),
             )
             r = cur.fetchone()
@@ -1020,6 +1021,7 @@ class PgStore:
                 next_due=r[3],
                 last_fetch=r[4],
                 due_now=int(r[5]),
+                owed=int(r[6]),
             )
 
         return self._tx("reading the status", read)

@@ -521,3 +521,52 @@ async def test_a_slow_host_gets_its_planned_rate_on_the_wire(nursery, short_dir,
     window = fetched()[20:200]  # from the 10th round on: the plan in force
     rate = (len(window) - 1) / (window[-1] - window[0])
     assert 0.93 * budget <= rate <= 1.07 * budget, f"{rate:.2f} fetches/s, planned {budget:g}"
+
+
+async def test_findings_owed_to_discovery_wait_while_it_is_off_and_are_stored_once_it_is_on(
+    site, short_dir, daemons
+):
+    from conftest import fetch_record
+
+    from refresher.store import DuckDBStore, Findings, NewPage
+
+    s, port = site
+    db = short_dir / "refresher.duckdb"
+    # An earlier run acknowledged a fetch and stopped before its discovery stored the links.
+    store = DuckDBStore(db)
+    [page] = store.add_pages(
+        [NewPage(url="http://a.sim.test/p0", host="a.sim.test", scheme="http")], now=time.time()
+    )
+    found = "http://a.sim.test/found-before"
+    findings = Findings(depth=0, url=page.url, links=((found, "a"),))
+    fetched_at = time.time()
+    store.write([fetch_record(page.id, page.host_id, fetched_at, findings=findings)], [])
+    store.close()
+
+    off = daemon_config(short_dir, port=port, seeds=s.urls(), discovery={"enabled": False})
+    d = daemons(off)
+    await d.ready()
+    assert (await wait_for(lambda: d.event("findings owed to discovery kept while it is off")))[
+        "documents"
+    ] == 1
+    running = json.loads((await acli("status", "--config", str(off), "--json")).stdout)
+    assert running["owed_documents"] == 1
+    await wait_for(lambda: d.acknowledged() >= 10, what="fetches with discovery off")
+    d.signal(signal.SIGTERM)
+    assert await d.wait_exit() == 0
+    # kept as it was, and not grown by the fetches of a run without discovery
+    assert query_db(db, "SELECT count(*) FROM owed_documents") == [(1,)]
+    assert query_db(db, f"SELECT count(*) FROM pages WHERE url = '{found}'") == [(0,)]
+    stopped = json.loads(cli("status", "--config", str(off), "--json").stdout)
+    assert stopped["owed_documents"] == 1
+
+    on = daemon_config(short_dir, port=port, seeds=s.urls())
+    d = daemons(on)
+    await d.ready()
+    await wait_for(lambda: d.event("findings handed to discovery again"), what="the hand-over")
+    d.signal(signal.SIGTERM)
+    assert await d.wait_exit() == 0
+    assert query_db(db, f"SELECT count(*) FROM pages WHERE url = '{found}'") == [(1,)]
+    assert query_db(db, f"SELECT count(*) FROM owed_documents WHERE fetched_at = {fetched_at}") == [
+        (0,)
+    ]

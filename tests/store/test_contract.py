@@ -397,6 +397,7 @@ async def test_a_fetchs_findings_are_owed_until_discovery_saves_that_fetchs_docu
     )
     await store.record(fetch(row.id, row.host_id, NOW + 1, findings=findings))
     await store.record(fetch(row.id, row.host_id, NOW + 2))  # nothing found: nothing owed
+    assert (await store.status(now=NOW)).owed == 1  # shown in `refresher status`
     # this run's own findings are its discovery's (in its queue) until the grace has passed
     assert await store.owed_documents(10, grace=120.0, now=time.time()) == []
     later = time.time() + 121.0
@@ -420,6 +421,7 @@ async def test_a_fetchs_findings_are_owed_until_discovery_saves_that_fetchs_docu
     assert len(await store.owed_documents(10, grace=120.0, now=later + 500)) == 1
     await store.save_documents([update(NOW + 1)], now=NOW + 4)
     assert await store.owed_documents(10, grace=0.0, now=later + 1000) == []
+    assert (await store.status(now=NOW)).owed == 0
     # deferred (discovery's queue was full): no queue has them, taken at once
     await store.record(fetch(row.id, row.host_id, NOW + 5, findings=findings, deferred=True))
     taken = await store.owed_documents(10, grace=120.0, now=time.time())
