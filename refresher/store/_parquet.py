@@ -43,8 +43,10 @@ manifest and the tail are read in one PostgreSQL snapshot.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import itertools
+import json
 import os
 import re
 import tempfile
@@ -71,13 +73,16 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FETCH_COLUMNS",
+    "READER_GRACE",
     "HistoryPublisher",
     "PublisherStatistics",
     "copy_out",
     "day_of",
     "node_directory",
+    "note_retired",
     "open_fleet_query",
     "parquet_glob",
+    "retired_files",
     "run_fleet_query",
     "write_parquet",
 ]
@@ -158,6 +163,39 @@ _POLICY_COLUMNS: tuple[tuple[str, str], ...] = (
     ("budget", "DOUBLE"),
 )
 _FILE = re.compile(r"^fetches-(\d+)-(\d+)\.parquet$")
+#: seconds a history file stays on disk after a retention pass took it out of the manifest: a
+#: reader whose snapshot listed it before (``refresher query --fleet``) still reads it
+READER_GRACE = 3600.0
+#: the history directory's note of the files taken out of the manifest and when (JSON lines)
+_RETIRED = ".retired.jsonl"
+
+
+def retired_files(history_dir: Path) -> dict[str, float]:
+    """The files (relative paths) a retention pass took out of the manifest and has not deleted
+    yet, with when (unix seconds)."""
+    try:
+        text = (history_dir / _RETIRED).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return {}
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        with contextlib.suppress(ValueError, KeyError, TypeError):
+            entry = json.loads(line)
+            out[str(entry["path"])] = float(entry["at"])
+    return out
+
+
+def note_retired(history_dir: Path, retired: dict[str, float]) -> None:
+    """Replace the note of retired files with ``retired`` (written whole, synced, renamed)."""
+    temp = history_dir / f"{_RETIRED}.tmp"
+    with temp.open("w", encoding="utf-8") as f:
+        for path, at in sorted(retired.items()):
+            f.write(json.dumps({"path": path, "at": at}) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(temp, history_dir / _RETIRED)
+
+
 _DAY = 86_400.0
 
 
@@ -354,7 +392,8 @@ class HistoryPublisher:
 
         def fix(cur: Any) -> int:
             self._through = self._lock(cur)
-            listed = self._listed(cur)
+            # retired by a retention pass: kept a while for readers, deleted by a later pass
+            listed = self._listed(cur) | set(retired_files(self.history_dir))
             removed = 0
             if self.directory.is_dir():
                 for path in self.directory.glob("day=*/*"):

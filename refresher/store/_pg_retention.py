@@ -30,7 +30,15 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from refresher.ops._logging import get_logger
-from refresher.store._parquet import FETCH_COLUMNS, copy_out, day_of, write_parquet
+from refresher.store._parquet import (
+    FETCH_COLUMNS,
+    READER_GRACE,
+    copy_out,
+    day_of,
+    note_retired,
+    retired_files,
+    write_parquet,
+)
 from refresher.store._pg_session import PgSession
 
 if TYPE_CHECKING:
@@ -76,8 +84,9 @@ class FleetHistoryRetention:
             )
             if not got:
                 return 0, None
-            days = self._days(session, cutoff)
+            days = self._days(session, cutoff, now)
             tail = self._tail(session, cutoff)
+            self._sweep(session, now)
         finally:
             session.close()  # the lock goes with the session
         removed = days + tail
@@ -97,8 +106,9 @@ class FleetHistoryRetention:
         its own, so the node's batches do not wait for it)."""
         return await trio.to_thread.run_sync(self.apply, now)
 
-    def _days(self, session: PgSession, cutoff: float) -> int:
-        """The published files of the days that ended by ``cutoff``; their rows."""
+    def _days(self, session: PgSession, cutoff: float, now: float) -> int:
+        """The published files of the days that ended by ``cutoff`` out of the manifest (their
+        files deleted :data:`READER_GRACE` later, by :meth:`_sweep`); their rows."""
         listed: list[tuple[str, int]] = session.run(
             "reading the history's manifest",
             lambda cur: _all(
@@ -119,15 +129,43 @@ class FleetHistoryRetention:
         if self.export_dir is not None:
             for rel in paths:
                 _copy_synced(self.history_dir / rel, self.export_dir / rel)
+        # Noted before they leave the manifest: a crash between leaves a note of files still
+        # listed (the sweep drops those), never unlisted files nobody will delete.
+        retired = retired_files(self.history_dir)
+        note_retired(self.history_dir, retired | dict.fromkeys(paths, now))
         session.run(
             "forgetting old history files",
             lambda cur: cur.execute("DELETE FROM history_files WHERE path = ANY(%s)", (paths,)),
         )
-        for rel in paths:
-            path = self.history_dir / rel
-            path.unlink(missing_ok=True)
-            _remove_if_empty(path.parent)
         return sum(int(n) for _, n in listed)
+
+    def _sweep(self, session: PgSession, now: float) -> int:
+        """Delete the retired files whose grace has passed (those no longer listed); the
+        number deleted. A query that listed one before it was retired has had
+        :data:`READER_GRACE` seconds to read it."""
+        if self.history_dir is None:
+            return 0
+        retired = retired_files(self.history_dir)
+        due = sorted(p for p, at in retired.items() if at <= now - READER_GRACE)
+        if not due:
+            return 0
+        listed = {
+            p
+            for p, _ in session.run(
+                "reading the history's manifest",
+                lambda cur: _all(
+                    cur, "SELECT path, rows FROM history_files WHERE path = ANY(%s)", (due,)
+                ),
+            )
+        }
+        for rel in due:
+            if rel not in listed:  # still listed: its pass rolled back; noted again later
+                path = self.history_dir / rel
+                path.unlink(missing_ok=True)
+                _remove_if_empty(path.parent)
+            del retired[rel]
+        note_retired(self.history_dir, retired)
+        return len(due) - len(listed)
 
     def _tail(self, session: PgSession, cutoff: float) -> int:
         """The tail's fetch records that finished before ``cutoff``, exported first."""

@@ -231,9 +231,7 @@ def test_record_ids_are_distinct_version_4_uuid_urns_as_warcio_makes_them(tmp_pa
         assert u.version == 4 and u.variant == uuid.RFC_4122
 
 
-def test_recovery_leaves_alone_the_file_another_live_writer_is_appending_to(
-    tmp_path, monkeypatch
-):
+def test_recovery_leaves_alone_the_file_another_live_writer_is_appending_to(tmp_path, monkeypatch):
     # Two daemons with the same prefix on one host share the directory: the second starts
     # while the first is in the middle of appending a batch.
     first = WarcWriter(tmp_path, min_free_bytes=0)

@@ -16,7 +16,7 @@ import pytest
 from refresher._errors import StoreError
 from refresher.ops._cli import main
 from refresher.store._duckdb import DuckDBStore
-from refresher.store._parquet import HistoryPublisher, open_fleet_query
+from refresher.store._parquet import READER_GRACE, HistoryPublisher, open_fleet_query
 from refresher.store._pg_schema import init_fleet
 from refresher.store._views import create_views
 
@@ -387,7 +387,8 @@ def test_history_retention_drops_whole_old_days_and_the_old_tail_exported_first(
     in_tail = sum(1 for r in h["fetches"] if r[18] == NODES[1] and r[4] < cutoff)
     removed, where = retention.apply(cutoff + 60.0)
     assert removed == in_files + in_tail and where == str(export)
-    assert not (history / "node=n-1" / "day=2026-09-21").exists()  # the whole day went
+    # the whole day left the manifest; its files stay a while for readers that listed them
+    assert (history / "node=n-1" / "day=2026-09-21").exists()
     assert {p.parent.relative_to(export).as_posix() for p in export.rglob("day=*/*")} == {
         "node=n-1/day=2026-09-21"
     }
@@ -403,3 +404,31 @@ def test_history_retention_drops_whole_old_days_and_the_old_tail_exported_first(
     ).fetchone()
     assert exported == removed
     assert retention.apply(cutoff + 60.0) == (0, None)  # nothing older left
+    retention.apply(cutoff + 60.0 + READER_GRACE)  # (and the tail's next hour)
+    assert not (history / "node=n-1" / "day=2026-09-21").exists()  # deleted a grace later
+
+
+def test_a_query_that_listed_a_day_before_a_retention_pass_still_reads_it(
+    postgres: Callable[..., str], tmp_path: Path
+) -> None:
+    from refresher.store._pg_retention import FleetHistoryRetention
+
+    dsn, history = postgres(), tmp_path / "history"
+    _load_pg(dsn, _history(seed=10))
+    _publish_all(dsn, history, rows_per_file=100)
+    midnight = 20_718 * 86_400.0
+    retention = FleetHistoryRetention(dsn=dsn, seconds=60.0, history_dir=history)
+    con = open_fleet_query(dsn, history)  # its snapshot lists the first day's files
+    removed, _ = retention.apply(midnight + 120.0)
+    assert removed > 0
+    assert _rows(con, "SELECT count(*) FROM fetch_log") == [(600,)]
+    con.close()
+    later = open_fleet_query(dsn, history)  # a snapshot after the pass: without that day
+    assert _rows(later, "SELECT count(*) FROM fetch_log") == [(600 - removed,)]
+    later.close()
+    # a node's start-up repair leaves them too: they are retired, not strays
+    pub = HistoryPublisher(dsn, NODES[0], history, rows_per_file=100, roll_seconds=0)
+    assert pub.repair() == 0
+    pub.close()
+    assert retention.apply(midnight + 120.0 + READER_GRACE) == (0, None)
+    assert not list(history.glob("node=*/day=2026-09-21"))
