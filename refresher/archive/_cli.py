@@ -164,7 +164,7 @@ def _prune_fleet_node(
 ) -> PruneReport:
     """This node's own WARC files (the node stopped: a running node prunes itself) and the
     fleet's history (one pass fleet-wide, whatever runs), while no fleet backup runs."""
-    from refresher.store._pg_archive import maintenance_lock, node_archive_dir
+    from refresher.store._pg_archive import node_archive_dir, pass_lock
     from refresher.store._pg_retention import FleetHistoryRetention
     from refresher.store._pg_status import node_running
     from refresher.store._postgres import PgStore
@@ -177,9 +177,12 @@ def _prune_fleet_node(
             "to prune now"
         )
     history = dataclasses.replace(FleetHistoryRetention.from_config(config), seconds=seconds)
-    with maintenance_lock(f.dsn) as free:
+    with pass_lock(f.dsn, f.node_id) as free:
         if not free:
-            raise StoreError("a fleet backup is copying the files; prune when it is done")
+            raise StoreError(
+                "a fleet backup is copying the files, or a live node is pruning this stopped "
+                "node's; prune when it is done"
+            )
         store = PgStore.from_config(config)
         try:
             return prune_now(

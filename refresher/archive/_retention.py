@@ -28,7 +28,7 @@ from typing import Any, Protocol
 import trio
 
 from refresher._config import Config
-from refresher.archive._warc import WARC_SUFFIX, first_record_end, lock_for_writing
+from refresher.archive._warc import WARC_SUFFIX, first_record_end, held_files, lock_for_writing
 from refresher.ops._logging import get_logger
 from refresher.store._duckdb import DuckDBStore, StoreService
 from refresher.store._prune import FilePlan, PrunePlan, apply_plan, plan_prune
@@ -43,6 +43,7 @@ __all__ = [
     "SyncPruneStore",
     "apply_plan",
     "plan_prune",
+    "prune_absent",
     "prune_now",
 ]
 
@@ -110,6 +111,51 @@ def _finish(directory: Path, plan: PrunePlan, copies: dict[str, Any], t0: float)
             rewritten=[new for _, new in report.rewritten],
         )
     return report
+
+
+def prune_absent(
+    *,
+    dsn: str,
+    node_id: str,
+    absent_after: float,
+    base: Path,
+    keep_versions: int | None,
+    max_bytes: int | None,
+) -> list[PruneReport]:
+    """A fleet node's pass over the WARC files of the nodes absent longer than
+    ``absent_after`` seconds that this machine reaches (under ``base``, or where they noted
+    their directory): as each node's own pass (:func:`refresher.store._pg_archive.plan_node_prune`),
+    one pass per node at a time fleet-wide, and never a file a live process holds open for
+    appending (a node that came back writes to a file of its own). One report per node pruned."""
+    from refresher.store._pg_archive import (
+        absent_archives,
+        apply_absent,
+        node_files_lock,
+        plan_absent,
+    )
+
+    if keep_versions is None and max_bytes is None:
+        return []
+    reports = []
+    for node, directory in absent_archives(dsn, node_id, absent_after=absent_after, base=base):
+        with node_files_lock(dsn, node) as free:
+            if not free:
+                continue  # the node itself, or another live node, is at it
+            t0 = time.perf_counter()
+            plan = plan_absent(
+                dsn,
+                node,
+                keep_versions=keep_versions,
+                max_bytes=max_bytes,
+                protect=held_files(directory),
+            )
+            copies = rewrite_files(directory, plan)
+            apply_absent(dsn, node, plan, copies)
+            report = _finish(directory, plan, copies, t0)
+        if report.records:
+            log.info("pruned the archive of an absent node", node=node, records=report.records)
+        reports.append(report)
+    return reports
 
 
 class SyncPruneStore(Protocol):
@@ -237,8 +283,11 @@ class Pruner:
     #: closes the file being written, so that its old versions can go in a later pass
     rotate: Callable[[], None] | None = None
     #: held (in a worker thread) for a whole pass; yields False: skip this pass (a fleet's
-    #: backup is copying the files)
+    #: backup is copying the files, or another node prunes this one's)
     lock: Callable[[], AbstractContextManager[bool]] | None = None
+    #: run (in a worker thread) after the pass over its own files: a fleet node's pass over
+    #: the files of nodes absent too long (:func:`prune_absent`)
+    others: Callable[[], list[PruneReport]] | None = None
     passes: int = field(default=0)
     last: PruneReport | None = None
 
@@ -263,7 +312,10 @@ class Pruner:
         got = await trio.to_thread.run_sync(held.__enter__)
         try:
             if not got:
-                log.info("retention pass skipped: a fleet backup is copying the files")
+                log.info(
+                    "retention pass skipped: a fleet backup is copying the files, or another "
+                    "node prunes this one's"
+                )
                 return PruneReport(records=0, bytes_freed=0)
             return await self._prune()
         finally:
@@ -289,6 +341,8 @@ class Pruner:
         await self.store.apply_prune(plan, copies)
         report = await trio.to_thread.run_sync(_finish, self.directory, plan, copies, t0)
         report = dataclasses.replace(report, history_rows=rows, history_export=exported)
+        if self.others is not None:
+            await trio.to_thread.run_sync(self.others)
         self.passes += 1
         self.last = report
         return report

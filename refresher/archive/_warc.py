@@ -60,6 +60,7 @@ __all__ = [
     "WarcWriter",
     "WarcWriterStatistics",
     "first_record_end",
+    "held_files",
     "lock_for_writing",
     "read_record",
     "scan_file",
@@ -546,6 +547,22 @@ class WarcWriter:
                 cut_bytes=size - good,
             )
         return True
+
+
+def held_files(directory: Path) -> set[str]:
+    """The WARC files in ``directory`` a live process holds open for appending (its lock)."""
+    held = set()
+    for path in directory.glob(f"*{WARC_SUFFIX}"):
+        try:
+            fd = os.open(path, os.O_RDWR)
+        except OSError:
+            continue  # gone meanwhile, or not ours to open: not being appended to by us
+        try:
+            if not _try_lock(fd):
+                held.add(path.name)
+        finally:
+            os.close(fd)
+    return held
 
 
 def lock_for_writing(fd: int) -> None:

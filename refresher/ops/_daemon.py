@@ -28,7 +28,7 @@ from refresher._config import Config
 from refresher._errors import ConfigError, ControlError, InvalidURL, RefresherError
 from refresher.archive._archive import open_writer
 from refresher.archive._keep import Keeper
-from refresher.archive._retention import HistoryPruning, HistoryRetention, Pruner
+from refresher.archive._retention import HistoryPruning, HistoryRetention, Pruner, prune_absent
 from refresher.archive._sinks import ChangeFeed, load_sinks
 from refresher.archive._warc import WarcWriter
 from refresher.crawl._dns import Resolver
@@ -393,11 +393,21 @@ class Daemon:
         """Retention: one node's store and archive, or a fleet node's own WARC files (and the
         fleet's history, one node at a time), never while a fleet backup copies files."""
         assert self._store is not None
-        directory, lock = c.archive_dir, None
+        directory, lock, others = c.archive_dir, None, None
         if c.fleet.enabled:
-            from refresher.store._pg_archive import maintenance_lock, node_archive_dir
+            from refresher.store._pg_archive import archive_base, node_archive_dir, pass_lock
 
-            directory, lock = node_archive_dir(c), partial(maintenance_lock, c.fleet.dsn)
+            directory = node_archive_dir(c)
+            lock = partial(pass_lock, c.fleet.dsn, c.fleet.node_id)
+            others = partial(
+                prune_absent,
+                dsn=c.fleet.dsn,
+                node_id=c.fleet.node_id,
+                absent_after=c.fleet.absent_after,
+                base=archive_base(c),
+                keep_versions=c.archive.keep_versions,
+                max_bytes=c.archive.max_bytes,
+            )
         self._prune = Pruner(
             store=self._store,
             directory=directory,
@@ -410,6 +420,7 @@ class Daemon:
             archive=writer is not None,
             on_change=self._snapshot_rebuild,
             lock=lock,
+            others=others,
         )
         return self._prune
 

@@ -49,10 +49,15 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FleetIndex",
+    "absent_archives",
+    "apply_absent",
     "apply_node_prune",
     "archive_base",
     "maintenance_lock",
     "node_archive_dir",
+    "node_files_lock",
+    "pass_lock",
+    "plan_absent",
     "plan_node_prune",
 ]
 
@@ -62,6 +67,9 @@ _CHUNK = 5000
 #: advisory lock of the fleet's file maintenance: retention passes hold it shared, a fleet
 #: backup exclusive (it copies the files its dump of the index names)
 _MAINTENANCE = 0x7266_6D61
+#: advisory lock class of "a retention pass over node X's WARC files" (its second key is
+#: hashtext(X)): the node's own passes and a live node's pass over it once it is absent
+_NODE_FILES = 0x7266_6E66
 
 
 def archive_base(config: Config) -> Path:
@@ -262,3 +270,96 @@ def maintenance_lock(
         yield got
     finally:
         con.close()  # the session's locks go with it
+
+
+@contextmanager
+def node_files_lock(dsn: str, node_id: str) -> Iterator[bool]:
+    """The lock on ``node_id``'s WARC files for a retention pass, on a connection of its own,
+    held while the block runs; yields False at once when another pass holds it."""
+    con = connect(dsn, autocommit=True)
+    try:
+        try:
+            row = con.execute(
+                "SELECT pg_try_advisory_lock(%s, hashtext(%s))", (_NODE_FILES, node_id)
+            ).fetchone()
+        except psycopg.Error as e:
+            raise StoreError(
+                f"locking node {node_id!r}'s WARC files ({redact(dsn)!r}): {describe(e)}"
+            ) from e
+        yield bool(row and row[0])
+    finally:
+        con.close()  # the session's lock goes with it
+
+
+@contextmanager
+def pass_lock(dsn: str, node_id: str) -> Iterator[bool]:
+    """What a fleet node's own retention pass holds: the maintenance lock (shared) and its own
+    files' lock; yields False when either is held elsewhere (a fleet backup copying the files,
+    a live node pruning this node's files while it was absent)."""
+    with maintenance_lock(dsn) as free, node_files_lock(dsn, node_id) as mine:
+        yield free and mine
+
+
+def _run(dsn: str, what: str, fn: Any) -> Any:
+    """``fn(cursor)`` in one transaction on a connection of its own."""
+    try:
+        with connect(dsn) as con, con.transaction(), con.cursor() as cur:
+            return fn(cur)
+    except psycopg.Error as e:
+        raise StoreError(f"{what} ({redact(dsn)!r}): {describe(e)}") from e
+
+
+def absent_archives(
+    dsn: str, node_id: str, *, absent_after: float, base: Path
+) -> list[tuple[str, Path]]:
+    """The nodes other than ``node_id`` whose last heartbeat is older than ``absent_after``
+    seconds (the database's clock) and that have records in the fleet's index, with their WARC
+    directory where this machine reaches it (those it does not reach are left out)."""
+
+    def read(cur: Any) -> list[str]:
+        cur.execute(
+            "SELECT n.node_id FROM nodes n WHERE n.node_id <> %s"
+            " AND n.heartbeat_at < extract(epoch FROM clock_timestamp()) - %s"
+            " AND EXISTS (SELECT 1 FROM warc_records w WHERE w.node_id = n.node_id)"
+            " ORDER BY 1",
+            (node_id, absent_after),
+        )
+        return [str(r[0]) for r in cur.fetchall()]
+
+    index = FleetIndex(dsn, base=base)
+    out = []
+    for node in _run(dsn, "looking for absent nodes' WARC files", read):
+        reachable = [d for d in index.candidates(node) if d.is_dir()]
+        if reachable:
+            out.append((node, reachable[0]))
+    return out
+
+
+def plan_absent(
+    dsn: str,
+    node_id: str,
+    *,
+    keep_versions: int | None,
+    max_bytes: int | None,
+    protect: Collection[str],
+) -> PrunePlan:
+    """:func:`plan_node_prune` of another node's files, on a connection of its own."""
+    plan: PrunePlan = _run(
+        dsn,
+        f"planning the retention of node {node_id!r}'s WARC files",
+        lambda cur: plan_node_prune(
+            cur, node_id, keep_versions=keep_versions, max_bytes=max_bytes, protect=protect
+        ),
+    )
+    return plan
+
+
+def apply_absent(
+    dsn: str, node_id: str, plan: PrunePlan, copies: dict[str, tuple[str, list[tuple[int, int]]]]
+) -> None:
+    """:func:`apply_node_prune` of another node's files, in one transaction of its own."""
+    _run(
+        dsn,
+        f"pruning node {node_id!r}'s archive index",
+        lambda cur: apply_node_prune(cur, node_id, plan, copies),
+    )

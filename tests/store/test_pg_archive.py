@@ -12,12 +12,12 @@ import psycopg
 import pytest
 
 from refresher.archive._archive import Archive
-from refresher.archive._retention import prune_now
+from refresher.archive._retention import prune_absent, prune_now
 from refresher.archive._warc import WarcWriter, scan_file
 from refresher.fleet import partition_of
 from refresher.store import NewPage
 from refresher.store._captures import CaptureRow
-from refresher.store._pg_archive import FleetIndex, maintenance_lock
+from refresher.store._pg_archive import FleetIndex, maintenance_lock, node_files_lock
 from refresher.store._pg_leases import PgLeases
 from refresher.store._pg_schema import init_fleet
 from refresher.store._postgres import PgStore
@@ -182,3 +182,67 @@ def test_the_single_node_commands_say_in_one_line_what_a_fleet_uses_instead(
     assert main(["backup", str(tmp_path / "b.duckdb"), "--config", config]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "`refresher fleet backup DEST`" in err
+
+
+def _absent(dsn: str, node: str, seconds: float) -> None:
+    """``node``'s last heartbeat ``seconds`` ago on the database's clock."""
+    with psycopg.connect(dsn) as con:
+        con.execute(
+            "INSERT INTO nodes (node_id, started_at, heartbeat_at) VALUES (%s, 0,"
+            " extract(epoch FROM clock_timestamp()) - %s) ON CONFLICT (node_id)"
+            " DO UPDATE SET heartbeat_at = excluded.heartbeat_at",
+            (node, seconds),
+        )
+
+
+def test_a_live_node_prunes_the_files_of_a_node_absent_too_long_where_it_reaches_them(fleet):
+    dsn, a, b, (x, y), (ux, uy) = fleet
+    a.archive(x, ux, range(0, 4))
+    a.archive(y, uy, range(0, 1))
+    a.writer.close()  # a stopped for good
+    _absent(dsn, "a", 7200.0)
+    _absent(dsn, "b", 0.0)
+    base = a.directory.parent
+    before = latest(dsn, base, [ux, uy])
+
+    def pass_of_b(absent_after: float = 3600.0) -> list[Any]:
+        return prune_absent(
+            dsn=dsn,
+            node_id="b",
+            absent_after=absent_after,
+            base=base,
+            keep_versions=2,
+            max_bytes=None,
+        )
+
+    assert pass_of_b(absent_after=10_000.0) == []  # not absent long enough: left alone
+    with node_files_lock(dsn, "a") as held:  # a came back and prunes itself meanwhile
+        assert held and pass_of_b() == []
+    [report] = pass_of_b()
+    assert report.records == 2 * 2  # x's two oldest versions, each with its revisit
+    assert rows(
+        dsn, "SELECT count(*) FROM warc_records WHERE node_id = 'a' AND kind = 'response'"
+    ) == [(3,)]
+    assert latest(dsn, base, [ux, uy]) == before
+    for path in a.directory.glob("*.warc.gz"):
+        assert scan_file(path)[1] is None
+
+
+def test_a_file_a_returned_node_is_appending_to_is_never_pruned_by_another(fleet):
+    dsn, a, b, (x, _), (ux, _) = fleet
+    a.archive(x, ux, range(2, 5))
+    a.writer.rotate()
+    a.archive(x, ux, range(0, 2))  # older versions, in a file a holds open again
+    _absent(dsn, "a", 7200.0)
+    [open_file] = [f for f in a.directory.iterdir() if f.name == a.writer.current_file]
+    held = open_file.read_bytes()
+    [report] = prune_absent(
+        dsn=dsn,
+        node_id="b",
+        absent_after=3600.0,
+        base=a.directory.parent,
+        keep_versions=1,
+        max_bytes=None,
+    )
+    assert open_file.read_bytes() == held and report.records == 2 * 2  # versions 2 and 3 only
+    assert open_file.name not in {f for f, _ in report.rewritten} | set(report.deleted)
