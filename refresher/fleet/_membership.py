@@ -73,6 +73,7 @@ class FleetView:
     owners: Mapping[int, str]  # partition → holder, for unexpired leases only
     held: Mapping[int, int]  # this node's leases renewed now: partition → epoch
     skew: float = 0.0  # seconds, the database's clock minus ours (± half the round trip)
+    released: int = 0  # leases of a claim this node gave up on, freed now
 
 
 def exchange(
@@ -85,10 +86,18 @@ def exchange(
     held: Mapping[int, int],
     stopping: bool,
     statistics: Mapping[str, Any],
+    abandoned: float | None = None,
+    known: Mapping[int, int] | None = None,
 ) -> FleetView:
     """One heartbeat (synchronous, for a worker thread): write the node's row, check the
     clocks, renew ``held``, read the nodes and the leases. Raises ClockSkewError (after the
     heartbeat, which then marks the node stopping) when the clocks disagree.
+
+    ``abandoned``: the database's time just before a claim this node gave up waiting for (it
+    may have been granted all the same). Leases of this node that it does not hold, at an
+    epoch it never held (``known``: the last epoch it held of each partition), granted at or
+    after that time, are that claim's: nobody fetches them, so they are freed now (and claimed
+    again at once, at a new epoch) rather than left idle until they expire.
 
     The database stamps the heartbeat with its clock somewhere between the node's clock
     readings before and after the statement: only a stamp outside that interval widened by
@@ -113,12 +122,22 @@ def exchange(
     live = frozenset(n.node_id for n in nodes if not n.stopping and n.heartbeat_at > db_now - ttl)
     if stopping:
         live -= {node_id}
-    owners = {
-        r.partition: r.owner
-        for r in leases.partitions()
-        if r.owner is not None and r.expires_at > db_now  # expiries are the database's
-    }
-    return FleetView(db_now=db_now, live=live, owners=owners, held=renewed, skew=skew)
+    rows = [r for r in leases.partitions() if r.owner is not None and r.expires_at > db_now]
+    stray = []
+    if abandoned is not None and not stopping:
+        stray = [
+            r.partition
+            for r in rows
+            if r.owner == node_id
+            and r.partition not in renewed
+            and (known or {}).get(r.partition) != r.epoch
+            and r.expires_at >= abandoned + ttl
+        ]
+        leases.release(node_id, stray)
+    owners = {r.partition: r.owner for r in rows if r.owner and r.partition not in stray}
+    return FleetView(
+        db_now=db_now, live=live, owners=owners, held=renewed, skew=skew, released=len(stray)
+    )
 
 
 def owns_hosts(held: Collection[int], partitions: int) -> Callable[[str], bool]:
@@ -205,6 +224,9 @@ class Membership:
         self._max_backoff = max_backoff if max_backoff is not None else max(timing.ttl, 1.0)
         self._held: dict[int, int] = {}  # partition → epoch
         self._stop_at: dict[int, float] = {}  # partition → trio time its fetching stops
+        self._known: dict[int, int] = {}  # partition → the last epoch this node held of it
+        #: the database's time before a claim given up on (PostgreSQL may have granted it)
+        self._abandoned: float | None = None
         self._shedding = False
         self._stopping = False
         self._refused = False
@@ -241,6 +263,7 @@ class Membership:
         still refuses any whose epoch moved on."""
         old, old_stop = self._held, self._stop_at
         self._held, self._stop_at = held, stop_at
+        self._known.update(held)
         self._deadline_changed.set()
         if held == old:
             return {}
@@ -358,6 +381,8 @@ class Membership:
             held=dict(self._held),
             stopping=self._refused,
             statistics=self._statistics_row(),
+            abandoned=self._abandoned,
+            known=dict(self._known),
         )
         try:
             with trio.fail_after(wait):
@@ -379,6 +404,13 @@ class Membership:
         self._c.heartbeats += 1
         self._reachable = True
         self._skew = view.skew
+        if view.released:
+            log.info(
+                "leases of a claim given up on freed to be claimed again",
+                partitions=view.released,
+            )
+        if self._abandoned is not None and view.db_now > self._abandoned + self.timing.ttl:
+            self._abandoned = None  # whatever that claim was granted has expired by now
         if self._refused:
             log.info("clock agrees again; rejoining the fleet", skew=round(self._skew, 3))
             self._refused = False
@@ -410,8 +442,24 @@ class Membership:
             def claim() -> dict[int, int]:
                 return leases.claim_free(node, count, ttl, wall() + skew)
 
-            with trio.fail_after(wait):
-                granted: dict[int, int] = await self._run_sync(claim)
+            asked = wall() + skew
+            try:
+                with trio.fail_after(wait):
+                    granted: dict[int, int] = await self._run_sync(claim)
+            except trio.TooSlowError:
+                # The database may grant it all the same: the next heartbeat frees what it
+                # did. The renewals went through: the next heartbeat keeps its time (a retry
+                # after a backoff could come after the held leases' margin ran out).
+                self._abandoned = asked if self._abandoned is None else self._abandoned
+                if first:
+                    raise
+                self._c.failures += 1
+                log.warning(
+                    "the fleet database did not answer a claim in time; claiming again at the "
+                    "next heartbeat",
+                    waited=wait,
+                )
+                return
             if granted:
                 self._c.claimed += len(granted)
                 stop = self.timing.stop_at(sent)

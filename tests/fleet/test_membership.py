@@ -319,3 +319,45 @@ async def test_a_clock_drifting_away_steps_the_node_out_of_the_fleet_until_it_ag
         assert len(a.held) == 4 and not a.m.statistics().refused
         assert math.isclose(a.m.statistics().clock_skew or 0.0, 0.0, abs_tol=0.1)
         nursery.cancel_scope.cancel()
+
+
+async def wait_until(predicate: Callable[[], bool]) -> None:
+    """Until ``predicate()`` holds, on the autojump clock (a minute of it at most)."""
+    with trio.fail_after(60):
+        while not predicate():
+            await trio.sleep(0.01)
+
+
+async def test_partitions_a_timed_out_claim_was_granted_are_fetched_within_a_heartbeat_or_two(
+    autojump_clock,
+):
+    # PostgreSQL grants the claim, but its answer comes after the heartbeat's deadline: the
+    # node gave up on it, so the table says the partition is the node's while nobody fetches
+    # it. It used to wait out the whole lease (nobody may claim an unexpired one).
+    table = Table(4)
+    table.owner[3], table.expires[3] = "gone", table.now() + 1.5  # a node that left
+    late = 0
+
+    async def late_answer(fn: Callable[[], Any]) -> Any:
+        nonlocal late
+        if getattr(fn, "__name__", "") == "claim" and table.holder(3) is None and not late:
+            late += 1  # the first claim of partition 3: granted, then answered too late
+            value = fn()
+            await trio.sleep(TTL)
+            return value
+        return fn()
+
+    a = Node(table, "a", run_sync=late_answer)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(a.m.run)
+        assert a.held == {0, 1, 2}
+        await wait_until(lambda: late == 1)
+        granted = trio.current_time()
+        assert table.owner[3] == "a" and 3 not in a.held
+        await wait_until(lambda: a.held == {0, 1, 2, 3})
+        # a heartbeat's wait for the answer and one retry, not the lease's whole ttl
+        assert trio.current_time() - granted < TTL
+        assert ("release", [3]) in table.log
+        # and the leases it held went on: the heartbeat after the claim kept its time
+        assert a.m.statistics().self_fenced == 0 and a.m.statistics().lost == 0
+        nursery.cancel_scope.cancel()

@@ -196,7 +196,7 @@ def _absent(dsn: str, node: str, seconds: float) -> None:
 
 
 def test_a_live_node_prunes_the_files_of_a_node_absent_too_long_where_it_reaches_them(fleet):
-    dsn, a, b, (x, y), (ux, uy) = fleet
+    dsn, a, _, (x, y), (ux, uy) = fleet
     a.archive(x, ux, range(0, 4))
     a.archive(y, uy, range(0, 1))
     a.writer.close()  # a stopped for good
@@ -229,7 +229,7 @@ def test_a_live_node_prunes_the_files_of_a_node_absent_too_long_where_it_reaches
 
 
 def test_a_file_a_returned_node_is_appending_to_is_never_pruned_by_another(fleet):
-    dsn, a, b, (x, _), (ux, _) = fleet
+    dsn, a, _, (x, _), (ux, _) = fleet
     a.archive(x, ux, range(2, 5))
     a.writer.rotate()
     a.archive(x, ux, range(0, 2))  # older versions, in a file a holds open again
