@@ -28,6 +28,7 @@ go on, and archiving resumes by itself once the space is back.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import io
@@ -568,8 +569,11 @@ def held_files(directory: Path) -> set[str]:
 def lock_for_writing(fd: int) -> None:
     """Mark ``fd``'s file as being written by this process until it is closed, so another
     writer's start-up recovery leaves it alone (an advisory ``flock``; a file system without
-    locks is written to all the same)."""
-    _try_lock(fd)
+    locks is written to all the same). Called before the first byte is written; it waits
+    while another process that just opened the new file checks it (:func:`held_files`, a
+    recovery: an empty file, nothing to cut), so the lock is never skipped."""
+    with contextlib.suppress(OSError):
+        fcntl.flock(fd, fcntl.LOCK_EX)
 
 
 def _try_lock(fd: int) -> bool:
