@@ -614,3 +614,36 @@ async def test_a_node_killed_for_good_loses_no_link_and_its_tail_is_published_ex
     assert a.event("published the history tail of an absent node") is not None
     a.signal(signal.SIGTERM)
     assert await a.wait_exit() == 0
+
+
+async def test_a_node_killed_for_good_has_its_old_versions_pruned_by_a_live_one(fleet):
+    """A dead node's WARC files under the shared directory are pruned by a live node's
+    retention pass (archive.keep_versions counted over the fleet), every record left still
+    readable where the index says."""
+    from refresher.archive._warc import read_record, scan_file
+
+    history = fleet.root / "history"
+    fleet.extra = {
+        "fleet": {"history_dir": str(history), "absent_after": 3.0},
+        "archive": {"keep_versions": 1, "prune_interval": 1.0},
+    }
+    a = fleet.start("a")
+    await a.ready()
+    await wait_for(lambda: a.acknowledged() >= 20, what="a archives its fetches")
+    a.signal(signal.SIGKILL)  # for good
+    assert await a.wait_exit() == -signal.SIGKILL
+    b = fleet.start("b")
+    await b.ready()
+    pruned = await wait_for(
+        lambda: b.event("pruned the archive of an absent node"), timeout=120, what="a pruned"
+    )
+    assert pruned["node"] == "a" and pruned["records"] > 0
+    b.signal(signal.SIGTERM)
+    assert await b.wait_exit() == 0
+    directory = history / "archive" / "node=a"
+    for file, offset in fleet.rows(
+        "SELECT file, record_offset FROM warc_records WHERE node_id = 'a'"
+    ):
+        read_record(directory / file, offset)
+    for path in directory.glob("*-p*.warc.gz"):  # b's rewritten copies of a's files
+        assert scan_file(path)[1] is None
