@@ -140,18 +140,24 @@ def exchange(
     )
 
 
-def owns_hosts(held: Collection[int], partitions: int) -> Callable[[str], bool]:
-    """A predicate over host keys: the host's partition is in ``held``."""
+def owns_hosts(
+    held: Collection[int],
+    partitions: int,
+    *,
+    fetching: Callable[[int], bool] | None = None,
+) -> Callable[[str], bool]:
+    """A predicate over host keys: the host's partition is in ``held`` (and, given
+    ``fetching``, its lease still lets this node start a request now)."""
     owned = frozenset(held)
-    known: dict[str, bool] = {}  # the frontier asks once per page loaded: hash a host once
+    known: dict[str, int] = {}  # the frontier asks once per page loaded: hash a host once
 
     def owns(host: str) -> bool:
-        answer = known.get(host)
-        if answer is None:
+        partition = known.get(host)
+        if partition is None:
             if len(known) >= 100_000:
                 known.clear()
-            answer = known[host] = partition_of(host, partitions) in owned
-        return answer
+            partition = known[host] = partition_of(host, partitions)
+        return partition in owned and (fetching is None or fetching(partition))
 
     return owns
 
@@ -246,6 +252,13 @@ class Membership:
     def held(self) -> Mapping[int, int]:
         """The partitions this node fetches now, with their epochs."""
         return dict(self._held)
+
+    def fetching(self, partition: int) -> bool:
+        """Whether a request to ``partition``'s hosts may start now: its lease's stop (trio
+        time) has not passed. The held set changes only when the self-fencing task runs; a
+        process resumed after a pause (SIGSTOP, a VM frozen) may dispatch before it does,
+        to a partition another node has taken meanwhile."""
+        return self._stop_at.get(partition, -math.inf) > trio.current_time()
 
     def _set(
         self,

@@ -140,7 +140,14 @@ class FleetNode:
                     await trio.to_thread.run_sync(leases.close)
 
     def _serve(self, held: Mapping[int, int]) -> None:
-        self._frontier.retain(owns_hosts(held, self.config.fleet.partitions))
+        membership = self.membership
+        self._frontier.retain(
+            owns_hosts(
+                held,
+                self.config.fleet.partitions,
+                fetching=membership.fetching if membership is not None else None,
+            )
+        )
 
     async def _drain(self, partitions: frozenset[int], until: float) -> None:
         # In-flight fetches may finish until the leases' stop (trio time ``until``); what is

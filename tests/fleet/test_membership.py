@@ -12,7 +12,7 @@ import trio
 
 from refresher._errors import StoreError
 from refresher.fleet._assignment import LeaseTiming
-from refresher.fleet._membership import ClockSkewError, Membership
+from refresher.fleet._membership import ClockSkewError, Membership, owns_hosts
 from refresher.store._pg_leases import NodeRow, PartitionRow
 
 EPOCH = 1.7e9
@@ -213,6 +213,28 @@ async def test_a_node_stops_fetching_before_its_lease_can_expire_when_the_databa
         assert len(a.held) == 4  # back, with new epochs
         assert all(e >= 2 for e in table.epoch.values())
         assert a.m.statistics().heartbeat_failures > 0
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_resumed_node_starts_no_request_past_its_leases_stop_before_it_drops_them(
+    autojump_clock,
+):
+    # A process paused (SIGSTOP, a frozen VM) past its leases' stop wakes with every task
+    # ready at once: a worker may dispatch before the self-fencing task has dropped the
+    # partitions another node took meanwhile (seen as two requests in flight to one host).
+    table = Table(4)
+    a = Node(table, "a")
+    async with trio.open_nursery() as nursery:
+        await nursery.start(a.m.run)
+        await trio.sleep(1)
+        held = a.m.held
+        assert len(held) == 4
+        owns = owns_hosts(held, 4, fetching=a.m.fetching)
+        assert owns("h1.sim.test")
+        autojump_clock.jump(TTL)  # the pause: time passes and no task runs
+        assert a.m.held == held  # the self-fencing task has not run yet
+        assert owns_hosts(held, 4)("h1.sim.test")  # by the held set alone: the race
+        assert not owns("h1.sim.test")  # by the leases' stop: no request starts
         nursery.cancel_scope.cancel()
 
 
