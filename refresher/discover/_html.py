@@ -318,7 +318,7 @@ def _from_lexbor(data: bytes, found: _Links, text: _Simhash) -> None:
     tree.strip_tags(_INVISIBLE_TAGS, recursive=True)
     root = tree.root
     if root is not None:  # text nodes joined with spaces: an element boundary ends a word
-        text.feed(" " + root.text(separator=" "))
+        text.feed(" " + root.text(separator=" ", skip_empty=True))
 
 
 # --------------------------------------------------------------------------- the streaming path
