@@ -1,13 +1,13 @@
-"""Parsing real pages: refresher's HTML processor (tree path, and the streaming target it
-replaced as the default) against bare lxml, selectolax (Lexbor) and resiliparse, one thread;
-then the processor's pages/s in 1, 2, 8 and 20 threads and in a 2-process pool. Prints;
-asserts nothing.
+"""Parsing real pages: refresher's HTML processor (its Lexbor tree, the default; its lxml tree;
+and the streaming target) against bare lxml, bare selectolax (Lexbor) and resiliparse, one
+thread; then the processor's pages/s with either tree in 1, 2, 8 and 20 threads and in a
+2-process pool. Prints; asserts nothing.
 
     .venv/bin/python bench/bench_parsers.py [DIR]
 
 DIR defaults to /usr/share/doc/python3.11/html (Debian ``python3.11-doc``); any tree of
-.html files will do. selectolax and resiliparse are measured when installed
-(``.venv/bin/pip install selectolax resiliparse``; they are not dependencies).
+.html files will do. resiliparse is measured when installed (``.venv/bin/pip install
+resiliparse``; it is not a dependency).
 """
 
 from __future__ import annotations
@@ -22,9 +22,12 @@ from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 
 from lxml import etree
+from selectolax.lexbor import LexborHTMLParser
 
 from refresher.discover import _charset, _html
-from refresher.discover._parse import Document, process
+from refresher.discover._parse import Document, HtmlLinks
+
+PROCESSORS = {parser: HtmlLinks(parser=parser) for parser in _html.PARSERS}
 
 DEFAULT_DIR = Path("/usr/share/doc/python3.11/html")
 
@@ -65,23 +68,20 @@ def bare_lxml(doc: Document) -> object:
     return _HREFS(root), " ".join(root.itertext())
 
 
+def bare_selectolax(doc: Document) -> object:
+    tree = LexborHTMLParser(doc.body)
+    hrefs = [node.attributes.get("href") for node in tree.css("a[href]")]
+    return hrefs, tree.text(separator=" ")
+
+
 def candidates() -> dict[str, Callable[[Document], object]]:
     found: dict[str, Callable[[Document], object]] = {
-        "refresher HtmlLinks (tree, default)": process,
+        "refresher HtmlLinks (lexbor tree, default)": PROCESSORS["lexbor"].process,
+        "refresher HtmlLinks (lxml tree)": PROCESSORS["lxml"].process,
         "refresher streaming target (old)": streaming,
         "bare lxml: fromstring + //a/@href + itertext": bare_lxml,
+        "bare selectolax (lexbor): css a[href] + text": bare_selectolax,
     }
-    try:
-        from selectolax.lexbor import LexborHTMLParser
-
-        def selectolax(doc: Document) -> object:
-            tree = LexborHTMLParser(doc.body)
-            hrefs = [node.attributes.get("href") for node in tree.css("a[href]")]
-            return hrefs, tree.text(separator=" ")
-
-        found["selectolax (lexbor): css a[href] + text"] = selectolax
-    except ImportError:
-        print("selectolax not installed: skipped")
     try:
         from resiliparse.extract.html2text import extract_plain_text
         from resiliparse.parse.html import HTMLTree
@@ -101,17 +101,19 @@ def candidates() -> dict[str, Callable[[Document], object]]:
 
 def _chunk(docs: list[Document]) -> int:
     for doc in docs:
-        process(doc)
+        PROCESSORS["lexbor"].process(doc)
     return len(docs)
 
 
-def throughput(docs: list[Document], threads: int, passes: int = 2) -> float:
-    """Pages per second of :func:`process` over ``passes`` of ``docs`` in ``threads`` threads."""
+def throughput(docs: list[Document], threads: int, parser: str, passes: int = 2) -> str:
+    """Pages per second of ``parser``'s HtmlLinks over ``passes`` of ``docs`` in ``threads``
+    threads, and the process's CPU seconds per wall second (above 1: parsing ran in parallel)."""
     work = docs * passes
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     with ThreadPoolExecutor(threads) as pool:
-        list(pool.map(process, work))
-    return len(work) / (time.perf_counter() - start)
+        list(pool.map(PROCESSORS[parser].process, work))
+    wall = time.perf_counter() - start
+    return f"{len(work) / wall:7.0f} ({(time.process_time() - cpu) / wall:.2f} cores)"
 
 
 def pool_throughput(docs: list[Document], processes: int, passes: int = 2) -> float:
@@ -130,15 +132,16 @@ def main() -> None:
     if not docs:
         sys.exit(f"no .html files under {root}: install python3.11-doc or name a directory")
     size = sum(len(d.body) for d in docs) / len(docs)
-    links = sum(len(process(d).links) for d in docs) / len(docs)
+    links = sum(len(PROCESSORS["lexbor"].process(d).links) for d in docs) / len(docs)
     print(f"{len(docs)} pages from {root}, {size / 1e3:.0f} kB and {links:.0f} links each")
     print(f"{os.cpu_count()} cores; one thread:")
     for name, fn in candidates().items():
         print(f"  {name:<46} {per_page(fn, docs):6.2f} CPU ms/page")
-    print("HtmlLinks pages/s:")
+    print("HtmlLinks pages/s:          lexbor               lxml")
     for threads in (1, 2, 8, 20):
-        print(f"  {threads:>2} threads          {throughput(docs, threads):7.0f}")
-    print(f"   2-process pool      {pool_throughput(docs, 2):7.0f}")
+        row = "  ".join(throughput(docs, threads, parser) for parser in _html.PARSERS)
+        print(f"  {threads:>2} threads          {row}")
+    print(f"   2-process pool (lexbor)  {pool_throughput(docs, 2):7.0f}")
     print(f"(threads alive: {threading.active_count()})")
 
 

@@ -79,6 +79,7 @@ from bench_daemon import (
     write_config,
 )
 
+from refresher.discover._html import PARSERS
 from refresher.ops._control import request
 
 DOCS = Path("/usr/share/doc/python3.11/html")
@@ -274,6 +275,8 @@ def refresher_config(directory: Path, web: Web, args: argparse.Namespace) -> Pat
     discovery: dict[str, object] = {"sitemaps": False}
     if args.parse_processes is not None:
         discovery["parse_processes"] = args.parse_processes
+    if args.html_parser is not None:
+        discovery["html_parser"] = args.html_parser
     return write_config(
         directory,
         store={"flush_interval": 0.5, "batch_size": 5000},
@@ -750,6 +753,12 @@ def main() -> None:
         type=int,
         default=None,
         help="refresher's discovery.parse_processes (default: the daemon's default)",
+    )
+    parser.add_argument(
+        "--html-parser",
+        choices=PARSERS,
+        default=None,
+        help="refresher's discovery.html_parser (default: the daemon's default, lexbor)",
     )
     parser.add_argument("--tmp", default=None)
     parser.add_argument(

@@ -197,6 +197,11 @@ def test_a_table_of_strings_is_accepted_for_dns_static(tmp_path: Path) -> None:
         ({"control": {"tcp_port": 70000}}, "control.tcp_port", "must be a TCP port between"),
         ({"control": {"tcp_port": 0}}, "control.tcp_port", "must be a TCP port between"),
         ({"log": {"level": "loud"}}, "log.level", "must be one of"),
+        (
+            {"discovery": {"html_parser": "html5lib"}},
+            "discovery.html_parser",
+            "must be one of 'lexbor', 'lxml'",
+        ),
         ({"crawl": {"user_agent": "  "}}, "crawl.user_agent", "must not be empty"),
         ({"store": {"batch_size": -5}}, "store.batch_size", "must be greater than 0"),
     ],

@@ -67,6 +67,7 @@ def processors(discovery: DiscoveryConfig) -> dict[str, Processor]:
         include_media=discovery.include_media,
         max_links=discovery.max_links_per_page,
         max_url_length=discovery.max_url_length,
+        parser=discovery.html_parser,
     )
     return {html.name: html}
 

@@ -1,16 +1,19 @@
 """Link extraction and the text print for HTML (:class:`HtmlLinks`).
 
-A page is parsed by libxml2 into a tree in one C call that releases the GIL, so parse workers
-in threads really run in parallel; links are then read from the few link elements
-(``Element.iter`` over their tags, in document order) and the visible text from
-``itertext``, joined in C and tokenised in batches for the simhash. No Python runs per
-element or text node during parsing (lxml's target parsers call back into Python for every
-tag, and many such threads spend their time fighting over the GIL).
+A page is parsed into a tree in one C call that releases the GIL, so parse workers in threads
+really run in parallel: by Lexbor (selectolax; the default, ``discovery.html_parser =
+"lexbor"``), the HTML5 tree builder browsers follow, or by libxml2 (lxml, ``"lxml"``). Links
+are then read from the few link elements (a CSS selection, or ``Element.iter`` over their
+tags, in document order) and the visible text joined in C and tokenised in batches for the
+simhash. No Python runs per element or text node during parsing (lxml's target parsers call
+back into Python for every tag, and many such threads spend their time fighting over the GIL).
+Both trees feed the same :class:`_Links` rules and the same text rules.
 
-Pages libxml2 will not build a tree for (nesting deeper than its limit) and huge pages
-(``_TREE_MAX`` bytes and more) go through the streaming parser instead: a parser target
-that keeps only links and text statistics, so memory stays bounded however large or deep
-the page is.
+Pages Lexbor refuses (nesting that would make its tree builder slow,
+:mod:`refresher.discover._lexbor`) go to libxml2; pages libxml2 will not build a tree for
+(nesting deeper than its limit, markup after the end of the document) and huge pages
+(``_TREE_MAX`` bytes and more) go through the streaming parser: a parser target that keeps
+only links and text statistics, so memory stays bounded however large or deep the page is.
 """
 
 from __future__ import annotations
@@ -18,17 +21,21 @@ from __future__ import annotations
 import re
 import threading
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any, Protocol
 
 from lxml import etree
 
 from refresher.discover._charset import choose_charset, decoded_chunks
 from refresher.discover._document import Document, Extracted, Link, Skip, resolve
+from refresher.discover._lexbor import NoTree, lexbor_tree
 from refresher.discover._simhash import _Simhash
 from refresher.discover._url import MAX_URL_LENGTH
 
-__all__ = ["HtmlLinks"]
+__all__ = ["PARSERS", "HtmlLinks"]
+
+#: the tree builders HtmlLinks can use (``discovery.html_parser``), the default first
+PARSERS = ("lexbor", "lxml")
 
 _MAX_DEPTH = 512  # elements deeper than this are noted ("too_deep"); browsers flatten there
 _TREE_MAX = 4 * 1024 * 1024  # bytes: larger pages stream (a tree would take ~10× the body)
@@ -204,6 +211,18 @@ _ELEMENT_HANDLERS = {
     "meta": _Links._meta,
 }
 _LINK_TAGS = tuple(_ELEMENT_HANDLERS)
+_LINK_SELECTOR = ", ".join(_LINK_TAGS)
+
+
+def _feed_links(found: _Links, elements: Iterable[tuple[Any, Any]]) -> None:
+    """Hands a tree's link elements, (tag, attributes) in document order, to ``found``."""
+    add = found._add
+    for tag, attrib in elements:
+        if tag == "a":  # most link elements: _Links._anchor without the two calls
+            rel = attrib.get("rel")
+            add(attrib.get("href"), tag, rel is not None and "nofollow" in _rels(attrib))
+        else:
+            found.element(tag, attrib)
 
 
 # --------------------------------------------------------------------------- the tree path
@@ -228,12 +247,16 @@ def _tree_parser() -> etree.HTMLParser:
     return parser
 
 
-def _tree(body: bytes, codec: str, start: int, errors: str) -> Any:
-    """The page's root element (None for an empty page), parsed from UTF-8 in one call."""
+def _utf8(body: bytes, codec: str, start: int, errors: str) -> bytes:
+    """The page as UTF-8 by our charset choice (what both tree builders are told to expect)."""
     if codec == "utf-8" and errors == "strict":
-        data = body[start:] if start else body
-    else:  # rarer: decode in Python, then hand libxml2 the UTF-8 it is told to expect
-        data = body[start:].decode(codec, errors).encode("utf-8", "replace")
+        return body[start:] if start else body
+    # rarer: decode in Python, then hand the parser UTF-8
+    return body[start:].decode(codec, errors).encode("utf-8", "replace")
+
+
+def _tree(data: bytes) -> Any:
+    """The page's root element (None for an empty page), parsed from UTF-8 in one call."""
     if _ends_early(data):
         raise _NoTree
     parser = _tree_parser()
@@ -279,16 +302,26 @@ def _visible_text(root: Any) -> Iterator[str]:
 def _from_tree(root: Any, found: _Links, text: _Simhash) -> None:
     if root is None:
         return
-    add = found._add
-    for element in root.iter(*_LINK_TAGS):
-        tag = element.tag
-        if tag == "a":  # most link elements: _Links._anchor without the two calls
-            rel = element.get("rel")
-            add(element.get("href"), tag, rel is not None and "nofollow" in _rels(element))
-        else:
-            found.element(tag, element)
+    _feed_links(found, ((element.tag, element) for element in root.iter(*_LINK_TAGS)))
     for batch in _visible_text(root):
         text.feed(batch)
+
+
+_INVISIBLE_SELECTOR = ", ".join(sorted(_INVISIBLE))
+
+
+def _from_lexbor(data: bytes, found: _Links, text: _Simhash) -> None:
+    """Links and text from Lexbor's tree of ``data`` (UTF-8). Template contents are not
+    part of the tree (as in browsers: a template's links and text are inert)."""
+    tree = lexbor_tree(data)
+    _feed_links(found, ((node.tag, node.attributes) for node in tree.css(_LINK_SELECTOR)))
+    # One selection for the four tags (strip_tags searches once per tag: 0.13 ms more per docs
+    # page); innermost first, so no element is taken out of one already taken out.
+    for node in reversed(tree.css(_INVISIBLE_SELECTOR)):
+        node.decompose()
+    root = tree.root
+    if root is not None:  # text nodes joined with spaces: an element boundary ends a word
+        text.feed(" " + root.text(separator=" ", skip_empty=True))
 
 
 # --------------------------------------------------------------------------- the streaming path
@@ -357,11 +390,12 @@ def _stream(body: bytes, charset: tuple[str, int, str], target: _HtmlTarget) -> 
 
 
 class HtmlLinks:
-    """Link extraction and the text fingerprint for HTML (lxml).
+    """Link extraction and the text fingerprint for HTML (Lexbor or lxml).
 
     ``include_media`` adds ``img``/``script`` sources and stylesheet/icon ``link``s;
     ``max_links`` caps the links kept per page (link elements past the cap count
-    "too_many_links"); ``max_url_length`` (characters) refuses longer URLs ("too_long").
+    "too_many_links"); ``max_url_length`` (characters) refuses longer URLs ("too_long");
+    ``parser`` names the tree builder (one of :data:`PARSERS`).
     """
 
     name = "html-links"
@@ -373,36 +407,30 @@ class HtmlLinks:
         include_media: bool = False,
         max_links: int = 10_000,
         max_url_length: int = MAX_URL_LENGTH,
+        parser: str = PARSERS[0],
     ) -> None:
         if max_links < 0 or max_url_length < 1:
             raise ValueError(
                 f"max_links={max_links}, max_url_length={max_url_length}: "
                 "give max_links ≥ 0 and max_url_length ≥ 1"
             )
+        if parser not in PARSERS:
+            raise ValueError(f"parser={parser!r}: give one of {', '.join(map(repr, PARSERS))}")
         self.include_media = include_media
         self.max_links = max_links
         self.max_url_length = max_url_length
+        self.parser = parser
 
     def __repr__(self) -> str:
         return (
             f"HtmlLinks(include_media={self.include_media}, max_links={self.max_links}, "
-            f"max_url_length={self.max_url_length})"
+            f"max_url_length={self.max_url_length}, parser={self.parser!r})"
         )
 
     def process(self, doc: Document) -> Extracted:
         skipped: Counter[str] = Counter()
         charset = choose_charset(doc.body, doc.content_type, skipped)
-        found = _Links(self, doc.url, skipped)
-        text = _Simhash()
-        try:
-            if len(doc.body) >= _TREE_MAX:
-                raise _NoTree
-            _from_tree(_tree(doc.body, *charset), found, text)
-        except _NoTree:
-            found = _Links(self, doc.url, skipped)  # what the tree gave is thrown away
-            target = _HtmlTarget(found, skipped)
-            _stream(doc.body, charset, target)
-            text = target.text
+        found, text = self._links(doc, charset, skipped)
         noindex, nofollow = found.noindex, found.nofollow
         if doc.robots_tag:
             header_noindex, header_nofollow = _robots_directives(doc.robots_tag)
@@ -418,3 +446,26 @@ class HtmlLinks:
             fingerprint=text.value(),
             skipped=skipped,
         )
+
+    def _links(
+        self, doc: Document, charset: tuple[str, int, str], skipped: Counter[str]
+    ) -> tuple[_Links, _Simhash]:
+        """The page's links and text, from the first of Lexbor (when chosen), libxml2's
+        tree and the streaming parser that takes the page."""
+        found, text = _Links(self, doc.url, skipped), _Simhash()
+        if len(doc.body) < _TREE_MAX:
+            data = _utf8(doc.body, *charset)
+            if self.parser == "lexbor":
+                try:
+                    _from_lexbor(data, found, text)
+                    return found, text
+                except NoTree:
+                    pass
+            try:
+                _from_tree(_tree(data), found, text)
+                return found, text
+            except _NoTree:
+                found = _Links(self, doc.url, skipped)  # what the tree gave is thrown away
+        target = _HtmlTarget(found, skipped)
+        _stream(doc.body, charset, target)
+        return found, target.text

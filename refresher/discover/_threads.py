@@ -1,11 +1,15 @@
 """Where the processors run: a fixed set of parse threads (one per core) in the daemon's
 process, and worker processes for larger bodies.
 
-libxml2 parses without the GIL, so these threads use every core; keeping them few and fixed
-matters for memory as well as for the GIL. Each thread that parses keeps its own malloc arena
-and lxml parser context, so parsing spread over trio's general thread cache (which also runs
-DNS lookups and other blocking calls, and grows with them) made the daemon's RSS grow with the
-number of distinct threads that had ever parsed: about 10 MiB each (bench/bench_parsers.py).
+Lexbor and libxml2 parse without the GIL (the bare Lexbor parse ran on 1.9 cores in 2
+threads), so these threads use every core while they parse; the rest of a page's processing
+(link resolution, the simhash) holds the GIL, and the processor as a whole ran on 1.0 core in
+2, 8 or 20 threads (bench/bench_parsers.py), so more threads than cores buy nothing: one per
+core. Keeping them few and fixed matters for memory as well as for the GIL. Each thread that
+parses keeps its own malloc arena and parser state, so parsing spread over trio's general
+thread cache (which also runs DNS lookups and other blocking calls, and grows with them) made
+the daemon's RSS grow with the number of distinct threads that had ever parsed: about 10 MiB
+each (bench/bench_parsers.py).
 
 Link resolution and the simhash still hold the GIL, which the event loop needs for every
 fetch. A page of real size can therefore be handed to a worker *process* (when

@@ -92,6 +92,8 @@ RELOAD: Mapping[str, Apply] = {
     "discovery.sitemaps": _LIVE,
     "discovery.queue": _RESTART,  # a channel's size is fixed
     "discovery.parse_processes": _RESTART,  # the processes start with the crawler
+    # fingerprints of one run come from one parser: a reload would compare across the two
+    "discovery.html_parser": _RESTART,
     # how the allocator reads the history (Allocator.configure(inputs=...))
     "estimate.change": _LIVE,
     "estimate.history": _LIVE,
