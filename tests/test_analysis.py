@@ -317,3 +317,30 @@ def test_the_model_draws_each_pages_changes_at_its_rate() -> None:
         assert counts.var() == pytest.approx(expected, rel=0.1)  # Poisson: variance = mean
     times = model._changes(np.array([0.5]), 100.0, rng)[0]
     assert (np.diff(times) > 0).all() and times.min() >= 0.0 and times.max() < 100.0
+
+
+def test_the_steady_state_is_32_rounds_of_uniform_and_never_before_30_minutes() -> None:
+    from analysis import family
+
+    slow = family.FamilyWeb(seed=0, simweb=SMALL_WEB, budget=2.0, min_delay=0.1, label="slow")
+    assert family.steady_horizon(slow, 500) == pytest.approx(32 * 500 / 2.0)  # 8,000 s
+    fast = replace(slow, budget=50.0)
+    assert family.steady_horizon(fast, 500) == family.HORIZONS[-1]  # 32 rounds in 320 s
+
+
+def test_the_informed_bound_is_planned_on_the_clairvoyants_own_draws_and_printed() -> None:
+    from analysis import family
+
+    web = family.FamilyWeb(seed=7, simweb=SMALL_WEB, budget=16.0, min_delay=0.05, label="small")
+    result = family.run_web(
+        web, runs=2, horizon=60.0, decide="expected", resolve_interval=5.0, informed=True
+    )
+    assert result["informed_horizons"] == [60.0]
+    # the bound's reference is the clairvoyant plan on the same change times
+    assert result["informed-clairvoyant"] == result["clairvoyant"]
+    summary = family.summarize(result)
+    informed = np.mean(result["informed"]["freshness"])
+    clairvoyant = np.mean(result["clairvoyant"]["freshness"])
+    assert summary["informed_share"] == pytest.approx([informed / clairvoyant])
+    assert "informed bound" in family.format_row(result, summary)
+    assert "| 7 |" in family.markdown_steady([result])
