@@ -344,3 +344,44 @@ def test_the_informed_bound_is_planned_on_the_clairvoyants_own_draws_and_printed
     assert summary["informed_share"] == pytest.approx([informed / clairvoyant])
     assert "informed bound" in family.format_row(result, summary)
     assert "| 7 |" in family.markdown_steady([result])
+
+
+def test_the_model_fetches_pages_only_when_due_through_the_budgets_pacer() -> None:
+    from analysis import family
+
+    web = family.family_web(3)  # a TUNE web
+    settings = model.ModelSettings(
+        simweb=web.simweb, seconds=120.0, budget=web.budget, min_delay=web.min_delay
+    )
+    mweb = model.model_web(web.simweb)
+    most = web.budget * (settings.seconds + model.BURST) + 1  # the pacer's tokens, its credit too
+    for policy in ("uniform", "optimal"):
+        fetches, _ = model.replay(policy, mweb, settings, 1)
+        assert sum(map(len, fetches)) <= most
+        assert all(np.all(np.diff(t) > 0) for t in fetches)
+    # uniform always has a page due: it spends every token
+    uniform, _ = model.replay("uniform", mweb, settings, 1)
+    assert sum(map(len, uniform)) >= web.budget * settings.seconds
+
+
+def test_the_model_makes_up_late_fetches_as_the_store_does_and_so_spends_more_of_the_budget() -> (
+    None
+):
+    from analysis import family
+
+    web = family.family_web(3)  # a TUNE web: 357 pages, 4.1 fetches/s, optimal's plan uneven
+    settings = model.ModelSettings(
+        simweb=web.simweb,
+        seconds=600.0,
+        budget=web.budget,
+        min_delay=web.min_delay,
+        decide="expected",
+    )
+    mweb = model.model_web(web.simweb)
+    spent = {}
+    for catch_up in (False, True):
+        fetches, _ = model.replay("optimal", mweb, replace(settings, catch_up=catch_up), 1)
+        spent[catch_up] = sum(map(len, fetches)) / (web.budget * settings.seconds)
+    # one interval after the last fetch adds every fetch's lateness to the next interval
+    assert spent[True] > spent[False]
+    assert spent[True] >= 0.99, spent
