@@ -226,6 +226,37 @@ def test_inputs_from_a_real_store_order_pages_by_how_often_they_changed(tmp_path
     assert got.weights.mean() == pytest.approx(1.0)
 
 
+def test_a_hosts_cap_counts_its_mean_response_time_as_politeness_does(tmp_path: Path):
+    # The frontier waits the delay from the end of each response: a host with 0.4 s of delay
+    # and 0.1 s responses does at most 2 fetches a second, not 2.5.
+    store = DuckDBStore(tmp_path / "s.duckdb")
+    try:
+        rows = store.add_pages(
+            [
+                NewPage(url="http://h.example/", host="h.example", scheme="http"),
+                NewPage(url="http://g.example/", host="g.example", scheme="http"),
+            ],
+            now=NOW,
+        )
+        h = next(r for r in rows if r.url == "http://h.example/")
+        _history(store, h.id, h.host_id, [NOW + 60 * k for k in range(5)], [False] * 5)
+        store._con.execute("UPDATE hosts SET delay = 0.4 WHERE name = 'h.example'")
+        raw = store.estimator_inputs(meaningful=False, links=False, responses_since=NOW)
+        before = store.estimator_inputs(meaningful=False, links=False)
+    finally:
+        store.close()
+    got = load_inputs(raw, min_delay=0.2, weights="none")
+    caps = dict(zip(got.page_ids.tolist(), got.host_caps[got.host_index].tolist(), strict=True))
+    g = next(r for r in rows if r.url == "http://g.example/")
+    assert caps[h.id] == pytest.approx(1 / (0.4 + 0.1))
+    assert caps[g.id] == pytest.approx(1 / 0.2)  # no response yet: min_delay alone
+    # read without response times, the cap is 1/delay: a plan the frontier cannot deliver
+    old = load_inputs(before, min_delay=0.2, weights="none")
+    assert old.host_caps[old.host_index].tolist() == pytest.approx(
+        [2.5 if r.id == h.id else 5.0 for r in sorted(rows, key=lambda r: r.id)]
+    )
+
+
 def _page(**fields: Any) -> PageRow:
     """A page due at NOW, fetched never (as far as the row shows), planned as ``fields`` say."""
     base: dict[str, Any] = {"id": 1, "url": "u", "host_id": 1, "host": "h", "due_at": NOW}
