@@ -757,7 +757,7 @@ class Allocator:
 
     async def table(self, budget: float | None = None) -> dict[str, Any]:
         """:func:`policy_table` of the current page set, at ``budget`` (default: B)."""
-        inputs = await self.inputs.load(self._store)
+        inputs = await self.inputs.load(self._store, now=self._wall())
         b = self.budget if budget is None else budget
         decide = self.decide
         return await trio.to_thread.run_sync(lambda: policy_table(inputs, b, decide=decide))

@@ -675,6 +675,40 @@ async def test_an_empty_store_is_reported_as_no_pages_not_as_unplaced_budget(
     service.close()
 
 
+async def test_the_allocator_plans_a_host_at_what_its_responses_leave_room_for(
+    tmp_path: Path, nursery
+) -> None:
+    from refresher.refresh._allocate import RESPONSE_WINDOW, Allocator, InputSettings
+
+    store = DuckDBStore(tmp_path / "r.duckdb")
+    rows = store.add_pages(
+        [NewPage(url=f"http://h.example/{i}", host="h.example", scheme="http") for i in range(4)],
+        now=NOW,
+    )
+    for r in rows:  # 0.1 s responses, a fetch a minute per page
+        _history(store, r.id, r.host_id, [NOW + 60 * k for k in range(3)], [False] * 3)
+    service = StoreService(store)
+    await nursery.start(service.run)
+    stats = {}
+    for late in (0.0, 10 * RESPONSE_WINDOW):  # at the fetches, and long after them
+        allocator = Allocator(
+            store=service,
+            frontier=_NoFrontier(),  # type: ignore[arg-type]
+            budget=10.0,
+            policy="uniform",
+            explore=0.0,  # all of B through the policy's split, so all of it counted
+            inputs=InputSettings(min_delay=0.4, weights="none"),
+            wall_clock=lambda late=late: NOW + 120 + late,
+        )
+        await allocator.solve()
+        stats[late] = allocator.statistics()
+    service.close()
+    # one fetch per 0.4 s of delay and 0.1 s of response: 2/s of the 10, the rest unplaced
+    assert stats[0.0].unplaced == pytest.approx(8.0)
+    # no fetch in the last RESPONSE_WINDOW: the delay alone, 2.5/s
+    assert stats[10 * RESPONSE_WINDOW].unplaced == pytest.approx(7.5)
+
+
 def test_the_first_copys_last_modified_on_an_honest_host_counts_as_quiet_time(tmp_path: Path):
     store = DuckDBStore(tmp_path / "s.duckdb")
     try:
