@@ -75,6 +75,8 @@ class ModelSettings:
     fit_spread: bool = True  # fit the prior's sd to the pages (estimate_pages)
     reveal: bool = False  # plan with the true rate of every page fetched twice (a bound)
     catch_up: bool = True  # due times as the store sets them (due_after); False: last + 1/f
+    # a what-if the daemon does not do: a token nothing is due for goes to the page due soonest
+    work_conserving: bool = False
 
     def __post_init__(self) -> None:
         if not (self.seconds > 0 and self.budget > 0 and self.resolve_interval > 0):
@@ -216,7 +218,7 @@ def replay(
     next_plan = settings.resolve_interval
     while True:
         i = int(np.argmin(due))
-        asked = max(clock, float(due[i]))
+        asked = clock if settings.work_conserving else max(clock, float(due[i]))
         token = max(tokens, asked - BURST)  # the pacer's next token (Pacer.reserve)
         at = max(asked, token)
         if next_plan <= min(at, settings.seconds):  # re-plan first, at its time

@@ -362,6 +362,9 @@ def test_the_model_fetches_pages_only_when_due_through_the_budgets_pacer() -> No
     # uniform always has a page due: it spends every token
     uniform, _ = model.replay("uniform", mweb, settings, 1)
     assert sum(map(len, uniform)) >= web.budget * settings.seconds
+    # the what-if: a token nothing is due for goes to the page due soonest, so none is left
+    greedy, _ = model.replay("optimal", mweb, replace(settings, work_conserving=True), 1)
+    assert sum(map(len, greedy)) >= web.budget * settings.seconds
 
 
 def test_the_model_makes_up_late_fetches_as_the_store_does_and_so_spends_more_of_the_budget() -> (
