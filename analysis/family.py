@@ -53,6 +53,7 @@ __all__ = [
     "HORIZONS",
     "REAL",
     "REPORT",
+    "STEADY_ROUNDS",
     "TUNE",
     "FamilyWeb",
     "family_web",
@@ -64,11 +65,23 @@ __all__ = [
     "real_web",
     "run_history",
     "run_web",
+    "steady_horizon",
 ]
 
 Float = NDArray[np.float64]
 
 HORIZONS = (60.0, 300.0, 1800.0)  # seconds from a cold start
+#: the steady state is measured over (h/2, h] for h = this many of uniform's rounds (each page
+#: fetched once per round; at least the last of ``HORIZONS``): ``estimate.history``'s 32
+#: intervals, as many as a page's estimate ever rests on. On TUNE web 7 (0.38 rounds a
+#: minute) optimal's share of clairvoyant freshness stays within 0.5 % from 11 rounds to 90,
+#: its age share, noisier (the clairvoyant age is small), is 72 % at 11 rounds and 84–116 % from
+#: 23 on (2 draws). 30 minutes is 10 rounds on REPORT web 110.
+STEADY_ROUNDS = 32
+#: what learning can reach: optimal and optimal-age planning with the true rate of each page
+#: fetched twice (:class:`analysis.model.ModelSettings` ``reveal``), against the clairvoyant
+#: plans on the same draws, up to this horizon (seconds)
+INFORMED_HORIZON = 300.0
 TUNE = (*range(0, 8), 47, 50)  # 47 and 50: narrow rate spreads, which 0–7 lack
 REPORT = tuple(range(100, 116))
 #: REPORT webs also run with real daemons (``--real``): a wide log-normal mix without
@@ -85,6 +98,13 @@ RUNS: tuple[tuple[str, str, str, bool], ...] = (
     ("clairvoyant", "optimal", "plug-in", True),
     ("optimal-age", "optimal-age", "", False),
     ("clairvoyant-age", "optimal-age", "plug-in", True),
+)
+#: (label, policy, decide, oracle, reveal): the informed bound and its clairvoyant reference
+INFORMED_RUNS: tuple[tuple[str, str, str, bool, bool], ...] = (
+    ("informed", "optimal", "", False, True),
+    ("informed-clairvoyant", "optimal", "plug-in", True, False),
+    ("informed-age", "optimal-age", "", False, True),
+    ("informed-clairvoyant-age", "optimal-age", "plug-in", True, False),
 )
 
 
@@ -191,6 +211,13 @@ def measure_windows(
     return fresh / span, age / span
 
 
+def steady_horizon(web: FamilyWeb, pages: int) -> float:
+    """Seconds to the steady state of ``web`` (``pages`` crawlable pages): the time uniform
+    takes to fetch every page :data:`STEADY_ROUNDS` times, at least the last of
+    :data:`HORIZONS`."""
+    return max(HORIZONS[-1], STEADY_ROUNDS * pages / web.budget)
+
+
 def run_web(
     web: FamilyWeb,
     *,
@@ -202,9 +229,17 @@ def run_web(
     explore: float = 0.05,
     mixture: bool = True,
     fit_spread: bool = True,
+    steady: bool = False,
+    informed: bool = False,
 ) -> dict[str, Any]:
-    """Every policy of ``RUNS`` on ``web``: per label, freshness and age per horizon per run."""
+    """Every policy of ``RUNS`` on ``web``: per label, freshness and age per horizon per run.
+    ``steady``: one more horizon, :func:`steady_horizon` (when ``horizon`` reaches the last
+    of ``HORIZONS``). ``informed``: the runs of ``INFORMED_RUNS`` up to
+    ``INFORMED_HORIZON``, under ``"informed_horizons"``."""
     horizons = [h for h in HORIZONS if h <= horizon]
+    mweb: ModelWeb = model_web(web.simweb)
+    if steady and horizon >= HORIZONS[-1]:
+        horizons.append(steady_horizon(web, int(mweb.rates.size)))
     settings = ModelSettings(
         simweb=web.simweb,
         seconds=max(horizons),
@@ -216,19 +251,31 @@ def run_web(
         mixture=mixture,
         fit_spread=fit_spread,
     )
-    mweb: ModelWeb = model_web(web.simweb)
     out: dict[str, Any] = {"seed": web.seed, "label": web.label, "pages": int(mweb.rates.size)}
     out["horizons"] = horizons
     for label, policy, how, oracle in RUNS:
         s = replace(settings, oracle=oracle, decide=how or decide)
-        fresh, age = [], []
-        for run in range(1, runs + 1):
-            fetches, changes = replay(policy, mweb, s, run)
-            f, a = _windows(fetches, changes, horizons)
-            fresh.append(f.tolist())
-            age.append(a.tolist())
-        out[label] = {"freshness": fresh, "age": age}
+        out[label] = _draws(policy, mweb, s, runs, horizons)
+    if informed:
+        short = [h for h in horizons if h <= INFORMED_HORIZON]
+        out["informed_horizons"] = short
+        for label, policy, how, oracle, reveal in INFORMED_RUNS:
+            s = replace(settings, seconds=max(short), oracle=oracle, reveal=reveal)
+            out[label] = _draws(policy, mweb, replace(s, decide=how or decide), runs, short)
     return out
+
+
+def _draws(
+    policy: str, web: ModelWeb, settings: ModelSettings, runs: int, horizons: Sequence[float]
+) -> dict[str, list[list[float]]]:
+    """Freshness and age per horizon of ``runs`` modelled runs (change times of seeds 1 …)."""
+    fresh, age = [], []
+    for run in range(1, runs + 1):
+        fetches, changes = replay(policy, web, settings, run)
+        f, a = _windows(fetches, changes, horizons)
+        fresh.append(f.tolist())
+        age.append(a.tolist())
+    return {"freshness": fresh, "age": age}
 
 
 def run_history(run_dir: Path) -> tuple[list[list[float]], list[Float]]:
@@ -401,12 +448,32 @@ def summarize(result: dict[str, Any]) -> dict[str, Any]:
     s["age_margin"] = [x.tolist() for x in _mean_se(ua - oa)]  # > 0: optimal-age younger
     with np.errstate(divide="ignore", invalid="ignore"):
         s["age_share"] = (ca.mean(axis=0) / oa.mean(axis=0)).tolist()
+    if "informed" in result:  # the informed bound, against the clairvoyant on its own draws
+        i, ic = (np.array(result[k]["freshness"]) for k in ("informed", "informed-clairvoyant"))
+        ia, ica = (np.array(result[k]["age"]) for k in ("informed-age", "informed-clairvoyant-age"))
+        s["informed_share"] = (i.mean(axis=0) / ic.mean(axis=0)).tolist()
+        with np.errstate(divide="ignore", invalid="ignore"):
+            s["informed_age_share"] = (ica.mean(axis=0) / ia.mean(axis=0)).tolist()
     return s
+
+
+def horizon_name(result: dict[str, Any], k: int) -> str:
+    """The ``k``-th horizon of ``result``: minutes, "steady" past ``HORIZONS``."""
+    h = float(result["horizons"][k])
+    return f"{h / 60:g} min" if k < len(HORIZONS) else f"steady {h / 60:.0f} min"
+
+
+def _informed(summary: dict[str, Any], k: int) -> str:
+    """The informed bound at the ``k``-th horizon, if it was run there."""
+    if k >= len(summary.get("informed_share", ())):
+        return ""
+    share, age = summary["informed_share"][k], summary["informed_age_share"][k]
+    return f"   informed bound {share:.1%}, age {age:.1%}"
 
 
 def format_row(result: dict[str, Any], summary: dict[str, Any]) -> str:
     lines = [f"web {result['seed']}: {result['pages']} pages, {result['label']}"]
-    for k, h in enumerate(result["horizons"]):
+    for k in range(len(result["horizons"])):
         u, ue = (x[k] for x in summary["uniform.freshness"])
         o, oe = (x[k] for x in summary["optimal.freshness"])
         c = summary["clairvoyant.freshness"][0][k]
@@ -415,40 +482,59 @@ def format_row(result: dict[str, Any], summary: dict[str, Any]) -> str:
         oa = summary["optimal-age.age"][0][k]
         ca = summary["clairvoyant-age.age"][0][k]
         lines.append(
-            f"  {h / 60:>4g} min  F uniform {u:.4f}±{ue:.4f}  optimal {o:.4f}±{oe:.4f}  "
+            f"  {horizon_name(result, k):>8}  F uniform {u:.4f}±{ue:.4f}  "
+            f"optimal {o:.4f}±{oe:.4f}  "
             f"clairvoyant {c:.4f}  Δ {d:+.4f}±{de:.4f}  {summary['share'][k]:.1%}   "
             f"age (s) uniform {ua:.3g}  optimal-age {oa:.3g}  clairvoyant {ca:.3g}  "
-            f"{summary['age_share'][k]:.1%}"
+            f"{summary['age_share'][k]:.1%}" + _informed(summary, k)
         )
     return "\n".join(lines)
 
 
 def plot_family(results: list[dict[str, Any]], path: Path) -> Path:
     """Optimal's share of clairvoyant freshness and its margin over uniform, per web and
-    horizon."""
-    fig = Figure(figsize=(11, 4.5))
+    horizon (the steady state too where it was run); the informed bound at 5 minutes as
+    marks where it was run."""
+    fig = Figure(figsize=(12, 4.5))
     ax1, ax2 = fig.subplots(1, 2)
-    for k, h in enumerate(HORIZONS):
-        rows = [r for r in results if len(r["horizons"]) > k]
-        if not rows:
-            continue
-        x = np.arange(len(rows)) + (k - 1) * 0.25
-        share = [summarize(r)["share"][k] for r in rows]
-        margin = [summarize(r)["margin"][0][k] for r in rows]
-        err = [2 * summarize(r)["margin"][1][k] for r in rows]
-        ax1.bar(x, share, width=0.25, label=f"{h / 60:g} min")
-        ax2.errorbar(x, margin, yerr=err, fmt="o", ms=3, label=f"{h / 60:g} min")
+    n = max((len(r["horizons"]) for r in results), default=0)
+    width = 0.8 / max(n, 1)
     seeds = [str(r["seed"]) for r in results]
+    for k in range(n):
+        at = [j for j, r in enumerate(results) if len(r["horizons"]) > k]
+        x = np.array(at) + (k - (n - 1) / 2) * width
+        sums = [summarize(results[j]) for j in at]
+        label = "steady (32 rounds)" if k >= len(HORIZONS) else f"{HORIZONS[k] / 60:g} min"
+        ax1.bar(x, [s["share"][k] for s in sums], width=width, label=label)
+        err = [2 * s["margin"][1][k] for s in sums]
+        ax2.errorbar(x, [s["margin"][0][k] for s in sums], yerr=err, fmt="o", ms=3, label=label)
+    five = HORIZONS.index(300.0)
+    bound = [
+        (j, summarize(r))
+        for j, r in enumerate(results)
+        if len(r.get("informed_horizons", ())) > five
+    ]
+    if bound:
+        x = np.array([j for j, _ in bound]) + (five - (n - 1) / 2) * width
+        ax1.plot(
+            x,
+            [s["informed_share"][five] for _, s in bound],
+            "k_",
+            ms=9,
+            mew=2,
+            label="informed bound, 5 min",
+        )
     for ax in (ax1, ax2):
         ax.set_xticks(np.arange(len(seeds)), seeds, fontsize=7)
     ax1.axhline(0.97, color="k", lw=0.8, ls="--")
-    ax1.set_ylim(0.8, 1.02)
+    ax1.axhline(0.99, color="k", lw=0.8, ls=":")
+    ax1.set_ylim(0.8, 1.04)
     ax1.set_title("optimal / clairvoyant true freshness")
     ax2.axhline(0.0, color="k", lw=0.8)
     ax2.set_title("optimal − uniform (± 2 s.e.)")
     for ax in (ax1, ax2):
         ax.set_xlabel("web")
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     return path
@@ -464,6 +550,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seeds", default="", help="comma-separated web seeds (overrides --set)")
     parser.add_argument("--runs", type=int, default=3, help="draws of the change times")
     parser.add_argument("--horizon", type=float, default=HORIZONS[-1], help="seconds")
+    parser.add_argument(
+        "--steady",
+        action="store_true",
+        help=f"also measure the steady state: {STEADY_ROUNDS} of uniform's rounds per page "
+        "(at least 30 minutes; needs the default --horizon)",
+    )
+    parser.add_argument(
+        "--informed",
+        action="store_true",
+        help="also the informed bound up to 5 minutes: optimal and optimal-age planning with "
+        "the true rate of each page once fetched twice, against the clairvoyant plans",
+    )
     parser.add_argument("--decide", choices=("plug-in", "expected"), default="expected")
     parser.add_argument("--resolve-interval", type=float, default=5.0)
     parser.add_argument("--explore", type=float, default=0.05, help="policy.explore")
@@ -552,6 +650,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             explore=args.explore,
             mixture=not args.no_mixture,
             fit_spread=not args.fixed_spread,
+            steady=args.steady,
+            informed=args.informed,
         )
 
     for seed in seeds:
@@ -616,7 +716,57 @@ def markdown_table(results: list[dict[str, Any]]) -> str:
             d, e = (x[k] for x in s["margin"])
             share = f"{s['share'][k]:.1%}"
             cells += [f"{u:.3f} / {o:.3f} / {c:.3f}", f"{d:+.4f} ± {e:.4f}", share]
-        cells.append(" / ".join(f"{x:.0%}" for x in s["age_share"]))
+        cells.append(" / ".join(f"{x:.0%}" for x in s["age_share"][: len(HORIZONS)]))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def markdown_steady(results: list[dict[str, Any]]) -> str:
+    """README's second table: per web the steady state (:data:`STEADY_ROUNDS` rounds) and,
+    at 5 minutes, optimal's and optimal-age's shares beside the informed bound's."""
+    heads = [
+        "web",
+        "rounds by 5 min",
+        "5 min: share / informed bound",
+        "5 min age share / informed bound",
+        "steady: minutes (rounds)",
+        "steady: uniform / optimal / clairvoyant",
+        "Δ ± s.e.",
+        "share",
+        "age share",
+    ]
+    lines = ["| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
+    five, steady = HORIZONS.index(300.0), len(HORIZONS)
+    for r in results:
+        s = summarize(r)
+        web = family_web(int(r["seed"]))
+        rounds = 300.0 * web.budget / r["pages"]
+        cells = [str(r["seed"]), f"{rounds:.1f}"]
+        if len(r["horizons"]) > five:
+            bound = len(s.get("informed_share", ())) > five
+            shares = (s["share"][five], s["age_share"][five])
+            bounds = (s["informed_share"][five], s["informed_age_share"][five]) if bound else None
+            cells += [
+                f"{shares[0]:.1%} / " + (f"{bounds[0]:.1%}" if bounds else "–"),
+                f"{shares[1]:.0%} / " + (f"{bounds[1]:.0%}" if bounds else "–"),
+            ]
+        else:
+            cells += ["–", "–"]
+        if len(r["horizons"]) > steady:
+            h = float(r["horizons"][steady])
+            u, o, c = (
+                s[f"{n}.freshness"][0][steady] for n in ("uniform", "optimal", "clairvoyant")
+            )
+            d, e = (x[steady] for x in s["margin"])
+            cells += [
+                f"{h / 60:.0f} ({h * web.budget / r['pages']:.0f})",
+                f"{u:.3f} / {o:.3f} / {c:.3f}",
+                f"{d:+.4f} ± {e:.4f}",
+                f"{s['share'][steady]:.1%}",
+                f"{s['age_share'][steady]:.0%}",
+            ]
+        else:
+            cells += ["–"] * 5
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -629,6 +779,8 @@ def _replot(paths: Sequence[Path], out: Path | None, markdown: bool = False) -> 
     _overall(results)
     if markdown:
         print(markdown_table(results))
+        print()
+        print(markdown_steady(results))
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         plot_family(results, out / "family.png")
@@ -638,20 +790,29 @@ def _replot(paths: Sequence[Path], out: Path | None, markdown: bool = False) -> 
 def _overall(results: list[dict[str, Any]]) -> None:
     """The goals, over every web: worst share of clairvoyant, webs where optimal lost to
     uniform by more than 2 s.e."""
-    for k, h in enumerate(HORIZONS):
+    for k in range(max((len(r["horizons"]) for r in results), default=0)):
         rows = [summarize(r) for r in results if len(r["horizons"]) > k]
-        if not rows:
-            continue
+        name = f"{HORIZONS[k] / 60:g} min" if k < len(HORIZONS) else "steady state"
         shares = [s["share"][k] for s in rows]
         age_shares = [s["age_share"][k] for s in rows]
         lost = sum(1 for s in rows if s["margin"][0][k] < -2 * s["margin"][1][k])
         age_lost = sum(1 for s in rows if s["age_margin"][0][k] < -2 * s["age_margin"][1][k])
         print(
-            f"{h / 60:g} min over {len(rows)} webs: optimal/clairvoyant min {min(shares):.1%} "
+            f"{name} over {len(rows)} webs: optimal/clairvoyant min {min(shares):.1%} "
             f"mean {np.mean(shares):.1%}; lost to uniform (> 2 s.e.) on {lost}; "
             f"age: clairvoyant/optimal-age min {min(age_shares):.1%} "
             f"mean {np.mean(age_shares):.1%}; older than uniform on {age_lost}"
         )
+        bounds = [s for s in rows if len(s.get("informed_share", ())) > k]
+        if bounds:
+            fb = [s["informed_share"][k] for s in bounds]
+            ab = [s["informed_age_share"][k] for s in bounds]
+            print(
+                f"  informed bound over {len(bounds)} webs: freshness min {min(fb):.1%} "
+                f"mean {np.mean(fb):.1%}, below 97 % on {sum(x < 0.97 for x in fb)}; "
+                f"age min {min(ab):.1%} mean {np.mean(ab):.1%}, "
+                f"below 97 % on {sum(x < 0.97 for x in ab)}"
+            )
 
 
 if __name__ == "__main__":

@@ -6,12 +6,14 @@ Usage, from the repository root::
 
 It takes the simulated web's pages (those a crawler may fetch: robots.txt ``Disallow`` lines
 respected) with their true rates, draws each page's Poisson change times, and replays a
-crawler against them: fetches spaced 1/budget apart, each going to the page due soonest;
+crawler against them as the daemon's frontier fetches: a page once it is due, the earliest
+first, through a pacer of ``--budget`` tokens a second (one second of saved credit), due
+times by the store's own rule (:func:`refresher.store.due_after`, :func:`refresher.store.next_due`);
 every ``--resolve-interval`` seconds the daemon's own estimator
 (:func:`refresher.refresh._estimate.estimate_pages` on the last ``history`` intervals of each page,
 with Last-Modified change times from the hosts that send honest ones) and its own plan
-(:func:`refresher.refresh._allocate.plan`: the policy, the exploration share) set each page's next
-due time to its last fetch + 1/f. True mean freshness is measured exactly over the window
+(:func:`refresher.refresh._allocate.plan`: the policy, the exploration share) set each page's
+interval 1/f. True mean freshness is measured exactly over the window
 after the warm-up share, as ``analysis.compare`` does.
 ``--oracle`` gives the planner the true rates instead of estimates.
 
@@ -34,13 +36,18 @@ from numpy.typing import NDArray
 from analysis.compare import disallowed
 from refresher import policies
 from refresher._errors import RefresherError
+from refresher.crawl._frontier import Pacer
 from refresher.refresh._allocate import Plan, PolicyInputs, plan, uncertainty, within_caps
 from refresher.refresh._estimate import MODELS, estimate_pages
 from refresher.sim._simweb import SimwebConfig, plan_web
+from refresher.store import due_after, due_interval, next_due
 
 __all__ = ["ModelSettings", "ModelWeb", "main", "model_web", "replay", "run_model"]
 
 Float = NDArray[np.float64]
+
+#: seconds of saved credit of the budget's pacer, as the frontier makes it
+BURST = Pacer(1.0).burst
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -67,6 +74,9 @@ class ModelSettings:
     mixture: bool = True  # centre the prior on the pages that change (estimate_pages)
     fit_spread: bool = True  # fit the prior's sd to the pages (estimate_pages)
     reveal: bool = False  # plan with the true rate of every page fetched twice (a bound)
+    catch_up: bool = True  # due times as the store sets them (due_after); False: last + 1/f
+    # a what-if the daemon does not do: a token nothing is due for goes to the page due soonest
+    work_conserving: bool = False
 
     def __post_init__(self) -> None:
         if not (self.seconds > 0 and self.budget > 0 and self.resolve_interval > 0):
@@ -190,34 +200,65 @@ def replay(
 ) -> tuple[list[list[float]], list[Float]]:
     """One modelled run of ``policy``: each page's fetch times and change times (seconds
     from the start; change times drawn from ``seed``). ``on_plan(now, inputs, plan)`` sees
-    every plan as it is made."""
+    every plan as it is made.
+
+    As the daemon's frontier: a page is fetched once it is due, the page due earliest first,
+    each fetch taking a token of a pacer of ``budget`` per second with :data:`BURST` seconds
+    of saved credit (so a moment with nothing due leaves tokens unused); due times by the
+    store's rule (:func:`refresher.store.due_after` after a fetch, :func:`next_due` with a
+    new plan), or one interval after the last fetch (``catch_up=False``, the rule before)."""
     rng = np.random.default_rng(seed)
     n = web.rates.size
     changes = _changes(web.rates, settings.seconds, rng)
     fetches: list[list[float]] = [[] for _ in range(n)]
-    due = rng.permutation(n) * 1e-9  # the first round in a random order, as seeds load
+    due: Float = rng.permutation(n).astype(np.float64) * 1e-9  # the first round in a random order
     target = np.full(n, settings.budget / n)
-    step, now, next_plan = 1.0 / settings.budget, 0.0, settings.resolve_interval
-    while now < settings.seconds:
-        if now >= next_plan:
-            next_plan += settings.resolve_interval
-            inputs = _plan_inputs(policy, web, settings, fetches, changes)
-            made = plan(
-                inputs, policy, settings.budget, explore=settings.explore, decide=settings.decide
-            )
-            made = replace(made, target=within_caps(inputs, made.target))  # as the allocator
-            if on_plan is not None:
-                on_plan(now, inputs, made)
-            target = made.target
-            last = np.array([t[-1] if t else np.nan for t in fetches])
-            with np.errstate(divide="ignore"):
-                due = np.where(np.isfinite(last), last + 1.0 / target, due)
+    planned = np.full(n, np.nan)  # the plan each due time was set under (NaN: none yet)
+    step, clock, tokens = 1.0 / settings.budget, 0.0, -np.inf
+    next_plan = settings.resolve_interval
+    while True:
         i = int(np.argmin(due))
-        fetches[i].append(now)
-        with np.errstate(divide="ignore"):
-            due[i] = now + 1.0 / target[i]
-        now += step
-    return fetches, changes
+        asked = clock if settings.work_conserving else max(clock, float(due[i]))
+        token = max(tokens, asked - BURST)  # the pacer's next token (Pacer.reserve)
+        at = max(asked, token)
+        if next_plan <= min(at, settings.seconds):  # re-plan first, at its time
+            clock, next_plan = next_plan, next_plan + settings.resolve_interval
+            made = _plan(policy, web, settings, fetches, changes, clock, on_plan)
+            last = np.array([t[-1] if t else np.nan for t in fetches])
+            if settings.catch_up:
+                due = next_due(last, made.target, due_at=due, planned=planned, now=clock)
+            else:
+                with np.errstate(divide="ignore"):
+                    due = np.where(np.isfinite(last), last + 1.0 / made.target, due).astype(
+                        np.float64
+                    )
+            target, planned = made.target, made.target
+            continue
+        if at >= settings.seconds:
+            return fetches, changes
+        tokens, clock = token + step, at
+        # a first fetch sets the page's schedule (as Allocator.due_after_fetch)
+        late = at - float(due[i]) if fetches[i] and settings.catch_up else 0.0
+        fetches[i].append(at)
+        due[i] = due_after(at, due_interval(float(target[i]), step * n), late)
+
+
+def _plan(
+    policy: str,
+    web: ModelWeb,
+    settings: ModelSettings,
+    fetches: list[list[float]],
+    changes: list[Float],
+    now: float,
+    on_plan: Callable[[float, PolicyInputs, Plan], None] | None,
+) -> Plan:
+    """The daemon's plan at ``now``, fitted to the host caps as the allocator fits it."""
+    inputs = _plan_inputs(policy, web, settings, fetches, changes)
+    made = plan(inputs, policy, settings.budget, explore=settings.explore, decide=settings.decide)
+    made = replace(made, target=within_caps(inputs, made.target))
+    if on_plan is not None:
+        on_plan(now, inputs, made)
+    return made
 
 
 def _plan_inputs(

@@ -317,3 +317,74 @@ def test_the_model_draws_each_pages_changes_at_its_rate() -> None:
         assert counts.var() == pytest.approx(expected, rel=0.1)  # Poisson: variance = mean
     times = model._changes(np.array([0.5]), 100.0, rng)[0]
     assert (np.diff(times) > 0).all() and times.min() >= 0.0 and times.max() < 100.0
+
+
+def test_the_steady_state_is_32_rounds_of_uniform_and_never_before_30_minutes() -> None:
+    from analysis import family
+
+    slow = family.FamilyWeb(seed=0, simweb=SMALL_WEB, budget=2.0, min_delay=0.1, label="slow")
+    assert family.steady_horizon(slow, 500) == pytest.approx(32 * 500 / 2.0)  # 8,000 s
+    fast = replace(slow, budget=50.0)
+    assert family.steady_horizon(fast, 500) == family.HORIZONS[-1]  # 32 rounds in 320 s
+
+
+def test_the_informed_bound_is_planned_on_the_clairvoyants_own_draws_and_printed() -> None:
+    from analysis import family
+
+    web = family.FamilyWeb(seed=7, simweb=SMALL_WEB, budget=16.0, min_delay=0.05, label="small")
+    result = family.run_web(
+        web, runs=2, horizon=60.0, decide="expected", resolve_interval=5.0, informed=True
+    )
+    assert result["informed_horizons"] == [60.0]
+    # the bound's reference is the clairvoyant plan on the same change times
+    assert result["informed-clairvoyant"] == result["clairvoyant"]
+    summary = family.summarize(result)
+    informed = np.mean(result["informed"]["freshness"])
+    clairvoyant = np.mean(result["clairvoyant"]["freshness"])
+    assert summary["informed_share"] == pytest.approx([informed / clairvoyant])
+    assert "informed bound" in family.format_row(result, summary)
+    assert "| 7 |" in family.markdown_steady([result])
+
+
+def test_the_model_fetches_pages_only_when_due_through_the_budgets_pacer() -> None:
+    from analysis import family
+
+    web = family.family_web(3)  # a TUNE web
+    settings = model.ModelSettings(
+        simweb=web.simweb, seconds=120.0, budget=web.budget, min_delay=web.min_delay
+    )
+    mweb = model.model_web(web.simweb)
+    most = web.budget * (settings.seconds + model.BURST) + 1  # the pacer's tokens, its credit too
+    for policy in ("uniform", "optimal"):
+        fetches, _ = model.replay(policy, mweb, settings, 1)
+        assert sum(map(len, fetches)) <= most
+        assert all(np.all(np.diff(t) > 0) for t in fetches)
+    # uniform always has a page due: it spends every token
+    uniform, _ = model.replay("uniform", mweb, settings, 1)
+    assert sum(map(len, uniform)) >= web.budget * settings.seconds
+    # the what-if: a token nothing is due for goes to the page due soonest, so none is left
+    greedy, _ = model.replay("optimal", mweb, replace(settings, work_conserving=True), 1)
+    assert sum(map(len, greedy)) >= web.budget * settings.seconds
+
+
+def test_the_model_makes_up_late_fetches_as_the_store_does_and_so_spends_more_of_the_budget() -> (
+    None
+):
+    from analysis import family
+
+    web = family.family_web(3)  # a TUNE web: 357 pages, 4.1 fetches/s, optimal's plan uneven
+    settings = model.ModelSettings(
+        simweb=web.simweb,
+        seconds=600.0,
+        budget=web.budget,
+        min_delay=web.min_delay,
+        decide="expected",
+    )
+    mweb = model.model_web(web.simweb)
+    spent = {}
+    for catch_up in (False, True):
+        fetches, _ = model.replay("optimal", mweb, replace(settings, catch_up=catch_up), 1)
+        spent[catch_up] = sum(map(len, fetches)) / (web.budget * settings.seconds)
+    # one interval after the last fetch adds every fetch's lateness to the next interval
+    assert spent[True] > spent[False]
+    assert spent[True] >= 0.99, spent

@@ -79,6 +79,8 @@ log = get_logger("allocate")
 DEFAULT_PRIOR_RATE = 1.0 / 86_400
 #: how a plan treats uncertain rates (``policy.decide``)
 DECISIONS = ("plug-in", "expected")
+#: seconds of fetches over which a host's mean response time is taken for its cap
+RESPONSE_WINDOW = 300.0
 _Z95 = 1.959963984540054
 
 
@@ -167,13 +169,19 @@ def load_inputs(
     ``weights``: "pagerank" weighs pages by PageRank over the stored links (mean 1), "none"
     gives every page weight 1. ``model`` and ``spread``: the estimator's prior; ``history``:
     the observations a page's estimate is worth at most
-    (:func:`refresher.refresh._estimate_stats.estimate_statistics`)."""
+    (:func:`refresher.refresh._estimate_stats.estimate_statistics`). A host's cap is one
+    fetch per politeness delay (at least ``min_delay``) plus its mean response time where
+    ``raw`` has one (:attr:`EstimatorInputs.host_response`)."""
     if weights not in ("pagerank", "none"):
         raise ValueError(f"weights must be 'pagerank' or 'none', not {weights!r}")
     ids = raw.page_ids
     n = ids.size
     hosts, host_index = _dense_hosts(raw.page_host)
+    # politeness waits the delay from the end of each response: a host does at most one
+    # fetch per delay + response time, and a cap of 1/delay would plan what it cannot do
     delay = np.maximum(raw.host_delay, min_delay)
+    if raw.host_response is not None:
+        delay = delay + raw.host_response
     host_delay = np.zeros(hosts.size)
     host_delay[host_index] = delay  # a host's pages carry its one delay …
     if not (delay <= host_delay[host_index]).all():  # … else the largest of theirs
@@ -584,10 +592,14 @@ class InputSettings:
             spread=config.estimate.spread,
         )
 
-    async def load(self, store: Store) -> PolicyInputs:
-        """The store's history, estimated with these settings (the estimate in a thread)."""
+    async def load(self, store: Store, *, now: float | None = None) -> PolicyInputs:
+        """The store's history, estimated with these settings (the estimate in a thread);
+        with ``now`` (unix seconds), each host's cap counts its mean response time over the
+        last :data:`RESPONSE_WINDOW` seconds (:func:`load_inputs`)."""
         raw = await store.estimator_inputs(
-            meaningful=self.meaningful, links=self.weights == "pagerank"
+            meaningful=self.meaningful,
+            links=self.weights == "pagerank",
+            responses_since=None if now is None else now - RESPONSE_WINDOW,
         )
         return await trio.to_thread.run_sync(self.estimate, raw)
 
@@ -704,7 +716,7 @@ class Allocator:
         policy, budget, explore, now = self.policy, self.budget, self.explore, self._wall()
         decide = self.decide
         await self._store.record_policy(policy, budget, now=now)
-        inputs = await self.inputs.load(self._store)
+        inputs = await self.inputs.load(self._store, now=now)
         planner = self._planner
         result = await trio.to_thread.run_sync(
             lambda: planner(inputs, policy, budget, explore=explore, decide=decide)
@@ -752,7 +764,7 @@ class Allocator:
 
     async def table(self, budget: float | None = None) -> dict[str, Any]:
         """:func:`policy_table` of the current page set, at ``budget`` (default: B)."""
-        inputs = await self.inputs.load(self._store)
+        inputs = await self.inputs.load(self._store, now=self._wall())
         b = self.budget if budget is None else budget
         decide = self.decide
         return await trio.to_thread.run_sync(lambda: policy_table(inputs, b, decide=decide))

@@ -71,6 +71,7 @@ from refresher.store._interface import (
     RobotsUpdate,
     StoreStatus,
     next_due_sql,
+    response_join_sql,
 )
 from refresher.store._prune import PruneCalls, PrunePlan, apply_plan, plan_prune
 from refresher.store._service import BatchedService
@@ -879,19 +880,25 @@ class DuckDBStore:
         ).fetchall()
         return [r[0] for r in seeds], {r[0]: int(r[1]) for r in counts}
 
-    def estimator_inputs(self, *, meaningful: bool, links: bool) -> EstimatorInputs:
+    def estimator_inputs(
+        self, *, meaningful: bool, links: bool, responses_since: float | None = None
+    ) -> EstimatorInputs:
         current = self.schema_version() >= STATISTICS_VERSION
         columns = [stat_column(c, meaningful) for c in ESTIMATOR_COLUMNS]
         stat_sql = (
             "".join(f", coalesce(p.{c}, 'NaN'::DOUBLE) AS {c}" for c in columns) if current else ""
         )
+        # not asked for: +inf, a join over no fetch
+        since = math.inf if responses_since is None else responses_since
         pages = self._con.execute(
             f"""
             SELECT p.id, p.host_id, coalesce(p.last_fetch, 'NaN'::DOUBLE) AS last_fetch,
-                   coalesce(h.delay, 0) AS delay{stat_sql}
-            FROM pages p JOIN hosts h ON h.id = p.host_id
+                   coalesce(h.delay, 0) AS delay,
+                   coalesce(r.response, 0) AS response{stat_sql}
+            FROM pages p JOIN hosts h ON h.id = p.host_id {response_join_sql("?")}
             WHERE p.status NOT IN ('gone', 'denied') ORDER BY p.id
-            """
+            """,
+            [since],
         ).fetchnumpy()
         ids = np.asarray(pages["id"], dtype=np.int64)
         stats: dict[str, Any] = pages
@@ -905,6 +912,9 @@ class DuckDBStore:
             page_host=np.asarray(pages["host_id"], dtype=np.int64),
             last_fetch=np.asarray(pages["last_fetch"], dtype=np.float64),
             host_delay=np.asarray(pages["delay"], dtype=np.float64),
+            host_response=(
+                None if responses_since is None else np.asarray(pages["response"], dtype=np.float64)
+            ),
             stats=read_statistics(stats, meaningful=meaningful),
             link_src=np.asarray(edges["src"], dtype=np.int64),
             link_dst=np.asarray(edges["dst"], dtype=np.int64),

@@ -59,6 +59,7 @@ __all__ = [
     "is_success",
     "next_due",
     "next_due_sql",
+    "response_join_sql",
     "success_sql",
 ]
 
@@ -170,6 +171,18 @@ def next_due(
         np.isnan(last_fetch), np.minimum(due_at, now), last_fetch + interval - owed
     )
     return due
+
+
+def response_join_sql(marker: str) -> str:
+    """A join giving each page (``p``) its host's mean response time ``r.response``
+    (seconds) over the fetches that got a response and finished at or after the parameter
+    ``marker`` (unix seconds); NULL for a host without one. The same for DuckDB and
+    PostgreSQL."""
+    return (
+        "LEFT JOIN (SELECT host_id, avg(duration) AS response FROM fetches"
+        f" WHERE finished_at >= {marker} AND status IS NOT NULL GROUP BY host_id) r"
+        " ON r.host_id = p.host_id"
+    )
 
 
 def next_due_sql(target: str, now: str) -> str:
@@ -371,6 +384,9 @@ class EstimatorInputs:
     stats: ChangeStatistics
     link_src: NDArray[np.int64]  # distinct link edges (page ids); empty unless asked for
     link_dst: NDArray[np.int64]
+    #: seconds per page: its host's mean response time over the fetches with a response since
+    #: ``responses_since`` (0: none); None when not asked for
+    host_response: NDArray[np.float64] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -504,12 +520,15 @@ class Store(Protocol):
 
     # -- the allocation ----------------------------------------------------------------------
 
-    async def estimator_inputs(self, *, meaningful: bool, links: bool) -> EstimatorInputs:
+    async def estimator_inputs(
+        self, *, meaningful: bool, links: bool, responses_since: float | None = None
+    ) -> EstimatorInputs:
         """The pages and their :class:`ChangeStatistics` (kept by :meth:`record`, see
         :func:`refresher.store.fold_observations`) an allocation pass estimates from.
         ``meaningful``: a change is a meaningful one (``coalesce(meaningful, changed)``)
         instead of any new digest; ``links``: read the link edges too (for PageRank
-        weights)."""
+        weights); ``responses_since`` (unix seconds): each page's host's mean response time
+        over the fetches since then (:func:`response_join_sql`)."""
         ...
 
     async def save_plan(self, plan: PlanUpdate, *, now: float) -> None:

@@ -65,6 +65,7 @@ from refresher.store._interface import (
     RobotsUpdate,
     StoreStatus,
     next_due_sql,
+    response_join_sql,
     success_sql,
 )
 from refresher.store._pg_archive import apply_node_prune, plan_node_prune
@@ -888,8 +889,13 @@ class PgStore:
 
     # -- the allocation ----------------------------------------------------------------------
 
-    def estimator_inputs(self, *, meaningful: bool, links: bool) -> EstimatorInputs:
-        """The pages of this node's partitions and their change statistics."""
+    def estimator_inputs(
+        self, *, meaningful: bool, links: bool, responses_since: float | None = None
+    ) -> EstimatorInputs:
+        """The pages of this node's partitions and their change statistics, and their hosts'
+        mean response times since ``responses_since``."""
+        # not asked for: +inf, a join over no fetch
+        since = math.inf if responses_since is None else responses_since
         owned = sorted(self.owned)
         columns = [stat_column(c, meaningful) for c in ESTIMATOR_COLUMNS]
 
@@ -897,15 +903,15 @@ class PgStore:
             cur.execute(
                 f"""
                 SELECT p.id, p.host_id, coalesce(p.last_fetch, 'NaN'::float8),
-                       coalesce(h.delay, 0),
+                       coalesce(h.delay, 0), coalesce(r.response, 0),
                        {", ".join(f"coalesce(p.{c}, 'NaN'::float8)" for c in columns)}
-                FROM pages p JOIN hosts h ON h.id = p.host_id
+                FROM pages p JOIN hosts h ON h.id = p.host_id {response_join_sql("%s")}
                 WHERE p.partition = ANY(%s) AND p.status NOT IN ('gone', 'denied')
                 ORDER BY p.id
                 """,
-                (owned,),
+                (since, owned),
             )
-            pages = np.array(cur.fetchall(), dtype=np.float64).reshape(-1, 4 + len(columns))
+            pages = np.array(cur.fetchall(), dtype=np.float64).reshape(-1, 5 + len(columns))
             edges: NDArray[np.int64] = np.zeros((0, 2), dtype=np.int64)
             if links:
                 cur.execute(
@@ -914,12 +920,13 @@ class PgStore:
                     (owned,),
                 )
                 edges = np.array(cur.fetchall(), dtype=np.int64).reshape(-1, 2)
-            stats = {c: pages[:, 4 + k] for k, c in enumerate(columns)}
+            stats = {c: pages[:, 5 + k] for k, c in enumerate(columns)}
             return EstimatorInputs(
                 page_ids=pages[:, 0].astype(np.int64),
                 page_host=pages[:, 1].astype(np.int64),
                 last_fetch=pages[:, 2].copy(),
                 host_delay=pages[:, 3].copy(),
+                host_response=None if responses_since is None else pages[:, 4].copy(),
                 stats=read_statistics(stats, meaningful=meaningful),
                 link_src=edges[:, 0].astype(np.int64),
                 link_dst=edges[:, 1].astype(np.int64),

@@ -83,7 +83,9 @@ class SyncStore(Protocol):
 
     def discovery_scope(self) -> tuple[list[str], dict[str, int]]: ...
 
-    def estimator_inputs(self, *, meaningful: bool, links: bool) -> EstimatorInputs: ...
+    def estimator_inputs(
+        self, *, meaningful: bool, links: bool, responses_since: float | None = None
+    ) -> EstimatorInputs: ...
 
     def save_plan(self, plan: PlanUpdate, *, now: float) -> None: ...
 
@@ -220,8 +222,14 @@ class BatchedService(Generic[S]):
     async def discovery_scope(self) -> tuple[list[str], dict[str, int]]:
         return await self._call(lambda s: s.discovery_scope())
 
-    async def estimator_inputs(self, *, meaningful: bool, links: bool) -> EstimatorInputs:
-        return await self._call(lambda s: s.estimator_inputs(meaningful=meaningful, links=links))
+    async def estimator_inputs(
+        self, *, meaningful: bool, links: bool, responses_since: float | None = None
+    ) -> EstimatorInputs:
+        return await self._call(
+            lambda s: s.estimator_inputs(
+                meaningful=meaningful, links=links, responses_since=responses_since
+            )
+        )
 
     async def save_plan(self, plan: PlanUpdate, *, now: float) -> None:
         await self._call(lambda s: s.save_plan(plan, now=now))

@@ -226,6 +226,37 @@ def test_inputs_from_a_real_store_order_pages_by_how_often_they_changed(tmp_path
     assert got.weights.mean() == pytest.approx(1.0)
 
 
+def test_a_hosts_cap_counts_its_mean_response_time_as_politeness_does(tmp_path: Path):
+    # The frontier waits the delay from the end of each response: a host with 0.4 s of delay
+    # and 0.1 s responses does at most 2 fetches a second, not 2.5.
+    store = DuckDBStore(tmp_path / "s.duckdb")
+    try:
+        rows = store.add_pages(
+            [
+                NewPage(url="http://h.example/", host="h.example", scheme="http"),
+                NewPage(url="http://g.example/", host="g.example", scheme="http"),
+            ],
+            now=NOW,
+        )
+        h = next(r for r in rows if r.url == "http://h.example/")
+        _history(store, h.id, h.host_id, [NOW + 60 * k for k in range(5)], [False] * 5)
+        store._con.execute("UPDATE hosts SET delay = 0.4 WHERE name = 'h.example'")
+        raw = store.estimator_inputs(meaningful=False, links=False, responses_since=NOW)
+        before = store.estimator_inputs(meaningful=False, links=False)
+    finally:
+        store.close()
+    got = load_inputs(raw, min_delay=0.2, weights="none")
+    caps = dict(zip(got.page_ids.tolist(), got.host_caps[got.host_index].tolist(), strict=True))
+    g = next(r for r in rows if r.url == "http://g.example/")
+    assert caps[h.id] == pytest.approx(1 / (0.4 + 0.1))
+    assert caps[g.id] == pytest.approx(1 / 0.2)  # no response yet: min_delay alone
+    # read without response times, the cap is 1/delay: a plan the frontier cannot deliver
+    old = load_inputs(before, min_delay=0.2, weights="none")
+    assert old.host_caps[old.host_index].tolist() == pytest.approx(
+        [2.5 if r.id == h.id else 5.0 for r in sorted(rows, key=lambda r: r.id)]
+    )
+
+
 def _page(**fields: Any) -> PageRow:
     """A page due at NOW, fetched never (as far as the row shows), planned as ``fields`` say."""
     base: dict[str, Any] = {"id": 1, "url": "u", "host_id": 1, "host": "h", "due_at": NOW}
@@ -651,6 +682,40 @@ async def test_an_empty_store_is_reported_as_no_pages_not_as_unplaced_budget(
     events = [e["event"] for e in logs if e["log_level"] == "warning"]
     assert events == ["no pages to refresh yet; add seeds with `refresher seed URL`"]
     service.close()
+
+
+async def test_the_allocator_plans_a_host_at_what_its_responses_leave_room_for(
+    tmp_path: Path, nursery
+) -> None:
+    from refresher.refresh._allocate import RESPONSE_WINDOW, Allocator, InputSettings
+
+    store = DuckDBStore(tmp_path / "r.duckdb")
+    rows = store.add_pages(
+        [NewPage(url=f"http://h.example/{i}", host="h.example", scheme="http") for i in range(4)],
+        now=NOW,
+    )
+    for r in rows:  # 0.1 s responses, a fetch a minute per page
+        _history(store, r.id, r.host_id, [NOW + 60 * k for k in range(3)], [False] * 3)
+    service = StoreService(store)
+    await nursery.start(service.run)
+    stats = {}
+    for late in (0.0, 10 * RESPONSE_WINDOW):  # at the fetches, and long after them
+        allocator = Allocator(
+            store=service,
+            frontier=_NoFrontier(),  # type: ignore[arg-type]
+            budget=10.0,
+            policy="uniform",
+            explore=0.0,  # all of B through the policy's split, so all of it counted
+            inputs=InputSettings(min_delay=0.4, weights="none"),
+            wall_clock=lambda late=late: NOW + 120 + late,
+        )
+        await allocator.solve()
+        stats[late] = allocator.statistics()
+    service.close()
+    # one fetch per 0.4 s of delay and 0.1 s of response: 2/s of the 10, the rest unplaced
+    assert stats[0.0].unplaced == pytest.approx(8.0)
+    # no fetch in the last RESPONSE_WINDOW: the delay alone, 2.5/s
+    assert stats[10 * RESPONSE_WINDOW].unplaced == pytest.approx(7.5)
 
 
 def test_the_first_copys_last_modified_on_an_honest_host_counts_as_quiet_time(tmp_path: Path):

@@ -258,6 +258,33 @@ async def test_the_estimator_sees_pairs_of_successful_fetches_and_their_changes(
     assert meaningful.stats.observations.tolist() == [2, 0]
 
 
+async def test_the_estimator_sees_each_hosts_mean_response_time_over_recent_fetches(
+    store: Store,
+) -> None:
+    (a, b, c), _ = await store.add_pages(
+        [
+            page("http://a.example/1"),
+            page("http://a.example/2"),
+            page("http://c.example/1", host="c.example"),
+        ],
+        now=NOW,
+    )
+    for rec in (
+        fetch(a.id, a.host_id, NOW + 10, duration=5.0),  # before the window: not counted
+        fetch(a.id, a.host_id, NOW + 100, duration=0.02),
+        fetch(b.id, b.host_id, NOW + 110, duration=0.06),
+        fetch(b.id, b.host_id, NOW + 120, duration=9.0, status=None, error_kind="timeout"),
+        fetch(c.id, c.host_id, NOW + 20, duration=0.5),  # c's host: nothing in the window
+    ):
+        await store.record(rec)
+    raw = await store.estimator_inputs(meaningful=False, links=False, responses_since=NOW + 50)
+    assert raw.host_response is not None
+    # a's host: the two fetches with a response in the window; a timeout is no response
+    assert raw.host_response.tolist() == pytest.approx([0.04, 0.04, 0.0])
+    unasked = await store.estimator_inputs(meaningful=False, links=False)
+    assert unasked.host_response is None
+
+
 async def test_a_plan_makes_pages_due_by_the_one_definition(store: Store) -> None:
     rows, _ = await store.add_pages([page(f"http://a.example/{i}") for i in range(3)], now=NOW)
     fetched, zero, never = rows
