@@ -163,6 +163,10 @@ class FrontierConfig:
     max_pages_in_memory: int = 200_000
     #: back queues (active hosts) per worker; Mercator used about 3
     back_queues_per_worker: int = 3
+    #: a token nothing is due for goes to the page due soonest on a host allowed now, so B
+    #: requests per second go on the wire whenever pages and politeness allow; false: a page
+    #: is fetched only once due (the budget idles while too few are)
+    work_conserving: bool = True
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -9,6 +9,14 @@ worker the root host's next page once the host may be contacted and the refresh 
 the host leaves the heap until :meth:`Frontier.release`, so never two requests are in flight to one
 host. The budget is a pacer at B fetches per second (with at most one second of saved credit).
 
+Work-conserving (``work_conserving=True``, the daemon's ``frontier.work_conserving``): when the
+pacer has a token, no page is due on a host politeness allows now and the front queues are empty,
+the page due soonest among the hosts allowed now (not in a worker's hands, not paused, past their
+next-allowed time, nothing queued) is handed out early, so B requests go on the wire whenever
+pages and politeness allow. Only the due gate is relaxed; an early page owes nothing
+(:func:`refresher.store.due_after`: due one interval after the fetch). The loader then also looks
+ahead beyond the window, up to B × window pages held, so there is something to pull forward.
+
 In a fleet the frontier serves only the hosts its node holds: :meth:`Frontier.retain` takes the
 node's ownership as a predicate over host keys, drops the held pages of every host it refuses
 (fetches already in a worker's hands finish; their pages are not kept) and reloads, so the pages
@@ -46,6 +54,12 @@ __all__ = [
     "PageSource",
     "next_allowed_after",
 ]
+
+#: Work conservation looks at this many of the pages due soonest for one whose host is
+#: allowed now (a bound on the cost of a try when those hosts are all held).
+EARLY_SCAN = 32
+#: How far ahead (seconds) the work-conserving loader looks: every page with a due time.
+LOOK_AHEAD = 1e9
 
 #: ``source(after, until, limit, known)`` → the pages with (due_at, id) > after and
 #: due_at ≤ until, earliest first, at most ``limit``; and the rows of their hosts whose ids are
@@ -175,6 +189,7 @@ class FrontierStatistics:
     cursor: float  # unix seconds: pages due up to here have been loaded
     backing_off: int = 0  # known hosts waiting out an error backoff now
     paused: int = 0  # known hosts paused
+    early: int = 0  # pages handed out before they were due (work conservation)
 
 
 class Pacer:
@@ -195,6 +210,10 @@ class Pacer:
         self._next = t + 1.0 / self.rate
         return t
 
+    def free_at(self) -> float:
+        """The trio time from which a token may be used at once."""
+        return self._next
+
 
 class Frontier:
     """Mercator's frontier; see the module docstring."""
@@ -211,8 +230,10 @@ class Frontier:
         prioritize: Callable[[PageRow, float], int] | None = None,
         wall_clock: Callable[[], float] = time.time,
         seed: int = 0,
+        work_conserving: bool = False,
     ) -> None:
         self._source = source
+        self.work_conserving = work_conserving
         self.pacer = Pacer(budget)
         self.k = front_queues
         self.max_back = back_queues
@@ -232,6 +253,7 @@ class Frontier:
         self._active = 0
         self._leased = 0
         self._dispatched = 0
+        self._early = 0  # pages handed out before they were due (work conservation)
         self._cursor: tuple[float, int] = (-math.inf, -1)
         # Idle workers park here. A released host wakes one of them, not all: with hundreds
         # of workers a broadcast made each re-check the queues for every release.
@@ -453,8 +475,48 @@ class Frontier:
                 wake = t
             if self._due:
                 wake = min(wake, self._due[0][0])
+                if self.work_conserving and not any(self._front):
+                    early = self._pull_forward(now)
+                    if early is None:
+                        continue  # a page pulled forward: its host is at the heap's root
+                    wake = min(wake, early)
             await self._park(wake)
         return None
+
+    def _pull_forward(self, now: float) -> float | None:
+        """Work conservation, with nothing due on a host allowed now: put the page due soonest
+        whose host is allowed now into that host's back queue, ready at once, if the pacer has
+        a token now; returns None if it did, else the wall time worth waking at for another
+        try (the token's, or the earliest next-allowed time of the hosts looked at).
+
+        Looks at the :data:`EARLY_SCAN` pages due soonest, so the cost stays bounded when
+        those all belong to hosts held (one host behind its delay, say)."""
+        skipped: list[tuple[float, int, PageRow]] = []
+        wake = math.inf
+        try:
+            while self._due and len(skipped) < EARLY_SCAN:
+                entry = heapq.heappop(self._due)
+                host = self._hosts[entry[2].host_id]
+                if host.leased or host.paused or host.queue or host.next_allowed > now:
+                    if not (host.leased or host.paused or host.queue):
+                        wake = min(wake, host.next_allowed)
+                    skipped.append(entry)
+                    continue
+                token = self.pacer.free_at() - trio.current_time()
+                if token > 0:
+                    skipped.append(entry)
+                    return min(wake, now + token)
+                host.queue.append(entry[2])
+                if not host.active:
+                    host.active = True
+                    self._active += 1
+                self._push_ready(host)
+                self._early += 1
+                return None
+        finally:
+            for entry in skipped:
+                heapq.heappush(self._due, entry)
+        return wake
 
     async def _park(self, wake: float) -> None:
         """Wait to be woken, and until ``wake`` (wall seconds) only when no other worker
@@ -562,9 +624,23 @@ class Frontier:
             self.last_pass = trio.current_time()
 
     async def load(self) -> int:
-        """One loading pass; returns the number of pages taken."""
-        until = self._wall() + self.window
-        room = self.max_pages - len(self._paged)
+        """One loading pass; returns the number of pages taken.
+
+        Pages due within the window, at most ``max_pages_in_memory``; work-conserving, then
+        the pages due soonest after them until B × window pages are held, something to pull
+        forward when too few are due."""
+        now = self._wall()
+        taken = await self._load(now + self.window, self.max_pages)
+        if self.work_conserving:
+            ahead = min(self.max_pages, math.ceil(self.pacer.rate * self.window))
+            if len(self._paged) < ahead and self._cursor[0] < now + LOOK_AHEAD:
+                taken += await self._load(now + LOOK_AHEAD, ahead)
+        return taken
+
+    async def _load(self, until: float, cap: int) -> int:
+        """Load the pages after the cursor due by ``until`` (unix s) while fewer than ``cap``
+        are held; returns the number taken."""
+        room = cap - len(self._paged)
         if room <= 0:
             return 0
         epoch = self._epoch
@@ -589,6 +665,7 @@ class Frontier:
             leased=self._leased,
             hosts_known=len(self._hosts),
             dispatched=self._dispatched,
+            early=self._early,
             cursor=self._cursor[0],
             backing_off=sum(1 for h in self._hosts.values() if h.errors and h.next_allowed > now),
             paused=sum(1 for h in self._hosts.values() if h.paused),

@@ -611,6 +611,7 @@ class Daemon:
             prioritize=lambda page, now: priority_level(page, now, c.frontier.front_queues),
             max_pages_in_memory=c.frontier.max_pages_in_memory,
             wall_clock=self._wall,
+            work_conserving=c.frontier.work_conserving,
         )
         self._frontier = frontier
         policy = await self._store.policy_in_force(c.policy.name)

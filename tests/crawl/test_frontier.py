@@ -73,7 +73,14 @@ def make(pages: list[PageRow], **kw) -> tuple[Frontier, FakeStore]:
 
 
 async def run_workers(
-    frontier: Frontier, workers: int, *, seconds: float, delay: float, fetch_time: float, on_fetch
+    frontier: Frontier,
+    workers: int,
+    *,
+    seconds: float,
+    delay: float,
+    fetch_time: float,
+    on_fetch,
+    again: float = 5.0,
 ) -> None:
     async def worker() -> None:
         while (lease := await frontier.acquire()) is not None:
@@ -83,7 +90,7 @@ async def run_workers(
             end = wall()
             on_fetch(lease, "end", end)
             timing = HostTiming(next_allowed=end + delay, delay=delay, backoff=0.0, errors=0)
-            frontier.release(lease, next_due=end + 5.0, timing=timing)
+            frontier.release(lease, next_due=end + again, timing=timing)
 
     async with trio.open_nursery() as nursery:
         await nursery.start(frontier.run)
@@ -443,5 +450,116 @@ async def test_a_host_let_go_keeps_its_delay_when_a_stale_row_brings_it_back(aut
         frontier.add([page(2, host=1, due=EPOCH)], {1: host_row(1)})
         again = await frontier.acquire()
         assert again is not None and wall() >= end + 5.0
+        frontier.close()
+        nursery.cancel_scope.cancel()
+
+
+async def test_work_conserving_hands_out_a_page_not_yet_due_when_the_pacer_has_a_token(
+    autojump_clock,
+):
+    pages = [page(1, host=1, due=EPOCH + 30), page(2, host=2, due=EPOCH + 40)]
+    frontier, _ = make(pages, budget=1.0, work_conserving=True)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(frontier.run)
+        lease = await frontier.acquire()
+        assert lease is not None and lease.page.id == 1  # the one due soonest
+        assert trio.current_time() < 1  # at once, 30 s before it is due
+        assert frontier.statistics().early == 1
+        frontier.close()
+        nursery.cancel_scope.cancel()
+
+
+async def test_without_work_conservation_a_page_waits_until_due(autojump_clock):
+    pages = [page(1, host=1, due=EPOCH + 30)]
+    frontier, _ = make(pages, budget=1.0)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(frontier.run)
+        lease = await frontier.acquire()
+        assert lease is not None and trio.current_time() >= 30
+        assert frontier.statistics().early == 0
+        frontier.close()
+        nursery.cancel_scope.cancel()
+
+
+async def test_work_conservation_never_hands_a_page_to_a_host_politeness_holds(autojump_clock):
+    # host 1 may be contacted again only at +20 s; host 2's page is due later but free now
+    pages = [page(1, host=1, due=EPOCH + 5), page(2, host=2, due=EPOCH + 50)]
+    frontier, _ = make(pages, budget=1.0, work_conserving=True)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(frontier.run)
+        frontier._hosts[1].next_allowed = EPOCH + 20
+        first = await frontier.acquire()
+        assert first is not None and first.page.id == 2 and trio.current_time() < 1
+        second = await frontier.acquire()
+        assert second is not None and second.page.id == 1
+        assert wall() >= EPOCH + 20  # held by politeness, though the pacer had tokens
+        frontier.close()
+        nursery.cancel_scope.cancel()
+
+
+async def test_work_conservation_skips_leased_and_paused_hosts(autojump_clock):
+    pages = [page(1, host=1, due=EPOCH), page(2, host=1, due=EPOCH + 10)]
+    pages += [page(3, host=2, due=EPOCH + 20), page(4, host=3, due=EPOCH + 30)]
+    frontier, _ = make(pages, budget=100.0, work_conserving=True)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(frontier.run)
+        frontier.set_paused("h2.test", True)
+        held = await frontier.acquire()
+        assert held is not None and held.page.id == 1
+        # host 1 is in a worker's hands and host 2 paused: host 3's page is pulled forward
+        lease = await frontier.acquire()
+        assert lease is not None and lease.page.id == 4 and trio.current_time() < 1
+        frontier.close()
+        nursery.cancel_scope.cancel()
+
+
+async def test_with_work_conservation_due_pages_still_come_first(autojump_clock):
+    # 40 pages due now on 40 hosts, 40 due in 100 s on 40 others, B = 4 per second
+    pages = [page(i, host=i, due=EPOCH) for i in range(40)]
+    pages += [page(i, host=i, due=EPOCH + 100) for i in range(40, 80)]
+    frontier, _ = make(pages, budget=4.0, back_queues=100, work_conserving=True)
+    got: list[tuple[int, float]] = []
+    await run_workers(
+        frontier,
+        8,
+        seconds=15,
+        delay=1.0,
+        fetch_time=0.01,
+        on_fetch=lambda lease, w, t: got.append((lease.page.id, t)) if w == "start" else None,
+        again=300.0,
+    )
+    ids = [i for i, _ in got]
+    assert sorted(ids[:40]) == list(range(40))  # every due page before any early one
+    assert any(i >= 40 for i in ids[40:])  # then pages due at +100 s, early
+    # and the wire stays at B: 15 s at 4 per second, plus a second of credit
+    assert 4 * 15 - 1 <= len(got) <= 4 * 16 + 1
+
+
+async def test_work_conservation_keeps_one_host_to_its_politeness_delay(autojump_clock):
+    # a single-host web: ten pages, B far above what one host's delay allows
+    pages = [page(i, host=1, due=EPOCH + 100 + i) for i in range(10)]
+    frontier, _ = make(pages, budget=100.0, work_conserving=True)
+    starts: list[float] = []
+    ends: list[float] = []
+    await run_workers(
+        frontier,
+        4,
+        seconds=20,
+        delay=2.0,
+        fetch_time=0.1,
+        on_fetch=lambda lease, w, t: (starts if w == "start" else ends).append(t),
+    )
+    gaps = [s - e for e, s in zip(ends, starts[1:], strict=False)]
+    assert len(starts) >= 8 and min(gaps) >= 2.0 - 1e-9  # as fast as politeness allows, no more
+
+
+async def test_the_work_conserving_loader_looks_ahead_beyond_the_window_up_to_b_times_it(
+    autojump_clock,
+):
+    pages = [page(i, host=i, due=EPOCH + 1000 + i) for i in range(500)]
+    frontier, _ = make(pages, budget=2.0, window=60.0, work_conserving=True)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(frontier.run)
+        assert frontier.statistics().in_memory == 120  # B × window, though none is due in it
         frontier.close()
         nursery.cancel_scope.cancel()
