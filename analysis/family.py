@@ -231,6 +231,7 @@ def run_web(
     fit_spread: bool = True,
     steady: bool = False,
     informed: bool = False,
+    work_conserving: bool = True,
 ) -> dict[str, Any]:
     """Every policy of ``RUNS`` on ``web``: per label, freshness and age per horizon per run.
     ``steady``: one more horizon, :func:`steady_horizon` (when ``horizon`` reaches the last
@@ -250,6 +251,7 @@ def run_web(
         explore=explore,
         mixture=mixture,
         fit_spread=fit_spread,
+        work_conserving=work_conserving,
     )
     out: dict[str, Any] = {"seed": web.seed, "label": web.label, "pages": int(mweb.rates.size)}
     out["horizons"] = horizons
@@ -579,6 +581,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="plan with the prior's sd as configured (2), not fitted to the pages",
     )
     parser.add_argument(
+        "--no-work-conserving",
+        action="store_true",
+        help="model the frontier before work conservation: a page only once due",
+    )
+    parser.add_argument(
         "--honesty",
         action="store_true",
         help="instead: optimal's estimated against true freshness, last quarter of 15 minutes",
@@ -652,6 +659,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             fit_spread=not args.fixed_spread,
             steady=args.steady,
             informed=args.informed,
+            work_conserving=not args.no_work_conserving,
         )
 
     for seed in seeds:

@@ -75,8 +75,9 @@ class ModelSettings:
     fit_spread: bool = True  # fit the prior's sd to the pages (estimate_pages)
     reveal: bool = False  # plan with the true rate of every page fetched twice (a bound)
     catch_up: bool = True  # due times as the store sets them (due_after); False: last + 1/f
-    # a what-if the daemon does not do: a token nothing is due for goes to the page due soonest
-    work_conserving: bool = False
+    # as the daemon's frontier.work_conserving: a token nothing is due for goes to the page due
+    # soonest; False: a page only once due (the frontier before, for comparison)
+    work_conserving: bool = True
 
     def __post_init__(self) -> None:
         if not (self.seconds > 0 and self.budget > 0 and self.resolve_interval > 0):

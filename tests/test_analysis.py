@@ -346,12 +346,16 @@ def test_the_informed_bound_is_planned_on_the_clairvoyants_own_draws_and_printed
     assert "| 7 |" in family.markdown_steady([result])
 
 
-def test_the_model_fetches_pages_only_when_due_through_the_budgets_pacer() -> None:
+def test_the_model_fetches_through_the_budgets_pacer_and_by_default_spends_every_token() -> None:
     from analysis import family
 
     web = family.family_web(3)  # a TUNE web
     settings = model.ModelSettings(
-        simweb=web.simweb, seconds=120.0, budget=web.budget, min_delay=web.min_delay
+        simweb=web.simweb,
+        seconds=120.0,
+        budget=web.budget,
+        min_delay=web.min_delay,
+        work_conserving=False,
     )
     mweb = model.model_web(web.simweb)
     most = web.budget * (settings.seconds + model.BURST) + 1  # the pacer's tokens, its credit too
@@ -362,7 +366,8 @@ def test_the_model_fetches_pages_only_when_due_through_the_budgets_pacer() -> No
     # uniform always has a page due: it spends every token
     uniform, _ = model.replay("uniform", mweb, settings, 1)
     assert sum(map(len, uniform)) >= web.budget * settings.seconds
-    # the what-if: a token nothing is due for goes to the page due soonest, so none is left
+    # the default, as the daemon: a token nothing is due for goes to the page due soonest
+    assert model.ModelSettings().work_conserving
     greedy, _ = model.replay("optimal", mweb, replace(settings, work_conserving=True), 1)
     assert sum(map(len, greedy)) >= web.budget * settings.seconds
 
@@ -379,6 +384,7 @@ def test_the_model_makes_up_late_fetches_as_the_store_does_and_so_spends_more_of
         budget=web.budget,
         min_delay=web.min_delay,
         decide="expected",
+        work_conserving=False,  # the due rule alone
     )
     mweb = model.model_web(web.simweb)
     spent = {}
