@@ -156,6 +156,7 @@ METRICS: Mapping[str, Mapping[str, MetricSpec]] = {
         "cursor": _g("Unix time (seconds) up to which due pages have been loaded."),
         "backing_off": _g("Known hosts waiting out an error backoff."),
         "paused": _g("Known hosts paused."),
+        "early": _c("Pages handed out before they were due (frontier.work_conserving)."),
     },
     "store": {
         "pages": _g("Pages in the store."),

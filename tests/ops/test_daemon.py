@@ -570,3 +570,46 @@ async def test_findings_owed_to_discovery_wait_while_it_is_off_and_are_stored_on
     assert query_db(db, f"SELECT count(*) FROM owed_documents WHERE fetched_at = {fetched_at}") == [
         (0,)
     ]
+
+
+async def test_a_non_uniform_plan_keeps_the_budget_on_the_wire(nursery, short_dir, daemons):
+    # 6 hosts × 6 pages: one page per host changes every few seconds, the rest never, so
+    # optimal's plan is far from uniform and, right after the first round, few pages are due
+    budget = 6.0
+    s = Site(
+        [
+            HostSpec(
+                name=f"w{h}.sim.test",
+                pages=tuple(
+                    PageSpec(path=f"/p{k}", change_rate=0.3 if k == 0 else 0.0) for k in range(6)
+                ),
+            )
+            for h in range(6)
+        ]
+    )
+    port = await nursery.start(serve_site, s)
+    config = daemon_config(
+        short_dir,
+        port=port,
+        seeds=s.urls(),
+        budget={"fetches_per_second": budget},
+        policy={"name": "optimal", "resolve_interval": 1.0},
+        discovery={"enabled": False},
+    )
+    d = daemons(config)
+    await d.ready()
+
+    def status() -> dict:
+        result = cli("status", "--config", str(config), "--json")
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout)
+
+    # a full wire window (30 s) after the first round's 36 pages, and pages fetched early
+    answer = await wait_for(
+        lambda: (a := status())["uptime"] > 45 and a["frontier"]["early"] > 0 and a,
+        timeout=120,
+        what="45 s of refreshing",
+    )
+    assert answer["crawler"]["wire_rate"] >= 0.95 * budget, answer["crawler"]
+    d.signal(signal.SIGTERM)
+    assert await d.wait_exit() == 0
