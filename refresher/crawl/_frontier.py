@@ -34,7 +34,7 @@ import heapq
 import math
 import random
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -60,6 +60,11 @@ __all__ = [
 EARLY_SCAN = 32
 #: How far ahead (seconds) the work-conserving loader looks: every page with a due time.
 LOOK_AHEAD = 1e9
+
+#: Seconds a released page's next due time is remembered against a stale row of it.
+RELEASE_MEMORY = 10.0
+#: At most this many released pages remembered (about 100 bytes each).
+RELEASE_ENTRIES = 100_000
 
 #: ``source(after, until, limit, known)`` → the pages with (due_at, id) > after and
 #: due_at ≤ until, earliest first, at most ``limit``; and the rows of their hosts whose ids are
@@ -269,6 +274,9 @@ class Frontier:
         #: next_allowed (unix s) of hosts let go while it was still ahead: a host row loaded
         #: meanwhile may predate its last request's timing, which is still being committed
         self._departed: dict[int, float] = {}
+        #: next due time (unix s) of pages let go by release, with when: a page row loaded
+        #: meanwhile may predate the fetch's record, and pulled forward be fetched again at once
+        self._released: OrderedDict[int, tuple[float, float]] = OrderedDict()
 
     # -- time ------------------------------------------------------------------------------
 
@@ -302,6 +310,7 @@ class Frontier:
                 self._cursor = min(self._cursor, key)
                 self._overflow = min(self._overflow, key)
                 continue
+            page = self._not_before_release(page)
             if host is None:
                 host = HostState.from_row(hosts[page.host_id])
                 # A row read while this host's last request was being recorded is older
@@ -315,6 +324,14 @@ class Frontier:
         if taken:
             self._poke()
         return taken
+
+    def _not_before_release(self, page: PageRow) -> PageRow:
+        """``page`` due no earlier than its release said, when released in the last
+        :data:`RELEASE_MEMORY` seconds (its row may predate the fetch's record)."""
+        memo = self._released.pop(page.id, None)
+        if memo is None or memo[1] < self._wall() - RELEASE_MEMORY or memo[0] <= page.due_at:
+            return page
+        return _with_due(page, memo[0])
 
     def reset(self) -> None:
         """Forget every page not in a worker's hands and reload from the store.
@@ -542,6 +559,18 @@ class Frontier:
                 self._departed = {i: t for i, t in self._departed.items() if t > now}
             self._departed[host.id] = host.next_allowed
 
+    def _remember_release(self, page_id: int, next_due: float) -> None:
+        """Keep ``next_due`` of a page released now for :data:`RELEASE_MEMORY` seconds, at
+        most :data:`RELEASE_ENTRIES` of them, oldest forgotten first (O(1) per release)."""
+        now = self._wall()
+        memo = self._released
+        memo.pop(page_id, None)
+        memo[page_id] = (next_due, now)
+        while memo and (
+            len(memo) > RELEASE_ENTRIES or next(iter(memo.values()))[1] < now - RELEASE_MEMORY
+        ):
+            memo.popitem(last=False)
+
     def _forget(self, page: PageRow, host: HostState) -> None:
         """``page`` (out of every queue, its host leased) is held no more."""
         self._paged.discard(page.id)
@@ -576,6 +605,9 @@ class Frontier:
         """
         page, host = lease.page, lease.host
         _apply(host, timing, robots)
+        if next_due is not None and self.work_conserving:
+            # a reset or a reload may bring an older row of it before the record is committed
+            self._remember_release(page.id, next_due)
         if next_due is not None and next_due <= self._cursor[0] and self.owns(host.name):
             heapq.heappush(self._due, (next_due, page.id, _with_due(page, next_due)))
         else:

@@ -563,3 +563,20 @@ async def test_the_work_conserving_loader_looks_ahead_beyond_the_window_up_to_b_
         assert frontier.statistics().in_memory == 120  # B × window, though none is due in it
         frontier.close()
         nursery.cancel_scope.cancel()
+
+
+async def test_a_stale_row_of_a_page_just_released_does_not_bring_it_back_at_once(autojump_clock):
+    # the store's row of page 1 still says due now: its fetch's record is not committed yet
+    pages = [page(1, host=1, due=EPOCH), page(2, host=2, due=EPOCH + 2)]
+    frontier, _ = make(pages, budget=10.0, window=1.0, work_conserving=True)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(frontier.run)
+        first = await frontier.acquire()
+        assert first is not None and first.page.id == 1
+        frontier.release(first, next_due=wall() + 10.0)  # beyond the window: dropped
+        frontier.reset()
+        await frontier.load()
+        lease = await frontier.acquire()
+        assert lease is not None and lease.page.id == 2  # page 1 is due in 10 s, not now
+        frontier.close()
+        nursery.cancel_scope.cancel()
