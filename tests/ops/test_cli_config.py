@@ -45,6 +45,7 @@ BAD: dict[str, str] = {
     "frontier.window": "0",
     "frontier.max_pages_in_memory": "0",
     "frontier.back_queues_per_worker": "0",
+    "frontier.work_conserving": '"yes"',
     "discovery.allowed_hosts": '["not a host"]',
     "discovery.allowed_domains": '["a.example:8080"]',
     "discovery.include": '["("]',
