@@ -514,8 +514,9 @@ class Frontier:
             while self._due and len(skipped) < EARLY_SCAN:
                 entry = heapq.heappop(self._due)
                 host = self._hosts[entry[2].host_id]
-                if host.leased or host.paused or host.queue or host.next_allowed > now:
-                    if not (host.leased or host.paused or host.queue):
+                held = host.leased or host.paused or bool(host.queue)
+                if held or host.next_allowed > now:
+                    if not held:  # free once its politeness delay has passed
                         wake = min(wake, host.next_allowed)
                     skipped.append(entry)
                     continue
