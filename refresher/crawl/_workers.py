@@ -416,6 +416,7 @@ class Crawler:
             due_at=due,
         )
         await self._store.record(record)
+        lease = self._frontier.update_page(lease, tried=True)
         self._frontier.release(lease, next_due=due, robots=robots)
 
     async def _record(self, lease: Lease, r: FetchResult, robots: HostRobots | None) -> None:
@@ -472,6 +473,7 @@ class Crawler:
             last_modified=o.last_modified,
             digest=o.digest,
             fingerprint=fingerprint if fingerprint is not None else page.fingerprint,
+            tried=True,
         )
         # A gone page is out of the plan (the allocator leaves it out) and due again only on
         # its slow schedule: it may come back.

@@ -555,11 +555,12 @@ def priority_level(page: PageRow, now: float, levels: int) -> int:
     """Front queue for a due page: the likelier it changed since its last fetch (times its
     weight), the higher; new pages first. Level 0 is the highest.
 
-    A page with no copy yet (never fetched, or never successfully) is new even once a solve
-    has planned it: ranked by its weight it would wait behind re-fetches of heavier pages
-    (an index page every other page links to was fetched again and again before the rest of
-    its host was fetched once)."""
-    if page.digest is None:
+    A new page (never tried: :attr:`PageRow.new`) is first even once a solve has planned it:
+    ranked by its weight it would wait behind re-fetches of heavier pages (an index page every
+    other page links to was fetched again and again before the rest of its host was fetched
+    once). A page tried with no copy to show for it (its fetches fail) is ranked like any
+    other by its plan: in front queue 0 at every plan, it went before the pages never tried."""
+    if page.new:
         return 0
     if page.rate is None or page.target_rate is None or page.target_rate <= 0:
         return 0
@@ -655,10 +656,10 @@ class Allocator:
 
     def due_after_fetch(self, page: PageRow, fetched_at: float) -> float:
         """When ``page``, fetched at ``fetched_at`` (unix seconds), is due again
-        (:func:`due_after`): one interval after it was due, its lateness made up. A page
-        without a copy yet has no schedule to keep: its first fetch sets one (pages found
-        together are due at one time; making up their lateness would keep them together)."""
-        late = fetched_at - page.due_at if page.digest is not None else 0.0
+        (:func:`due_after`): one interval after it was due, its lateness made up. A new page
+        (never tried) has no schedule to keep: its first fetch sets one (pages found together
+        are due at one time; making up their lateness would keep them together)."""
+        late = 0.0 if page.new else fetched_at - page.due_at
         return due_after(fetched_at, self.interval(page), late)
 
     @property

@@ -478,7 +478,7 @@ class DuckDBStore:
             """
             SELECT p.id, p.url, p.host_id, h.name, p.due_at, p.etag, p.last_modified,
                    p.digest, p.target_rate, p.depth, p.fingerprint, p.rate, p.weight,
-                   p.source
+                   p.source, p.status <> 'new'
             FROM pages p JOIN hosts h ON h.id = p.host_id
             WHERE NOT h.paused
               AND (p.due_at, p.id) > (?, ?) AND p.due_at <= ?
@@ -503,6 +503,7 @@ class DuckDBStore:
                 rate=r[11],
                 weight=r[12],
                 source=r[13],
+                tried=r[14],
             )
             for r in rows
         ]

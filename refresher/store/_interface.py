@@ -235,6 +235,14 @@ class PageRow:
     rate: float | None = None  # λ̂, changes per second
     weight: float = 1.0
     source: str = "seed"  # seed | link | sitemap
+    #: fetched (or denied by robots.txt) at least once, whatever came of it: with no copy
+    #: (``digest`` None) a page is new only until its first try (:attr:`new`)
+    tried: bool = False
+
+    @property
+    def new(self) -> bool:
+        """Never tried: no copy, and no schedule of its own yet."""
+        return self.digest is None and not self.tried
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -134,7 +134,7 @@ class Routed:
 
 _PAGE_COLUMNS = (
     "p.id, p.url, p.host_id, h.name, p.due_at, p.etag, p.last_modified, p.digest, "
-    "p.target_rate, p.depth, p.fingerprint, p.rate, p.weight, p.source"
+    "p.target_rate, p.depth, p.fingerprint, p.rate, p.weight, p.source, p.status <> 'new'"
 )
 
 
@@ -154,6 +154,7 @@ def _page_row(r: Sequence[Any]) -> PageRow:
         rate=r[11],
         weight=float(r[12]),
         source=r[13],
+        tried=bool(r[14]),
     )
 
 

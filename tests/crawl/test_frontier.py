@@ -151,7 +151,7 @@ async def test_hosts_near_their_caps_keep_their_planned_rates_when_pages_are_due
                 starts[lease.host.id] += 1
             await trio.sleep(0.002)
             end, p = wall(), lease.page
-            late = end - p.due_at if p.digest is not None else 0.0  # as Allocator.due_after_fetch
+            late = 0.0 if p.new else end - p.due_at  # as Allocator.due_after_fetch
             due = due_after(end, 1 / (p.target_rate or 1.0), late)
             lease = dataclasses.replace(lease, page=dataclasses.replace(p, digest=b"d"))
             timing = HostTiming(next_allowed=end + 0.2, delay=0.2, backoff=0.0, errors=0)

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import trio
-from _rawserver import Connection, raw_server
+from _rawserver import Connection, Reply, http_handler, raw_server
 
-from refresher._config import Config
+from refresher._config import Config, PolitenessConfig
 from refresher.crawl._dns import Resolver
 from refresher.crawl._fetch import Fetcher
 from refresher.crawl._frontier import Frontier
@@ -39,61 +41,85 @@ class _Plan:
         return 60.0
 
 
+def _once(url: str, name: str) -> Any:
+    """A frontier's page source: one new page due now on a host whose robots.txt is known
+    (no robots.txt request comes first), then nothing."""
+    now = time.time()
+    page = PageRow(
+        id=1,
+        url=url,
+        host_id=1,
+        host=name,
+        due_at=now - 1,
+        etag=None,
+        last_modified=None,
+        digest=None,
+        target_rate=None,
+    )
+    host = HostRow(
+        id=1,
+        name=name,
+        scheme="http",
+        next_allowed=0.0,
+        delay=None,
+        backoff=0.0,
+        errors=0,
+        robots_status=404,
+        robots_body=b"",
+        robots_expires_at=now + 3600,
+        paused=False,
+    )
+    served = False
+
+    async def source(*_: Any) -> tuple[list[PageRow], dict[int, HostRow]]:
+        nonlocal served
+        rows = [] if served else [page]
+        served = True
+        return rows, {1: host}
+
+    return source
+
+
+@asynccontextmanager
+async def _crawling(
+    frontier: Frontier,
+    name: str,
+    port: int,
+    *,
+    config: Config | None = None,
+    allocator: Any = None,
+    timeout: float = 300.0,
+) -> AsyncIterator[tuple[Crawler, _Recorder]]:
+    """A crawler and ``frontier`` running, host ``name`` served on 127.0.0.1:``port``: the
+    crawler and its store's writes. Both stop at the end."""
+    store = _Recorder()
+    resolver = Resolver(static={name: f"127.0.0.1:{port}"})
+    async with (
+        Fetcher(user_agent="test", resolver=resolver, timeout=timeout) as fetcher,
+        trio.open_nursery() as nursery,
+    ):
+        crawler = Crawler(
+            config=config or Config(),
+            frontier=frontier,
+            fetcher=fetcher,
+            store=store,  # type: ignore[arg-type]
+            allocator=allocator or _Plan(),
+        )
+        await nursery.start(frontier.run)
+        await nursery.start(crawler.run)
+        yield crawler, store
+        frontier.close()
+        nursery.cancel_scope.cancel()  # the loader's next pass is seconds away
+
+
 async def test_abandon_cuts_a_request_on_the_wire_records_nothing_and_frees_its_host():
     async def hang(conn: Connection) -> None:
         await conn.read_request()
         await conn.stream.receive_some(1)  # b"" once the client has closed the connection
 
     async with raw_server(hang) as server:
-        now = time.time()
-        page = PageRow(
-            id=1,
-            url="http://slow.test/slow",
-            host_id=1,
-            host="slow.test",
-            due_at=now - 1,
-            etag=None,
-            last_modified=None,
-            digest=None,
-            target_rate=None,
-        )
-        host = HostRow(
-            id=1,
-            name="slow.test",
-            scheme="http",
-            next_allowed=0.0,
-            delay=None,
-            backoff=0.0,
-            errors=0,
-            robots_status=404,  # known: no robots.txt request comes first
-            robots_body=b"",
-            robots_expires_at=now + 3600,
-            paused=False,
-        )
-        served = False
-
-        async def source(*_: Any) -> tuple[list[PageRow], dict[int, HostRow]]:
-            nonlocal served
-            rows = [] if served else [page]
-            served = True
-            return rows, {1: host}
-
-        frontier = Frontier(source=source, budget=100.0)
-        store = _Recorder()
-        resolver = Resolver(static={"slow.test": f"127.0.0.1:{server.port}"})
-        async with (
-            Fetcher(user_agent="test", resolver=resolver, timeout=300.0) as fetcher,
-            trio.open_nursery() as nursery,
-        ):
-            crawler = Crawler(
-                config=Config(),
-                frontier=frontier,
-                fetcher=fetcher,
-                store=store,  # type: ignore[arg-type]
-                allocator=_Plan(),  # type: ignore[arg-type]
-            )
-            await nursery.start(frontier.run)
-            await nursery.start(crawler.run)
+        frontier = Frontier(source=_once("http://slow.test/slow", "slow.test"), budget=100.0)
+        async with _crawling(frontier, "slow.test", server.port) as (crawler, store):
             await server.wait_for(lambda: len(server.requests) == 1)
             assert crawler.abandon(lambda h: h == "other.test") == 0
             assert crawler.abandon(lambda h: h == "slow.test") == 1
@@ -103,4 +129,33 @@ async def test_abandon_cuts_a_request_on_the_wire_records_nothing_and_frees_its_
                 await frontier.wait_released(lambda h: h == "slow.test")
             assert crawler.statistics().abandoned == 1
             assert store.records == []  # nothing of a cut request is recorded
-            frontier.close()
+
+
+class _Soon(_Plan):
+    """Every page due again a moment after its fetch: back in the frontier's window."""
+
+    def due_after_fetch(self, page: PageRow, fetched_at: float) -> float:
+        return fetched_at + 0.05
+
+
+async def test_a_page_whose_fetch_failed_goes_back_to_the_frontier_tried_not_new():
+    async with raw_server(http_handler(lambda request: Reply(status=500))) as server:
+        seen: list[PageRow] = []
+
+        def prioritize(page: PageRow, now: float) -> int:
+            seen.append(page)
+            return 0
+
+        frontier = Frontier(
+            source=_once("http://err.test/", "err.test"), budget=100.0, prioritize=prioritize
+        )
+        polite = PolitenessConfig(min_delay=0.01, backoff_base=0.01, max_backoff=0.01)
+        config = Config(politeness=polite)
+        async with _crawling(
+            frontier, "err.test", server.port, config=config, allocator=_Soon()
+        ) as (_, store):
+            await server.wait_for(lambda: len(server.requests) == 2)
+        # queued new, then (its first fetch failed, no copy) tried: no longer a new page
+        assert [p.new for p in seen[:2]] == [True, False]
+        assert seen[1].digest is None and seen[1].tried
+        assert store.records[0].status == 500

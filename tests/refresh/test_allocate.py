@@ -286,6 +286,17 @@ def test_a_page_without_a_copy_stays_first_once_a_solve_has_planned_it():
     assert priority_level(replace(new, digest=b"copy"), NOW, 8) == 7
 
 
+def test_a_page_whose_fetches_fail_is_ranked_by_its_plan_not_as_new():
+    # no copy after its tries: ranked by its weight and rate as a page with a copy would be,
+    # so pages never tried go before it
+    failing = _page(target_rate=1.0, rate=0.001, weight=0.2, tried=True)
+    assert failing.new is False
+    assert priority_level(failing, NOW, 8) == priority_level(
+        replace(failing, digest=b"copy"), NOW, 8
+    )
+    assert priority_level(failing, NOW, 8) > priority_level(replace(failing, tried=False), NOW, 8)
+
+
 @pytest.mark.slow
 async def test_a_daemon_moves_its_fetches_toward_the_optimal_allocation(
     nursery, short_dir, daemons
@@ -579,6 +590,9 @@ def test_after_a_fetch_a_page_is_due_one_interval_after_it_was_due_unless_it_had
     # at one time, and making up each one's wait would keep them bunched.
     first = dataclasses.replace(page, digest=None)
     assert allocator.due_after_fetch(first, NOW + 3) == NOW + 13
+    # tried before with no copy to show for it (its fetches failed): it keeps its schedule
+    failing = dataclasses.replace(first, tried=True)
+    assert allocator.due_after_fetch(failing, NOW + 3) == NOW + 10
     # not planned yet: the uniform interval (pages / B; the allocator knows no page here)
     assert allocator.due_after_fetch(dataclasses.replace(page, target_rate=None), NOW) == NOW + 0.1
 

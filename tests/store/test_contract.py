@@ -141,6 +141,30 @@ async def test_a_recorded_fetch_is_acknowledged_and_leaves_the_pages_state(store
     assert (status.fetches, status.last_fetch, status.due_now) == (1, NOW + 10, 1)
 
 
+async def test_a_page_tried_without_a_copy_is_no_longer_new(store: Store) -> None:
+    rows, _ = await store.add_pages(
+        [page("http://a.example/new"), page("http://a.example/err")], now=NOW
+    )
+    assert all(r.new and not r.tried for r in rows)
+    by = {r.url: r for r in rows}
+    err = by["http://a.example/err"]
+    await store.record(
+        fetch(
+            err.id,
+            err.host_id,
+            NOW + 5,
+            status=500,
+            digest=None,
+            page_digest=None,
+            page_status="error",
+        )
+    )
+    got = await _pages(store)
+    assert got["http://a.example/new"].new
+    failed = got["http://a.example/err"]
+    assert failed.digest is None and failed.tried and not failed.new
+
+
 async def test_load_due_pages_through_by_due_time_then_id_and_stops_at_until(
     store: Store,
 ) -> None:
