@@ -26,6 +26,8 @@ The tables (v1):
 - v3: ``history_files`` (the manifest of the published Parquet files: what readers read),
   ``owed_documents`` (a fetched document's findings, written in its fetch's transaction and
   deleted when discovery has stored them), ``node_batches`` (each node's last committed batch).
+- v4: an index on ``fetches (finished_at)``: the hosts' recent response times and retention
+  read a time range of the tail, not all of it.
 
 Times are unix seconds (double precision), as in the embedded store.
 """
@@ -240,6 +242,10 @@ _MIGRATIONS.append(
     );
     """
 )
+# 4: fetches by finished_at. The allocator reads its hosts' mean response time over the last
+# 300 s at every solve (refresher.store.response_join_sql), and retention cuts by finished_at:
+# without an index each read the whole tail (the whole history when fleet.history_dir is unset).
+_MIGRATIONS.append("CREATE INDEX fetches_finished ON fetches (finished_at);")
 PG_SCHEMA_VERSION = len(_MIGRATIONS)
 
 #: serialises concurrent `fleet init`s (an arbitrary, fixed advisory lock key)

@@ -74,7 +74,15 @@ from refresher.store._pg_schema import check_schema
 from refresher.store._prune import PruneCalls, PrunePlan
 from refresher.store._service import BatchedService
 
-__all__ = ["Fencing", "PgStore", "PostgresStore", "Routed", "batch_key", "seed_fleet"]
+__all__ = [
+    "Fencing",
+    "PgStore",
+    "PostgresStore",
+    "Routed",
+    "batch_key",
+    "estimator_sql",
+    "seed_fleet",
+]
 
 T = TypeVar("T")
 log = get_logger("store.pg")
@@ -156,6 +164,20 @@ def _page_row(r: Sequence[Any]) -> PageRow:
         source=r[13],
         tried=bool(r[14]),
     )
+
+
+def estimator_sql(columns: Sequence[str]) -> str:
+    """The statement of :meth:`PgStore.estimator_inputs` (parameters: the start of the
+    response-time window, unix seconds, and the partitions): each page of the partitions with
+    its host's delay and mean response time and the change statistics ``columns``."""
+    stats = ", ".join(f"coalesce(p.{c}, 'NaN'::float8)" for c in columns)
+    return f"""
+        SELECT p.id, p.host_id, coalesce(p.last_fetch, 'NaN'::float8),
+               coalesce(h.delay, 0), coalesce(r.response, 0), {stats}
+        FROM pages p JOIN hosts h ON h.id = p.host_id {response_join_sql("%s")}
+        WHERE p.partition = ANY(%s) AND p.status NOT IN ('gone', 'denied')
+        ORDER BY p.id
+        """
 
 
 class PgStore:
@@ -901,17 +923,7 @@ class PgStore:
         columns = [stat_column(c, meaningful) for c in ESTIMATOR_COLUMNS]
 
         def read(cur: Any) -> EstimatorInputs:
-            cur.execute(
-                f"""
-                SELECT p.id, p.host_id, coalesce(p.last_fetch, 'NaN'::float8),
-                       coalesce(h.delay, 0), coalesce(r.response, 0),
-                       {", ".join(f"coalesce(p.{c}, 'NaN'::float8)" for c in columns)}
-                FROM pages p JOIN hosts h ON h.id = p.host_id {response_join_sql("%s")}
-                WHERE p.partition = ANY(%s) AND p.status NOT IN ('gone', 'denied')
-                ORDER BY p.id
-                """,
-                (since, owned),
-            )
+            cur.execute(estimator_sql(columns), (since, owned))
             pages = np.array(cur.fetchall(), dtype=np.float64).reshape(-1, 5 + len(columns))
             edges: NDArray[np.int64] = np.zeros((0, 2), dtype=np.int64)
             if links:

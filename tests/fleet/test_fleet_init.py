@@ -48,6 +48,23 @@ def test_fleet_init_creates_the_schema_and_p_partitions_and_is_idempotent(
     assert not list(tmp_path.glob("*.duckdb")), "fleet init created a DuckDB store"
 
 
+def test_fleet_init_migrates_a_version_3_fleet_to_an_index_on_the_fetches_finish_times(
+    postgres: Callable[..., str],
+) -> None:
+    dsn = postgres()
+    init_fleet(dsn, partitions=8)
+    index = "SELECT count(*) FROM pg_indexes WHERE indexname = 'fetches_finished'"
+    with psycopg.connect(dsn, autocommit=True) as con:  # the fleet as version 3 made it
+        con.execute("DROP INDEX fetches_finished")
+        con.execute("UPDATE fleet_meta SET value = '3' WHERE key = 'schema_version'")
+        with pytest.raises(StoreError, match="run `refresher fleet init"):
+            check_schema(con, partitions=8, dsn=dsn)
+    assert init_fleet(dsn, partitions=8).migrated_from == 3
+    assert _rows(dsn, index) == [(1,)]
+    with psycopg.connect(dsn) as con:
+        check_schema(con, partitions=8, dsn=dsn)
+
+
 def test_fleet_init_over_a_unix_socket_dsn_works(postgres: Callable[..., str]) -> None:
     dsn = postgres(unix=True)
     assert init_fleet(dsn, partitions=4).migrated_from == 0

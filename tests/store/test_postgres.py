@@ -446,3 +446,59 @@ def test_findings_of_a_partition_the_node_no_longer_holds_wait_for_its_owner(dsn
     a.close()
     b.close()
     leases.close()
+
+
+def _plan_nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every node of an EXPLAIN (FORMAT JSON) plan tree."""
+    return [plan, *(n for child in plan.get("Plans", []) for n in _plan_nodes(child))]
+
+
+def test_the_hosts_recent_response_times_read_the_last_300_s_of_the_tail_by_an_index(
+    dsn: str,
+) -> None:
+    """At every solve the allocator asks for each host's mean response time over the last
+    300 s; ``fetches`` holds the tail of the history (all of it without fleet.history_dir):
+    a day of it here, 200,000 fetches, of which the window holds ~700."""
+    from refresher.store._change_stats import ESTIMATOR_COLUMNS, stat_column
+    from refresher.store._postgres import estimator_sql
+
+    leases = PgLeases(dsn, max_skew=None)
+    store = PgStore(dsn, node_id="a", partitions=P)
+    store.owned = leases.claim_free("a", P, 1e12, T0)
+    pages, _ = store.add_pages_with_hosts(
+        [page(host_in(k % P, prefix=f"r{k}-")) for k in range(16)], now=NOW - 86_400
+    )
+    ids = [p.id for p in pages]
+    with psycopg.connect(dsn) as con:
+        # fetch i is of page i mod 16; in the window page k's host answers in (k + 1) × 10 ms,
+        # before it in 5 s
+        con.execute(
+            """
+            INSERT INTO fetches (page_id, host_id, started_at, finished_at, duration, status,
+                                 bytes, changed, not_modified, policy, redirects, node_id,
+                                 epoch, partition)
+            SELECT g.id, g.host_id, t - 1, t,
+                   CASE WHEN t >= %(now)s - 300 THEN 0.01 * (1 + i %% 16) ELSE 5 END,
+                   200, 100, false, false, 'uniform', 0, 'a', 1, g.partition
+            FROM (SELECT i, %(now)s - 86400 + i * 86400.0 / 200000 AS t
+                  FROM generate_series(1, 200000) i) s
+            JOIN pages g ON g.id = (%(ids)s::bigint[])[1 + i %% 16]
+            """,
+            {"now": NOW, "ids": ids},
+        )
+        con.execute("ANALYZE fetches")
+        columns = [stat_column(c, False) for c in ESTIMATOR_COLUMNS]
+        ((explained,),) = con.execute(
+            f"EXPLAIN (FORMAT JSON) {estimator_sql(columns)}",
+            (NOW - 300, sorted(store.owned)),
+        ).fetchall()
+    nodes = _plan_nodes(explained[0]["Plan"])
+    scans = [n["Node Type"] for n in nodes if n.get("Relation Name") == "fetches"]
+    assert scans and "Seq Scan" not in scans and "Parallel Seq Scan" not in scans, scans
+    assert "fetches_finished" in {n.get("Index Name") for n in nodes}
+    inputs = store.estimator_inputs(meaningful=False, links=False, responses_since=NOW - 300)
+    assert inputs.host_response is not None
+    by_page = dict(zip(inputs.page_ids.tolist(), inputs.host_response.tolist(), strict=True))
+    assert [by_page[i] for i in ids] == pytest.approx([0.01 * (k + 1) for k in range(16)])
+    store.close()
+    leases.close()
