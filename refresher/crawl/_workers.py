@@ -203,10 +203,15 @@ class Crawler:
         finally:
             del self._on_wire_now[lease.host.id]
 
-    def _give_up(self, lease: Lease) -> None:
-        """Release the host of a request :meth:`abandon` cut: nothing recorded."""
+    async def _give_up(self, lease: Lease) -> None:
+        """Release the host of a request :meth:`abandon` cut: no fetch recorded, but the host's
+        delay counted from the cut is stored before the host is released. The host was
+        contacted until now, and the partition's next owner knows its politeness only from
+        the store: the lease is handed back once the released hosts' writes have committed."""
         log.info("request abandoned", url=lease.page.url)
-        self._frontier.release(lease, next_due=None, timing=self._fallback_timing(lease.host))
+        timing = self._fallback_timing(lease.host)
+        await self._store.update_host(_host_update(lease.host.id, timing))
+        self._frontier.release(lease, next_due=None, timing=timing)
 
     def configure(self, config: Config) -> None:
         """Take new politeness, robots, user agent and link-extraction settings (SIGHUP)."""
@@ -274,7 +279,7 @@ class Crawler:
                 with self._wire_scope(lease) as scope:
                     fetched = await self._fetch_robots(lease)
                 if scope.cancelled_caught:
-                    self._give_up(lease)
+                    await self._give_up(lease)
                     return
                 if fetched is not None:
                     # The robots request counts against the host's politeness; the page waits.
@@ -291,7 +296,7 @@ class Crawler:
                 page.url, etag=page.etag, last_modified=page.last_modified
             )
         if scope.cancelled_caught:
-            self._give_up(lease)
+            await self._give_up(lease)
             return
         await self._record(lease, result, robots)
 

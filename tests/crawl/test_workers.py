@@ -112,7 +112,7 @@ async def _crawling(
         nursery.cancel_scope.cancel()  # the loader's next pass is seconds away
 
 
-async def test_abandon_cuts_a_request_on_the_wire_records_nothing_and_frees_its_host():
+async def test_abandon_cuts_a_request_on_the_wire_records_its_hosts_delay_from_the_cut_only():
     async def hang(conn: Connection) -> None:
         await conn.read_request()
         await conn.stream.receive_some(1)  # b"" once the client has closed the connection
@@ -122,13 +122,19 @@ async def test_abandon_cuts_a_request_on_the_wire_records_nothing_and_frees_its_
         async with _crawling(frontier, "slow.test", server.port) as (crawler, store):
             await server.wait_for(lambda: len(server.requests) == 1)
             assert crawler.abandon(lambda h: h == "other.test") == 0
+            cut_at = time.time()
             assert crawler.abandon(lambda h: h == "slow.test") == 1
             # the server sees the connection close long before the 300 s fetch timeout
             await server.wait_for(lambda: server.closed == 1)
             with trio.fail_after(10):
                 await frontier.wait_released(lambda h: h == "slow.test")
             assert crawler.statistics().abandoned == 1
-            assert store.records == []  # nothing of a cut request is recorded
+            assert store.records == []  # no fetch of a cut request is recorded
+            # but the host was contacted until the cut: its delay counts from there, stored
+            # (before the host is released) for a partition's next owner
+            (update,) = store.hosts
+            assert update.host_id == 1
+            assert update.next_allowed >= cut_at + Config().politeness.min_delay
 
 
 class _Soon(_Plan):

@@ -18,6 +18,7 @@ import pytest
 import trio
 from conftest import DaemonProcess, acli, cli, daemon_config, wait_for
 
+from refresher.fleet import partition_of
 from refresher.fleet._assignment import shares
 from refresher.sim._site import HostSpec, PageSpec, Site, serve_site
 
@@ -239,6 +240,42 @@ async def test_kill_9_at_random_points_loses_no_acknowledged_fetch_and_pages_kee
     (recorded,) = fleet.rows("SELECT count(*) FROM fetches WHERE status IS NOT NULL")[0]
     assert recorded <= len([r for r in s.requests if r.path != "/robots.txt"])
     assert_polite(s, fleet)
+
+
+async def test_a_request_cut_when_a_partition_is_shed_holds_the_host_off_for_its_delay(
+    postgres, short_dir, daemons, nursery
+):
+    """A node shedding a partition to a joining node lets its requests to the partition's
+    hosts run until the lease's stop, then cuts them: nothing of a cut request is recorded,
+    but the host was contacted until the cut, so the next owner must wait the host's delay
+    from there. Only the database can tell it."""
+    delay = 5.0  # the host's politeness delay
+    # a host of the partition a sheds first (the highest-numbered), answering in 15 s: its
+    # first request, robots.txt, is still on the wire when the partition goes to b
+    slow = next(h for i in range(1000) if partition_of(h := f"slow{i}.sim.test", P) == P - 1)
+    s = Site([HostSpec(name=slow, pages=(PageSpec(path="/"),), response_delay=15.0)])
+    port = await nursery.start(serve_site, s)
+    fleet = Fleet(postgres(), short_dir, port, s.urls(), daemons)
+    fleet.extra = {
+        "fleet": {"lease_ttl": 4.0},
+        "fetch": {"timeout": 60.0},
+        "politeness": {"min_delay": delay},
+    }
+    assert cli("fleet", "init", "--config", str(fleet.config("init"))).returncode == 0
+    a = fleet.start("a")
+    await a.ready()
+    await wait_for(lambda: s.statistics().requests_in_flight == 1, what="a's request on the wire")
+    b = fleet.start("b")
+    await b.ready()
+    cut = await wait_for(lambda: a.event("request abandoned"), what="a cuts it at the stop")
+    cut_at = datetime.fromisoformat(cut["timestamp"]).timestamp()
+    await wait_for(lambda: len(s.requests.entries(host=slow)) == 2, what="b's request answered")
+    first, second = s.requests.by_start(slow)
+    assert first.started_wall < cut_at < first.finished_wall  # a's, cut while answered
+    assert second.started_wall - cut_at >= delay, "b contacted the host within its delay"
+    a.signal(signal.SIGTERM)
+    b.signal(signal.SIGTERM)
+    assert await a.wait_exit() == 0 and await b.wait_exit() == 0
 
 
 #: makes node b's first heartbeat (the insert of its row) take the whole lease ttl, three
