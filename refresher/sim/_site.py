@@ -275,13 +275,13 @@ class RequestLog:
         """The records, oldest first, optionally for one host and/or one path."""
         return [
             r
-            for r in self._entries
+            for r in tuple(self._entries)  # a snapshot: the server may append meanwhile
             if (host is None or r.host == host) and (path is None or r.path == path)
         ]
 
     def hosts(self) -> list[str]:
         """The hosts that appear in the log, sorted."""
-        return sorted({r.host for r in self._entries})
+        return sorted({r.host for r in tuple(self._entries)})
 
     def by_start(self, host: str) -> list[RequestRecord]:
         """One host's records in order of arrival."""

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import itertools
 import json
+import queue
 import random
 import signal
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from hashlib import blake2b
 from pathlib import Path
@@ -16,7 +19,7 @@ from typing import Any
 import psycopg
 import pytest
 import trio
-from conftest import DaemonProcess, acli, cli, daemon_config, wait_for
+from conftest import DEADLINE, DaemonProcess, acli, cli, daemon_config, wait_for
 
 from refresher.fleet import partition_of
 from refresher.fleet._assignment import shares
@@ -37,11 +40,50 @@ def fleet_site() -> Site:
     return Site([HostSpec(name=f"h{i}.sim.test", pages=pages) for i in range(HOSTS)])
 
 
+@contextmanager
+def served_apart(site: Site) -> Iterator[int]:
+    """Serve ``site`` from a thread of its own, in a trio run of its own; yields its port.
+
+    The politeness checks read the server's stamps of each request's start and end. Served
+    from the test's own trio run, they were taken late whenever the test blocked that run (a
+    psycopg query, a log file parsed, a process started): a stamp taken after such a stall
+    bunches two requests together. With the test's queries slowed to 0.25 s each, as a loaded
+    machine's can be, the server logged two requests to one host 0–1 ms apart while the
+    fleet's records showed every node waiting the delay; unslowed, the stamps were up to 40 ms
+    off under load 5."""
+    started: queue.Queue[Any] = queue.Queue()
+
+    async def serve() -> None:
+        with trio.CancelScope() as scope:
+            async with trio.open_nursery() as nursery:
+                port = await nursery.start(serve_site, site)
+                started.put((port, trio.lowlevel.current_trio_token(), scope))
+                await trio.sleep_forever()
+
+    def run() -> None:
+        try:
+            trio.run(serve)
+        except BaseException as e:  # reported to the test, which is waiting for the port
+            started.put(e)
+
+    thread = threading.Thread(target=run, name="web", daemon=True)
+    thread.start()
+    got = started.get(timeout=DEADLINE)
+    if isinstance(got, BaseException):
+        raise got
+    port, token, scope = got
+    try:
+        yield port
+    finally:
+        trio.from_thread.run_sync(scope.cancel, trio_token=token)
+        thread.join(timeout=DEADLINE)
+
+
 @pytest.fixture
-async def web(nursery: trio.Nursery) -> tuple[Site, int]:
+def web() -> Iterator[tuple[Site, int]]:
     s = fleet_site()
-    port = await nursery.start(serve_site, s)
-    return s, port
+    with served_apart(s) as port:
+        yield s, port
 
 
 class Fleet:
@@ -242,19 +284,25 @@ async def test_kill_9_at_random_points_loses_no_acknowledged_fetch_and_pages_kee
     assert_polite(s, fleet)
 
 
+@pytest.fixture
+def slow_web() -> Iterator[tuple[Site, str, int]]:
+    """A host of the partition a node sheds first (the highest-numbered), answering in 15 s."""
+    slow = next(h for i in range(1000) if partition_of(h := f"slow{i}.sim.test", P) == P - 1)
+    s = Site([HostSpec(name=slow, pages=(PageSpec(path="/"),), response_delay=15.0)])
+    with served_apart(s) as port:
+        yield s, slow, port
+
+
 async def test_a_request_cut_when_a_partition_is_shed_holds_the_host_off_for_its_delay(
-    postgres, short_dir, daemons, nursery
+    postgres, short_dir, daemons, slow_web
 ):
     """A node shedding a partition to a joining node lets its requests to the partition's
     hosts run until the lease's stop, then cuts them: nothing of a cut request is recorded,
     but the host was contacted until the cut, so the next owner must wait the host's delay
     from there. Only the database can tell it."""
     delay = 5.0  # the host's politeness delay
-    # a host of the partition a sheds first (the highest-numbered), answering in 15 s: its
-    # first request, robots.txt, is still on the wire when the partition goes to b
-    slow = next(h for i in range(1000) if partition_of(h := f"slow{i}.sim.test", P) == P - 1)
-    s = Site([HostSpec(name=slow, pages=(PageSpec(path="/"),), response_delay=15.0)])
-    port = await nursery.start(serve_site, s)
+    # its first request, robots.txt, is still on the wire when the partition goes to b
+    s, slow, port = slow_web
     fleet = Fleet(postgres(), short_dir, port, s.urls(), daemons)
     fleet.extra = {
         "fleet": {"lease_ttl": 4.0},
@@ -418,7 +466,7 @@ async def test_a_node_stops_fetching_while_the_database_is_away_and_resumes_afte
     await wait_for(lambda: a.event("fleet heartbeat failed; retrying"), what="retries")
     assert a.proc.poll() is None, a.output()
     # nothing started once the margin ran out, bar fetches already under way
-    late = [r for r in s.requests if r.started > stopped_at + 0.5]
+    late = [r for r in s.requests if r.started_wall > stopped_at + 0.5]
     assert late == []
     await trio.to_thread.run_sync(own_postgres.start)
     await wait_for(lambda: len(s.requests) > away + 10, what="fetching again")
