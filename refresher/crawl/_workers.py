@@ -11,6 +11,7 @@ links to discovery.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import time
 from collections import deque
@@ -113,6 +114,9 @@ STAGES = ("held", "wire", "parse", "record")
 #: seconds until a page robots.txt denies is checked again when its host's robots.txt has no
 #: expiry (it is checked again when robots.txt is re-fetched otherwise)
 DENIED_RECHECK = 3600.0
+#: seconds a cancelled worker waits, at most, to queue its host's politeness state (a store
+#: queue that is full takes a batch's commit to make room)
+STORE_GRACE = 1.0
 
 
 class Crawler:
@@ -244,10 +248,17 @@ class Crawler:
                 )
             except BaseException:
                 # Cancelled mid-fetch (drain deadline passed): nothing is recorded, the page
-                # keeps its due time in the store and is fetched again after restart.
-                self._frontier.release(
-                    lease, next_due=None, timing=self._fallback_timing(lease.host)
-                )
+                # keeps its due time in the store and is fetched again after restart. The
+                # host may have been contacted until now: its delay from now is stored, for
+                # the next run or the partition's next owner.
+                timing = self._fallback_timing(lease.host)
+                with (
+                    trio.CancelScope(shield=True),
+                    trio.move_on_after(STORE_GRACE),
+                    contextlib.suppress(trio.ClosedResourceError),  # the store is closed
+                ):
+                    await self._store.update_host(_host_update(lease.host.id, timing))
+                self._frontier.release(lease, next_due=None, timing=timing)
                 raise
             finally:
                 self._busy -= 1

@@ -9,6 +9,7 @@ import random
 import signal
 import time
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -253,6 +254,47 @@ async def test_sigterm_lets_in_flight_fetches_finish_and_records_them(nursery, s
         short_dir / "refresher.duckdb", "SELECT count(*) FROM fetch_log WHERE status = 200"
     )[0][0]
     assert recorded == len(served)
+
+
+async def test_a_fetch_cut_by_the_drain_deadline_keeps_its_host_waiting_its_delay_after_restart(
+    nursery, short_dir, daemons
+):
+    """SIGTERM cancels what is still in flight at ``daemon.drain_timeout``: no fetch is
+    recorded, but the host was contacted until then, and the next run (or a partition's next
+    owner) knows its politeness only from the store."""
+    delay = 10.0
+    s = Site([HostSpec(name="slow.sim.test", pages=(PageSpec(path="/"),), response_delay=30.0)])
+    port = await nursery.start(serve_site, s)
+    config = daemon_config(
+        short_dir,
+        port=port,
+        seeds=s.urls(),
+        politeness={"min_delay": delay, "max_delay": 2 * delay},
+        fetch={"timeout": 60.0},
+        daemon={"drain_timeout": 0.1},
+    )
+    d = daemons(config)
+    await d.ready()
+    await wait_for(lambda: s.statistics().requests_in_flight == 1, what="a request on the wire")
+    d.signal(signal.SIGTERM)
+    assert await d.wait_exit() == 0
+    cut = d.event(
+        "drain deadline passed; unfinished fetches will be redone and queued findings "
+        "handed to discovery at the next start"
+    )
+    assert cut is not None  # the request was cut, not finished
+    cut_at = datetime.fromisoformat(cut["timestamp"]).timestamp()
+    again = daemons(config)
+    await again.ready()
+    await wait_for(
+        lambda: s.statistics().requests_in_flight + len(s.requests) >= 2,
+        timeout=3 * delay,
+        what="the host asked again",
+    )
+    asked = time.time()  # no later than the second request started (polled)
+    assert asked - cut_at >= delay, "the host was asked again within its delay"
+    again.signal(signal.SIGTERM)
+    assert await again.wait_exit() == 0
 
 
 async def test_sighup_reloads_the_config_and_a_bad_one_is_refused(site, short_dir, daemons):
