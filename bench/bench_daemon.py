@@ -88,7 +88,7 @@ def cpu_seconds(pid: int) -> float:
 
 def thread_cpu_seconds(pid: int) -> dict[int, tuple[float, float]]:
     """Per thread of a process (by its OS thread id): user and system CPU seconds, from
-    /proc (Linux). A thread that has ended is missing."""
+    /proc (Linux); a thread that has ended is missing once the kernel has let it go."""
     out = {}
     tick = os.sysconf("SC_CLK_TCK")
     for task in Path(f"/proc/{pid}/task").iterdir():

@@ -395,29 +395,42 @@ def print_stages(before: dict[str, Any], after: dict[str, Any]) -> None:
     print(f"  discovery at the end: {after.get('discovery')}")
 
 
+def cpu_by_thread_kind(
+    before: dict[int, tuple[float, float]],
+    after: dict[int, tuple[float, float]],
+    names: dict[int, str],
+) -> dict[str, tuple[float, float]]:
+    """User and system CPU seconds spent between two readings of
+    :func:`bench_daemon.thread_cpu_seconds`, threads of one kind together (``parse_0`` and
+    ``parse_1`` as ``parse``; a thread ``names`` lacks, such as DuckDB's own, which never run
+    Python, as ``native``; every thread as ``unnamed`` when ``names`` is empty), most first."""
+    kinds: dict[str, tuple[float, float]] = {}
+    for tid, (user, system) in after.items():
+        user0, system0 = before.get(tid, (0.0, 0.0))
+        name = names.get(tid, "native") if names else "unnamed"
+        kind = re.sub(r"[_ ]?\d+$", "", name)
+        spent = kinds.get(kind, (0.0, 0.0))
+        kinds[kind] = (spent[0] + user - user0, spent[1] + system - system0)
+    return dict(sorted(kinds.items(), key=lambda kv: -sum(kv[1])))
+
+
 def print_threads(
     before: dict[int, tuple[float, float]],
     after: dict[int, tuple[float, float]],
     names: dict[int, str],
     fetches: int,
 ) -> None:
-    """The window's CPU per fetch by thread, threads of one kind together (``parse_0`` and
-    ``parse_1`` as ``parse``; DuckDB's own threads, which never run Python, as ``native``):
-    user + system ms, the system part in brackets."""
+    """The window's CPU per fetch by kind of thread: user + system ms, the system part in
+    brackets (:func:`cpu_by_thread_kind`)."""
     if not fetches:
         return
-    kinds: dict[str, list[float]] = {}
-    for tid, (user, system) in after.items():
-        user0, system0 = before.get(tid, (0.0, 0.0))
-        kind = re.sub(r"[_ ]?\d+$", "", names.get(tid, "native"))
-        spent = kinds.setdefault(kind, [0.0, 0.0])
-        spent[0] += user - user0
-        spent[1] += system - system0
-    ranked = sorted(kinds.items(), key=lambda kv: -sum(kv[1]))
+    kinds = cpu_by_thread_kind(before, after, names)
     per = "  ".join(
-        f"{k} {1e3 * (u + s) / fetches:.2f} ({1e3 * s / fetches:.2f})" for k, (u, s) in ranked
+        f"{k} {1e3 * (u + s) / fetches:.2f} ({1e3 * s / fetches:.2f})"
+        for k, (u, s) in kinds.items()
     )
-    print(f"  CPU ms per fetch by thread (system part): {per}")
+    hint = "" if names else " (pip install py-spy to name the threads)"
+    print(f"  CPU ms per fetch by thread (system part): {per}{hint}")
 
 
 @contextlib.contextmanager
