@@ -35,6 +35,7 @@ import argparse
 import contextlib
 import math
 import os
+import re
 import shutil
 import signal
 import statistics
@@ -83,6 +84,30 @@ def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of a process and all its threads, from /proc (Linux)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def thread_cpu_seconds(pid: int) -> dict[int, tuple[float, float]]:
+    """Per thread of a process (by its OS thread id): user and system CPU seconds, from
+    /proc (Linux); a thread that has ended is missing once the kernel has let it go."""
+    out = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            out[int(task.name)] = (int(fields[11]) / tick, int(fields[12]) / tick)
+    return out
+
+
+def thread_names(pid: int) -> dict[int, str]:
+    """The Python name of each thread of a process that runs Python (``py-spy dump``), by OS
+    thread id; threads that never ran Python (DuckDB's) are missing. Empty without py-spy."""
+    spy = Path(sys.executable).with_name("py-spy")
+    if not spy.exists():
+        return {}
+    dump = subprocess.run(
+        [str(spy), "dump", "--nonblocking", "--pid", str(pid)], capture_output=True, text=True
+    ).stdout
+    return {int(m[1]): m[2] for m in re.finditer(r'^Thread (\d+) \([^)]*\): "([^"]*)"', dump, re.M)}
 
 
 def descendants(pid: int) -> list[int]:

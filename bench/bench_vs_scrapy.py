@@ -49,6 +49,7 @@ import argparse
 import bisect
 import contextlib
 import os
+import re
 import shutil
 import signal
 import socket
@@ -73,6 +74,8 @@ from bench_daemon import (
     site_server,
     start_py_spy,
     stop,
+    thread_cpu_seconds,
+    thread_names,
     tree_cpu_seconds,
     tree_cpu_wait_seconds,
     tree_rss_bytes,
@@ -316,6 +319,7 @@ def run_refresher(directory: Path, web: Web, args: argparse.Namespace) -> Run:
         time.sleep(args.warmup)
         spy = start_py_spy(args, daemon.pid, args.workers)
         status0 = daemon_status(directory)
+        threads0 = thread_cpu_seconds(daemon.pid)
         end = time.time() + args.seconds
         waits: list[float] = []
         while True:  # the daemon's parse processes included
@@ -326,6 +330,8 @@ def run_refresher(directory: Path, web: Web, args: argparse.Namespace) -> Run:
             time.sleep(min(0.5, max(0.0, end - time.time())))
         rss = tree_rss_bytes(daemon.pid)
         status1 = daemon_status(directory)
+        threads1 = thread_cpu_seconds(daemon.pid)
+        names = thread_names(daemon.pid) if args.stages else {}
         if spy is not None:
             spy.wait()
     finally:
@@ -334,6 +340,9 @@ def run_refresher(directory: Path, web: Web, args: argparse.Namespace) -> Run:
         print_profile(Path(args.py_spy) / f"daemon-{args.workers}.txt", top=40)
     if args.stages:
         print_stages(status0, status1)
+        print_threads(
+            threads0, threads1, names, status1["crawler"]["fetches"] - status0["crawler"]["fetches"]
+        )
     t0, t1 = samples[0][0], samples[-1][0]
     if web.first_pass:
         firsts = first_fetches(directory)
@@ -384,6 +393,44 @@ def print_stages(before: dict[str, Any], after: dict[str, Any]) -> None:
     print(f"  frontier at the end: {after['frontier']}")
     print(f"  store at the end: {after['store']}")
     print(f"  discovery at the end: {after.get('discovery')}")
+
+
+def cpu_by_thread_kind(
+    before: dict[int, tuple[float, float]],
+    after: dict[int, tuple[float, float]],
+    names: dict[int, str],
+) -> dict[str, tuple[float, float]]:
+    """User and system CPU seconds spent between two readings of
+    :func:`bench_daemon.thread_cpu_seconds`, threads of one kind together (``parse_0`` and
+    ``parse_1`` as ``parse``; a thread ``names`` lacks, such as DuckDB's own, which never run
+    Python, as ``native``; every thread as ``unnamed`` when ``names`` is empty), most first."""
+    kinds: dict[str, tuple[float, float]] = {}
+    for tid, (user, system) in after.items():
+        user0, system0 = before.get(tid, (0.0, 0.0))
+        name = names.get(tid, "native") if names else "unnamed"
+        kind = re.sub(r"[_ ]?\d+$", "", name)
+        spent = kinds.get(kind, (0.0, 0.0))
+        kinds[kind] = (spent[0] + user - user0, spent[1] + system - system0)
+    return dict(sorted(kinds.items(), key=lambda kv: -sum(kv[1])))
+
+
+def print_threads(
+    before: dict[int, tuple[float, float]],
+    after: dict[int, tuple[float, float]],
+    names: dict[int, str],
+    fetches: int,
+) -> None:
+    """The window's CPU per fetch by kind of thread: user + system ms, the system part in
+    brackets (:func:`cpu_by_thread_kind`)."""
+    if not fetches:
+        return
+    kinds = cpu_by_thread_kind(before, after, names)
+    per = "  ".join(
+        f"{k} {1e3 * (u + s) / fetches:.2f} ({1e3 * s / fetches:.2f})"
+        for k, (u, s) in kinds.items()
+    )
+    hint = "" if names else " (pip install py-spy to name the threads)"
+    print(f"  CPU ms per fetch by thread (system part): {per}{hint}")
 
 
 @contextlib.contextmanager

@@ -1,16 +1,21 @@
 """bench/bench_vs_scrapy.py's --complete counting: nginx's access log read as it grows, and
-Scrapy's starts with the hosts taking turns (the figures rest on both)."""
+Scrapy's starts with the hosts taking turns (the figures rest on both); --stages' CPU by
+thread."""
 
 from __future__ import annotations
 
+import os
 import sys
+import threading
+import time
 from pathlib import Path
 
 _BENCH = str(Path(__file__).resolve().parent.parent / "bench")
 if _BENCH not in sys.path:
     sys.path.insert(0, _BENCH)
 
-from bench_vs_scrapy import AccessLog, by_turns  # noqa: E402
+from bench_daemon import thread_cpu_seconds  # noqa: E402
+from bench_vs_scrapy import AccessLog, by_turns, cpu_by_thread_kind  # noqa: E402
 
 PAGES = {("h0.docs.test", "/index.html"), ("h0.docs.test", "/a.html"), ("h1.docs.test", "/a.html")}
 
@@ -65,3 +70,47 @@ def test_scrapys_starts_take_the_hosts_in_turns_keeping_each_hosts_order() -> No
         "http://a/3",
     ]
     assert by_turns([]) == []
+
+
+def test_threads_of_one_kind_add_up_and_threads_without_python_count_as_native() -> None:
+    before = {1: (1.0, 0.125), 2: (2.0, 0.25), 3: (0.5, 0.0)}
+    after = {1: (1.5, 0.25), 2: (2.25, 0.25), 3: (0.5, 0.0), 4: (0.125, 0.0), 5: (3.0, 0.5)}
+    names = {1: "parse_0", 2: "parse_1", 3: "MainThread", 5: "Trio thread 7"}
+    kinds = cpu_by_thread_kind(before, after, names)
+    assert kinds == {
+        "Trio thread": (3.0, 0.5),  # started within the window: all of its CPU counts
+        "parse": (0.75, 0.125),
+        "native": (0.125, 0.0),
+        "MainThread": (0.0, 0.0),
+    }
+    assert list(kinds) == ["Trio thread", "parse", "native", "MainThread"]  # most first
+
+
+def test_without_thread_names_every_thread_is_unnamed() -> None:
+    kinds = cpu_by_thread_kind({}, {1: (1.0, 0.0), 2: (0.5, 0.25)}, {})
+    assert kinds == {"unnamed": (1.5, 0.25)}
+
+
+def test_a_threads_cpu_is_read_from_proc_while_it_runs() -> None:
+    stop = threading.Event()
+    started = threading.Event()
+    ids: list[int] = []
+
+    def burn() -> None:
+        ids.append(threading.get_native_id())
+        started.set()
+        x = 0
+        while not stop.is_set():
+            x += 1
+
+    thread = threading.Thread(target=burn)
+    thread.start()
+    try:
+        assert started.wait(10)
+        deadline = time.monotonic() + 10
+        while sum(thread_cpu_seconds(os.getpid()).get(ids[0], (0.0, 0.0))) == 0.0:
+            assert time.monotonic() < deadline, "the busy thread's CPU never showed"
+            time.sleep(0.01)
+    finally:
+        stop.set()
+        thread.join()

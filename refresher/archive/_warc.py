@@ -178,7 +178,7 @@ class WarcWriter:
         prefix: str = "refresher",
         max_file_bytes: int = 1 << 30,
         min_free_bytes: int = 64 << 20,
-        compress_level: int = 6,
+        compress_level: int = 5,
         software: str = "refresher",
     ) -> None:
         self.directory = directory
