@@ -236,41 +236,60 @@ class Crawler:
 
     async def _worker(self) -> None:
         while (lease := await self._frontier.acquire()) is not None:
-            self._busy += 1
-            t0 = time.perf_counter()
-            try:
-                await self._refresh(lease)
-            except Exception:
-                # A bug must not stop the crawl: the page keeps its due time in the store.
-                log.exception("refresh failed", url=lease.page.url)
-                self._frontier.release(
-                    lease, next_due=None, timing=self._fallback_timing(lease.host)
-                )
-            except BaseException:
-                # Cancelled mid-fetch (drain deadline passed): nothing is recorded, the page
-                # keeps its due time in the store and is fetched again after restart. The
-                # host may have been contacted until now: its delay from now is stored, for
-                # the next run or the partition's next owner.
-                timing = self._fallback_timing(lease.host)
-                with (
-                    trio.CancelScope(shield=True),
-                    trio.move_on_after(STORE_GRACE),
-                    contextlib.suppress(trio.ClosedResourceError),  # the store is closed
-                ):
-                    await self._store.update_host(_host_update(lease.host.id, timing))
-                self._frontier.release(lease, next_due=None, timing=timing)
-                raise
-            finally:
-                self._busy -= 1
-                self._stages["held"] += time.perf_counter() - t0
+            found = await self._hold(lease)
+            if found is not None:
+                await self._hand_over(found)
+
+    async def _hold(self, lease: Lease) -> Found | None:
+        """Refresh ``lease``'s page and release its host, exactly once on every path (a
+        second release would free the host while another worker may hold it); the findings
+        to hand to discovery once the host is free, if any."""
+        self._busy += 1
+        t0 = time.perf_counter()
+        try:
+            return await self._refresh(lease)
+        except Exception:
+            # A bug must not stop the crawl: the page keeps its due time in the store.
+            log.exception("refresh failed", url=lease.page.url)
+            self._frontier.release(lease, next_due=None, timing=self._fallback_timing(lease.host))
+            return None
+        except BaseException:
+            # Cancelled mid-fetch (drain deadline passed): nothing is recorded, the page
+            # keeps its due time in the store and is fetched again after restart. The host
+            # may have been contacted until now: its delay from now is stored, for the next
+            # run or the partition's next owner.
+            timing = self._fallback_timing(lease.host)
+            with (
+                trio.CancelScope(shield=True),
+                trio.move_on_after(STORE_GRACE),
+                contextlib.suppress(trio.ClosedResourceError),  # the store is closed
+            ):
+                await self._store.update_host(_host_update(lease.host.id, timing))
+            self._frontier.release(lease, next_due=None, timing=timing)
+            raise
+        finally:
+            self._busy -= 1
+            self._stages["held"] += time.perf_counter() - t0
+
+    async def _hand_over(self, found: Found) -> None:
+        """Give a fetch's findings to discovery, waiting while its queue is full (the crawl
+        slows to discovery's pace rather than drop links). Their host is released already:
+        a cancellation here has nothing to give back, and the findings stay owed in the
+        store, written with the fetch, until discovery has stored them."""
+        assert self._discovery is not None
+        try:
+            await self._discovery.put(found)
+        except Exception:
+            log.exception("findings not handed to discovery; the store owes them", url=found.url)
 
     # -- one refresh -----------------------------------------------------------------------
 
-    async def _refresh(self, lease: Lease) -> None:
+    async def _refresh(self, lease: Lease) -> Found | None:
+        """Refresh ``lease``'s page and release its host: the findings for discovery."""
         host, page = lease.host, lease.page
         if host.paused:  # paused while this worker waited for a budget token
             self._frontier.requeue(lease)
-            return
+            return None
         now = self._wall()
         agent = self.config.crawl.user_agent
         robots: HostRobots | None = None
@@ -291,16 +310,17 @@ class Crawler:
                     fetched = await self._fetch_robots(lease)
                 if scope.cancelled_caught:
                     await self._give_up(lease)
-                    return
-                if fetched is not None:
-                    # The robots request counts against the host's politeness; the page waits.
-                    timing, robots = fetched
-                    self._frontier.requeue(lease, timing=timing, robots=robots)
-                return
+                    return None
+                if isinstance(fetched, FetchResult):  # the host name does not resolve
+                    return await self._record(lease, fetched, None)
+                # The robots request counts against the host's politeness; the page waits.
+                timing, robots = fetched
+                self._frontier.requeue(lease, timing=timing, robots=robots)
+                return None
         assert rules is not None
         if not rules.allowed(page.url):
             await self._record_denied(lease, now, robots)
-            return
+            return None
         self._on_wire()
         with self._wire_scope(lease) as scope, self._timed("wire"):
             result = await self._fetcher.fetch(
@@ -308,12 +328,12 @@ class Crawler:
             )
         if scope.cancelled_caught:
             await self._give_up(lease)
-            return
-        await self._record(lease, result, robots)
+            return None
+        return await self._record(lease, result, robots)
 
-    async def _fetch_robots(self, lease: Lease) -> tuple[HostTiming, HostRobots] | None:
-        """Fetch the host's robots.txt: the host's new timing and robots. None when the host
-        name does not resolve, which is recorded as the page's failed fetch (kind "dns", the
+    async def _fetch_robots(self, lease: Lease) -> tuple[HostTiming, HostRobots] | FetchResult:
+        """Fetch the host's robots.txt: the host's new timing and robots. The page's failed
+        fetch when the host name does not resolve, to be recorded as such (kind "dns", the
         host backs off, the lease is released) rather than as an unreachable robots.txt, which
         would deny every page."""
         host, page = lease.host, lease.page
@@ -327,9 +347,7 @@ class Crawler:
         elapsed = trio.current_time() - t0
         self._robots += 1
         if isinstance(error, DNSFailure):
-            failed = _failed(page.url, error, started, self._wall(), elapsed)
-            await self._record(lease, failed, None)
-            return None
+            return _failed(page.url, error, started, self._wall(), elapsed)
         rules = rules_for_response(status, body, c.crawl.user_agent)
         now = self._wall()
         ok = status is not None and status < 500
@@ -435,7 +453,11 @@ class Crawler:
         lease = self._frontier.update_page(lease, tried=True)
         self._frontier.release(lease, next_due=due, robots=robots)
 
-    async def _record(self, lease: Lease, r: FetchResult, robots: HostRobots | None) -> None:
+    async def _record(
+        self, lease: Lease, r: FetchResult, robots: HostRobots | None
+    ) -> Found | None:
+        """Record the fetch and release the host: the findings for discovery, which are
+        handed over once the host is free (no release left to do if that wait is cut)."""
         page, host = lease.page, lease.host
         o = classify(page, r)
         self._count(o, r)
@@ -494,10 +516,9 @@ class Crawler:
         # A gone page is out of the plan (the allocator leaves it out) and due again only on
         # its slow schedule: it may come back.
         self._frontier.release(lease, next_due=due, timing=timing, robots=robots)
-        if found is not None and self._discovery is not None and not deferred:
-            # Waits while the queue is full (the deferred backlog is full too, or the queue
-            # filled since): the crawl slows to discovery's pace rather than drop links.
-            await self._discovery.put(found)
+        # Waits while the queue is full (the deferred backlog is full too, or the queue filled
+        # since), after the release: the crawl slows to discovery's pace rather than drop links.
+        return None if deferred else found
 
     def _count(self, o: Outcome, r: FetchResult) -> None:
         self._fetches += 1

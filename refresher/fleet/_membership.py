@@ -44,7 +44,7 @@ from refresher._errors import StoreError
 from refresher.fleet._assignment import LeaseTiming, plan_step, share
 from refresher.fleet._partition import partition_of
 from refresher.ops._logging import get_logger
-from refresher.store._pg_leases import ClockSkewError, LeaseStore
+from refresher.store._pg_leases import ClockSkewError, HoldOff, LeaseStore
 
 __all__ = [
     "ClockSkewError",
@@ -216,8 +216,12 @@ class Membership:
         wall_clock: Callable[[], float] = time.time,
         max_backoff: float | None = None,
         run_sync: Callable[[Callable[[], Any]], Awaitable[Any]] | None = None,
+        min_delay: float = 0.0,
+        max_delay: float = math.inf,
     ) -> None:
         self._leases = leases
+        # seconds: a host's delay when none is stored, and the longest one stored
+        self._delays = (min_delay, max_delay)
         self.node_id = node_id
         self.partitions = partitions
         self.timing = timing
@@ -449,11 +453,15 @@ class Membership:
             sent = trio.current_time()
             leases, node, count, ttl = self._leases, self.node_id, step.claim, self.timing.ttl
             wall = self._wall
-
+            # A lease that expired had a holder that may have died with its hosts' timing:
+            # it contacted them until its stop plus the cut of its requests at the latest,
+            # one heartbeat before the expiry; each host waits its delay from there.
+            shortest, longest = self._delays
+            hold_off = HoldOff(lapse=self.timing.heartbeat, min_delay=shortest, max_delay=longest)
             skew = view.skew
 
             def claim() -> dict[int, int]:
-                return leases.claim_free(node, count, ttl, wall() + skew)
+                return leases.claim_free(node, count, ttl, wall() + skew, hold_off)
 
             asked = wall() + skew
             try:

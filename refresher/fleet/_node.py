@@ -122,6 +122,8 @@ class FleetNode:
                 fence=lambda owned: self._store.set_owned(dict(owned)),
                 drain=self._drain,
                 statistics=lambda: {"fetches_per_second": round(self._rate(), 3)},
+                min_delay=self.config.politeness.min_delay,
+                max_delay=self.config.politeness.max_delay,
             )
             with self._scope:
                 async with trio.open_nursery() as nursery:

@@ -19,6 +19,7 @@ calls the synchronous methods from a worker thread (``trio.to_thread.run_sync``)
 from __future__ import annotations
 
 import json
+import math
 import threading
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
@@ -30,7 +31,7 @@ from refresher._errors import StoreError
 from refresher.ops._logging import get_logger
 from refresher.store._pg_dsn import connect, describe
 
-__all__ = ["ClockSkewError", "LeaseStore", "NodeRow", "PartitionRow", "PgLeases"]
+__all__ = ["ClockSkewError", "HoldOff", "LeaseStore", "NodeRow", "PartitionRow", "PgLeases"]
 
 log = get_logger("fleet.leases")
 
@@ -58,12 +59,31 @@ class NodeRow:
     partitions: int  # leases held and not expired at ``now``
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HoldOff:
+    """How a claim holds off the hosts of a partition whose lease expired rather than was
+    handed back: its holder may have died, with the next-allowed times of its last requests
+    to them. Each such host may be asked no sooner than ``lapse`` before the old lease's
+    expiry (the holder's last possible contact: its stop, and the cut of its requests) plus
+    its delay (``min_delay`` when none is stored), when that is later than both its stored
+    next-allowed time and the claim. No stored delay is longer than ``max_delay``: the hosts
+    of a lease that expired longer ago than that are not read."""
+
+    lapse: float  # seconds
+    min_delay: float = 0.0  # seconds
+    max_delay: float = math.inf  # seconds
+
+
 class LeaseStore(Protocol):
     """The lease operations membership needs (synchronous; call from a worker thread)."""
 
-    def claim_free(self, node: str, n: int, ttl: float, now: float) -> dict[int, int]:
+    def claim_free(
+        self, node: str, n: int, ttl: float, now: float, hold_off: HoldOff | None = None
+    ) -> dict[int, int]:
         """Take up to ``n`` partitions that are free or whose lease expired; {partition:
-        epoch} of those granted (each epoch one more than before)."""
+        epoch} of those granted (each epoch one more than before). With ``hold_off``, the
+        hosts of the partitions whose lease expired (not handed back) are held off in the
+        claim's transaction (see :class:`HoldOff`)."""
         ...
 
     def renew(self, node: str, owned: Mapping[int, int], ttl: float, now: float) -> dict[int, int]:
@@ -88,6 +108,36 @@ class LeaseStore(Protocol):
     def partitions(self) -> list[PartitionRow]:
         """Every partition's lease."""
         ...
+
+
+#: the claim: free or expired leases granted, and the hosts of the expired ones held off until
+#: the old holder's last possible contact (expiry − lapse) plus their delay, where that is
+#: later than both their stored next-allowed time and now (a long delay: a host's delay that
+#: fits in the lapse has passed already); a lapse of infinity holds nothing off
+_CLAIM = """
+WITH free AS (
+    SELECT partition, owner AS holder, expires_at AS expired_at FROM partitions
+    WHERE owner IS NULL OR expires_at < %(now)s
+    ORDER BY expires_at, partition
+    LIMIT %(n)s
+    FOR UPDATE SKIP LOCKED
+), granted AS (
+    UPDATE partitions p
+    SET owner = %(node)s, epoch = p.epoch + 1, expires_at = %(now)s + %(ttl)s
+    FROM free WHERE p.partition = free.partition
+    RETURNING p.partition, p.epoch, free.holder, free.expired_at
+), held_off AS (
+    UPDATE hosts h
+    SET next_allowed = g.expired_at - %(lapse)s + COALESCE(h.delay, %(min_delay)s)
+    FROM granted g
+    WHERE g.holder IS NOT NULL AND g.expired_at - %(lapse)s + %(max_delay)s > %(now)s
+    AND h.partition = g.partition
+    AND g.expired_at - %(lapse)s + COALESCE(h.delay, %(min_delay)s)
+        > GREATEST(h.next_allowed, %(now)s)
+    RETURNING h.id
+)
+SELECT partition, epoch, (SELECT count(*) FROM held_off) FROM granted
+"""
 
 
 class PgLeases:
@@ -128,33 +178,35 @@ class PgLeases:
                 f"±{self.max_skew} s); synchronise it (NTP) before it takes leases"
             )
 
-    def claim_free(self, node: str, n: int, ttl: float, now: float) -> dict[int, int]:
+    def claim_free(
+        self, node: str, n: int, ttl: float, now: float, hold_off: HoldOff | None = None
+    ) -> dict[int, int]:
         if n <= 0:
             return {}
 
-        def claim(cur: Any) -> dict[int, int]:
+        def claim(cur: Any) -> tuple[dict[int, int], int]:
             self._check_clock(cur, now)
             cur.execute(
-                """
-                WITH free AS (
-                    SELECT partition FROM partitions
-                    WHERE owner IS NULL OR expires_at < %(now)s
-                    ORDER BY expires_at, partition
-                    LIMIT %(n)s
-                    FOR UPDATE SKIP LOCKED
-                )
-                UPDATE partitions p
-                SET owner = %(node)s, epoch = p.epoch + 1, expires_at = %(now)s + %(ttl)s
-                FROM free WHERE p.partition = free.partition
-                RETURNING p.partition, p.epoch
-                """,
-                {"now": now, "n": n, "node": node, "ttl": ttl},
+                _CLAIM,
+                {
+                    "now": now,
+                    "n": n,
+                    "node": node,
+                    "ttl": ttl,
+                    "lapse": hold_off.lapse if hold_off is not None else math.inf,
+                    "min_delay": hold_off.min_delay if hold_off is not None else 0.0,
+                    "max_delay": hold_off.max_delay if hold_off is not None else 0.0,
+                },
             )
-            return {int(p): int(e) for p, e in cur.fetchall()}
+            rows = cur.fetchall()
+            return {int(p): int(e) for p, e, _ in rows}, int(rows[0][2]) if rows else 0
 
-        granted: dict[int, int] = self._run("claiming partitions", claim)
+        granted: dict[int, int]
+        granted, held_off = self._run("claiming partitions", claim)
         if granted:
-            log.info("partitions claimed", node=node, partitions=len(granted))
+            log.info(
+                "partitions claimed", node=node, partitions=len(granted), hosts_held_off=held_off
+            )
         return granted
 
     def renew(self, node: str, owned: Mapping[int, int], ttl: float, now: float) -> dict[int, int]:

@@ -88,6 +88,7 @@ async def _crawling(
     *,
     config: Config | None = None,
     allocator: Any = None,
+    discovery: Any = None,
     timeout: float = 300.0,
 ) -> AsyncIterator[tuple[Crawler, _Recorder]]:
     """A crawler and ``frontier`` running, host ``name`` served on 127.0.0.1:``port``: the
@@ -104,6 +105,7 @@ async def _crawling(
             fetcher=fetcher,
             store=store,  # type: ignore[arg-type]
             allocator=allocator or _Plan(),
+            discovery=discovery,
         )
         await nursery.start(frontier.run)
         await nursery.start(crawler.run)
@@ -165,3 +167,45 @@ async def test_a_page_whose_fetch_failed_goes_back_to_the_frontier_tried_not_new
         assert [p.new for p in seen[:2]] == [True, False]
         assert seen[1].digest is None and seen[1].tried
         assert store.records[0].status == 500
+
+
+class _Later(_Plan):
+    """Every page due again in an hour: fetched once in a test."""
+
+    def due_after_fetch(self, page: PageRow, fetched_at: float) -> float:
+        return fetched_at + 3600.0
+
+
+class _Stuck:
+    """Discovery with its queue full for good: a handover waits until cancelled."""
+
+    def __init__(self) -> None:
+        self.waiting = trio.Event()
+
+    def defer(self) -> bool:
+        return False  # the deferred backlog is full too
+
+    async def put(self, found: Any) -> None:
+        self.waiting.set()
+        await trio.sleep_forever()
+
+
+async def test_a_worker_cancelled_handing_links_to_discovery_does_not_release_its_host_again():
+    page = Reply(headers=[("Content-Type", "text/html")], body=b'<a href="/next">next</a>')
+    async with raw_server(http_handler(lambda request: page)) as server:
+        frontier = Frontier(source=_once("http://links.test/", "links.test"), budget=100.0)
+        discovery = _Stuck()
+        async with _crawling(
+            frontier, "links.test", server.port, allocator=_Later(), discovery=discovery
+        ) as (
+            _,
+            store,
+        ):
+            with trio.fail_after(10):
+                await discovery.waiting.wait()
+            assert frontier.statistics().leased == 0  # released with the fetch's record
+        # cancelled (a drain deadline) while waiting on discovery: the host was given back
+        # once, and no fallback timing overwrote the one recorded with the fetch
+        assert frontier.statistics().leased == 0
+        assert len(store.records) == 1
+        assert len(store.hosts) == 1

@@ -9,6 +9,7 @@ import queue
 import random
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -324,6 +325,45 @@ async def test_a_request_cut_when_a_partition_is_shed_holds_the_host_off_for_its
     a.signal(signal.SIGTERM)
     b.signal(signal.SIGTERM)
     assert await a.wait_exit() == 0 and await b.wait_exit() == 0
+
+
+async def test_a_node_killed_mid_request_leaves_its_host_its_delay_before_the_next_owner_asks(
+    postgres, short_dir, daemons, slow_web
+):
+    """kill -9 with a request on the wire: nothing of it reaches the database, and the host's
+    delay is longer than the self-fencing margin, so the wait for the lease's expiry does not
+    cover it. The next owner of the expired lease holds the host off from the dead node's last
+    possible contact, one heartbeat before the expiry, plus the host's delay."""
+    delay = 10.0  # the host's politeness delay: over twice the margin (ttl/3 + 1 s)
+    s, slow, port = slow_web
+    fleet = Fleet(postgres(), short_dir, port, s.urls(), daemons)
+    fleet.extra = {
+        "fleet": {"lease_ttl": 4.0},
+        "fetch": {"timeout": 60.0},
+        "politeness": {"min_delay": delay, "max_delay": delay},
+    }
+    assert cli("fleet", "init", "--config", str(fleet.config("init"))).returncode == 0
+    a = fleet.start("a")
+    await a.ready()
+    await wait_for(lambda: s.statistics().requests_in_flight == 1, what="a's request on the wire")
+    a.signal(signal.SIGKILL)
+    assert await a.wait_exit() == -signal.SIGKILL
+    # a's connection closed with it, by now (the server notices when it answers, 15 s on)
+    killed_at = time.time()
+    b = fleet.start("b")
+    await b.ready()
+
+    def started() -> int:  # read in this order, a request ending meanwhile counts once
+        return len(s.requests.entries(host=slow)) + s.statistics().requests_in_flight
+
+    await wait_for(lambda: started() == 2, what="b's request on the wire")
+    b.signal(signal.SIGKILL)
+    assert await b.wait_exit() == -signal.SIGKILL
+    await wait_for(lambda: len(s.requests.entries(host=slow)) == 2, what="b's request ended")
+    first, second = s.requests.by_start(slow)
+    assert first.started_wall < killed_at  # a's
+    gap = second.started_wall - killed_at
+    assert gap >= delay, f"b asked {gap:.2f} s after a's request, within the host's delay"
 
 
 #: makes node b's first heartbeat (the insert of its row) take the whole lease ttl, three

@@ -87,7 +87,9 @@ class Table:
                 renewed[p] = e
         return renewed
 
-    def claim_free(self, node: str, n: int, ttl: float, now: float) -> dict[int, int]:
+    def claim_free(
+        self, node: str, n: int, ttl: float, now: float, hold_off: Any = None
+    ) -> dict[int, int]:
         self._check()
         granted = {}
         for p in range(self.partitions_):

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 import psycopg
 import pytest
 
-from refresher.store._pg_leases import ClockSkewError, PgLeases
+from refresher.store._pg_leases import ClockSkewError, HoldOff, PgLeases
 from refresher.store._pg_schema import init_fleet
 
 P = 16
@@ -116,3 +116,43 @@ def test_a_node_whose_clock_is_far_off_is_refused(postgres: Callable[..., str]) 
         assert len(leases.claim_free("a", 4, 10.0, time.time())) == 4
     finally:
         leases.close()
+
+
+def test_a_claim_of_expired_leases_holds_their_hosts_off_until_the_old_stop_plus_their_delay(
+    fleet: tuple[str, PgLeases, PgLeases],
+) -> None:
+    """The holder of an expired lease may have died with its hosts' next-allowed times: each
+    host waits its delay from the holder's last possible contact (lapse before the expiry);
+    a lease handed back already stored them, and a delay that has passed is left alone."""
+    dsn, a, b = fleet
+    t0 = 1_000_000.0
+    a.claim_free("a", P, 10.0, t0)  # expires at t0 + 10: last contact t0 + 10 - 4
+    a.release("a", [1])  # a clean hand-over
+    a.renew("a", {2: 1}, 10.0, t0 - 50)  # expired at t0 - 40: longer ago than any delay
+    hosts = {  # name: (partition, next_allowed, delay)
+        "long.test": (0, t0 + 1, 30.0),  # a long Crawl-delay: t0 + 6 + 30
+        "short.test": (0, t0 + 2, 1.0),  # t0 + 7 passed before the claim at t0 + 14
+        "unknown.test": (0, 0.0, None),  # never recorded: min_delay, t0 + 6 + 20
+        "backoff.test": (0, t0 + 500, 30.0),  # backing off past t0 + 36: kept
+        "handed.test": (1, t0 + 1, 30.0),  # handed back: the stored time stands
+        "old.test": (2, 0.0, None),  # t0 - 44 + at most 30 passed: left alone
+    }
+    with psycopg.connect(dsn) as con:
+        for name, (partition, next_allowed, delay) in hosts.items():
+            con.execute(
+                "INSERT INTO hosts (name, partition, scheme, next_allowed, delay)"
+                " VALUES (%s, %s, 'http', %s, %s)",
+                (name, partition, next_allowed, delay),
+            )
+    got = b.claim_free("b", 3, 10.0, t0 + 14, HoldOff(lapse=4.0, min_delay=20.0, max_delay=30.0))
+    assert sorted(got) == [0, 1, 2]
+    with psycopg.connect(dsn) as con:
+        after = dict(con.execute("SELECT name, next_allowed FROM hosts").fetchall())
+    assert after == {
+        "long.test": t0 + 36,
+        "short.test": t0 + 2,
+        "unknown.test": t0 + 26,
+        "backoff.test": t0 + 500,
+        "handed.test": t0 + 1,
+        "old.test": 0.0,
+    }
