@@ -56,7 +56,9 @@ __all__ = [
     "STEADY_ROUNDS",
     "TUNE",
     "FamilyWeb",
+    "chosen_seeds",
     "family_web",
+    "goal_lines",
     "honesty",
     "main",
     "markdown_table",
@@ -66,6 +68,7 @@ __all__ = [
     "run_history",
     "run_web",
     "steady_horizon",
+    "web_arguments",
 ]
 
 Float = NDArray[np.float64]
@@ -528,8 +531,7 @@ def plot_family(results: list[dict[str, Any]], path: Path) -> Path:
         )
     for ax in (ax1, ax2):
         ax.set_xticks(np.arange(len(seeds)), seeds, fontsize=7)
-    ax1.axhline(0.97, color="k", lw=0.8, ls="--")
-    ax1.axhline(0.99, color="k", lw=0.8, ls=":")
+    goal_lines(ax1)
     ax1.set_ylim(0.8, 1.04)
     ax1.set_title("optimal / clairvoyant true freshness")
     ax2.axhline(0.0, color="k", lw=0.8)
@@ -542,14 +544,32 @@ def plot_family(results: list[dict[str, Any]], path: Path) -> Path:
     return path
 
 
+def goal_lines(ax: Any) -> None:
+    """The goals on a share axis: 97 % (dashed) and 99 % (dotted) of the clairvoyant."""
+    ax.axhline(0.97, color="k", lw=0.8, ls="--")
+    ax.axhline(0.99, color="k", lw=0.8, ls=":")
+
+
+def web_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--set`` and ``--seeds``: which webs of the family (:func:`chosen_seeds`)."""
+    parser.add_argument("--set", choices=("tune", "report"), default="report")
+    parser.add_argument("--seeds", default="", help="comma-separated web seeds (overrides --set)")
+
+
+def chosen_seeds(args: argparse.Namespace) -> tuple[int, ...]:
+    """The web seeds :func:`web_arguments` asked for."""
+    if args.seeds:
+        return tuple(int(x) for x in args.seeds.split(","))
+    return TUNE if args.set == "tune" else REPORT
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m analysis.family",
         description="Uniform / optimal / clairvoyant true freshness over a family of webs.",
     )
-    parser.add_argument("--set", choices=("tune", "report"), default="report")
+    web_arguments(parser)
     parser.add_argument("--webs", type=int, default=0, help="first N webs of the set (0: all)")
-    parser.add_argument("--seeds", default="", help="comma-separated web seeds (overrides --set)")
     parser.add_argument("--runs", type=int, default=3, help="draws of the change times")
     parser.add_argument("--horizon", type=float, default=HORIZONS[-1], help="seconds")
     parser.add_argument(
@@ -631,9 +651,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if real and args.out is None:
         print("analysis.family: --real needs --out DIR for the daemons' runs", file=sys.stderr)
         return 2
-    seeds = TUNE if args.set == "tune" else REPORT
-    if args.seeds:
-        seeds = tuple(int(x) for x in args.seeds.split(","))
+    seeds = chosen_seeds(args)
     if args.webs:
         seeds = seeds[: args.webs]
     if args.honesty:

@@ -42,7 +42,7 @@ from refresher.refresh._estimate import MODELS, estimate_pages
 from refresher.sim._simweb import SimwebConfig, plan_web
 from refresher.store import due_after, due_interval, next_due
 
-__all__ = ["ModelSettings", "ModelWeb", "main", "model_web", "replay", "run_model"]
+__all__ = ["ModelSettings", "ModelWeb", "main", "model_web", "plan_at", "replay", "run_model"]
 
 Float = NDArray[np.float64]
 
@@ -254,12 +254,28 @@ def _plan(
     on_plan: Callable[[float, PolicyInputs, Plan], None] | None,
 ) -> Plan:
     """The daemon's plan at ``now``, fitted to the host caps as the allocator fits it."""
-    inputs = _plan_inputs(policy, web, settings, fetches, changes)
-    made = plan(inputs, policy, settings.budget, explore=settings.explore, decide=settings.decide)
-    made = replace(made, target=within_caps(inputs, made.target))
+    inputs, made = plan_at(policy, web, settings, fetches, changes)
     if on_plan is not None:
         on_plan(now, inputs, made)
     return made
+
+
+def plan_at(
+    policy: str,
+    web: ModelWeb,
+    settings: ModelSettings,
+    fetches: list[list[float]] | None = None,
+    changes: list[Float] | None = None,
+) -> tuple[PolicyInputs, Plan]:
+    """What the plan reads and the plan it makes, fitted to the host caps as the allocator
+    fits it, after ``fetches`` of pages whose change times are ``changes`` (None: none yet;
+    the clairvoyant plan, ``settings.oracle``, is the same at every moment)."""
+    n = web.rates.size
+    fetches = [[] for _ in range(n)] if fetches is None else fetches
+    changes = [np.zeros(0) for _ in range(n)] if changes is None else changes
+    inputs = _plan_inputs(policy, web, settings, fetches, changes)
+    made = plan(inputs, policy, settings.budget, explore=settings.explore, decide=settings.decide)
+    return inputs, replace(made, target=within_caps(inputs, made.target))
 
 
 def _plan_inputs(

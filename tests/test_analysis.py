@@ -19,7 +19,7 @@ if _ROOT not in sys.path:
 
 from conftest import cli  # noqa: E402
 
-from analysis import compare, model, plots  # noqa: E402
+from analysis import age_bound, compare, model, plots  # noqa: E402
 from refresher.sim._simweb import SimwebConfig, parse_rate_mix, plan_web, site_of  # noqa: E402
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -394,3 +394,52 @@ def test_the_model_makes_up_late_fetches_as_the_store_does_and_so_spends_more_of
     # one interval after the last fetch adds every fetch's lateness to the next interval
     assert spent[True] > spent[False]
     assert spent[True] >= 0.99, spent
+
+
+def test_a_page_is_quiet_until_an_interval_between_its_fetches_saw_a_change() -> None:
+    fetches = [[1.0, 5.0, 9.0], [1.0, 5.0, 9.0], [3.0], [], [1.0, 2.0, 3.0]]
+    changes = [np.array([0.5, 9.5]), np.array([6.0]), np.array([4.0]), np.zeros(0)]
+    changes.append(np.array([1.5, 1.7, 2.5]))
+    assert age_bound.quiet_pages(fetches, changes).tolist() == [True, False, True, True, False]
+    assert age_bound.changed_intervals(fetches, changes).tolist() == [0, 1, 0, 0, 2]
+
+
+def test_the_alike_bound_is_the_clairvoyant_plan_when_no_page_is_quiet_and_never_better() -> None:
+    from refresher import policies
+
+    alike_plan, plan_age = age_bound.alike_plan, age_bound.plan_age
+    rng = np.random.default_rng(3)
+    rates = np.exp(rng.normal(-4.0, 1.5, 60))
+    hosts = np.repeat(np.arange(3), 20).astype(np.intp)
+    caps = np.full(3, np.inf)
+    best = policies.solve("optimal-age", rates, 2.0, hosts=hosts, host_caps=caps).rates
+    none = alike_plan(rates, np.zeros(60, bool), 2.0, hosts, caps)
+    np.testing.assert_allclose(none, best, rtol=1e-9)
+    quiet = rates < np.quantile(rates, 0.3)  # the slowest pages, fetched alike
+    alike = alike_plan(rates, quiet, 2.0, hosts, caps)
+    assert alike.sum() == pytest.approx(2.0)
+    assert np.ptp(alike[quiet]) == 0.0
+    assert plan_age(rates, alike) > plan_age(rates, best)
+    # no one rate for the quiet pages does better than the one found
+    for f_q in (0.5, 0.9, 1.1, 2.0):
+        other = alike.copy()
+        other[quiet] *= f_q
+        rest = ~quiet
+        other[rest] *= (2.0 - other[quiet].sum()) / alike[rest].sum()
+        assert plan_age(rates, other) >= plan_age(rates, alike) * (1 - 1e-9)
+
+
+def test_rate_errors_leave_the_quiet_pages_alike_and_cost_age_where_changes_were_few() -> None:
+    rng = np.random.default_rng(5)
+    rates = np.exp(rng.normal(-4.0, 1.5, 80))
+    hosts = np.zeros(80, dtype=np.intp)
+    caps = np.array([np.inf])
+    shown = rng.integers(0, 6, 80)
+    quiet = shown == 0
+    alike = age_bound.alike_plan(rates, quiet, 3.0, hosts, caps)
+    noisy = age_bound.noisy_plan(rates, shown, alike, 3.0, hosts, caps, rng)
+    assert noisy.sum() == pytest.approx(3.0)
+    np.testing.assert_array_equal(noisy[quiet], alike[quiet])
+    sure = age_bound.noisy_plan(rates, np.where(quiet, 0, 10**12), alike, 3.0, hosts, caps, rng)
+    assert age_bound.plan_age(rates, sure) == pytest.approx(age_bound.plan_age(rates, alike))
+    assert age_bound.plan_age(rates, noisy) > age_bound.plan_age(rates, alike)
