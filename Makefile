@@ -21,7 +21,7 @@ test: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check refresher policies tests bench analysis
-	$(BIN)/ruff format --check refresher policies
+	$(BIN)/ruff format --check refresher policies tests bench analysis
 
 typecheck: $(STAMP)
 	$(BIN)/mypy refresher

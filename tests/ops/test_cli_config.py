@@ -66,7 +66,7 @@ BAD: dict[str, str] = {
     "discovery.sitemaps": '"no"',
     "discovery.queue": "0",
     "discovery.parse_processes": "-1",
-    "discovery.html_parser": "\"html5lib\"",
+    "discovery.html_parser": '"html5lib"',
     "estimate.change": "some",
     "estimate.history": "0",
     "estimate.model": "poisson",
