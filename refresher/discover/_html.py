@@ -321,8 +321,12 @@ def _from_tree(root: Any, found: _Links, text: _Simhash) -> None:
 
 
 # Link and invisible elements in one selection: each selection is a walk over the whole tree
-# while holding the GIL (0.2-0.3 ms per docs page), so the two are taken in one walk.
-_LEXBOR_SELECTOR = ", ".join(sorted(set(_LINK_TAGS) | _INVISIBLE))
+# while holding the GIL (0.2-0.3 ms per docs page), so the two are taken in one walk; images
+# only when media links are wanted (their handler does nothing otherwise).
+_LEXBOR_SELECTORS = {
+    media: ", ".join(sorted((set(_LINK_TAGS) - ({"img"} if not media else set())) | _INVISIBLE))
+    for media in (False, True)
+}
 
 
 def _from_lexbor(data: bytes, found: _Links, text: _Simhash) -> None:
@@ -330,17 +334,25 @@ def _from_lexbor(data: bytes, found: _Links, text: _Simhash) -> None:
     part of the tree (as in browsers: a template's links and text are inert)."""
     tree = lexbor_tree(data)
     invisible = []
-    add = found._add
-    for node in tree.css(_LEXBOR_SELECTOR):  # in document order
+    add, skipped = found._add, found.skipped
+    media, longest = found._owner.include_media, found._owner.max_url_length
+    for node in tree.css(_LEXBOR_SELECTORS[media]):  # in document order
         tag = node.tag
-        if tag == "a":  # most link elements: _Links._anchor without the two calls
+        if tag == "a":  # most link elements: _Links._anchor without the calls
             attrib = node.attributes
+            href = attrib.get("href")
+            if href is None:
+                continue
+            if href[:1] == "#" and len(href) <= longest and not found._full:
+                skipped["self"] += 1  # a fragment of this page, as _add counts it
+                continue
             rel = attrib.get("rel")
-            add(attrib.get("href"), tag, rel is not None and "nofollow" in _rels(attrib))
-            continue
-        if tag in _INVISIBLE:
+            add(href, tag, rel is not None and "nofollow" in _rels(attrib))
+        elif tag in _INVISIBLE:
             invisible.append(node)
-        if tag in _ELEMENT_HANDLERS:
+            if media and tag == "script":
+                found.element(tag, node.attributes)
+        elif tag is not None:  # always, for an element
             found.element(tag, node.attributes)
     # Innermost first, so no element is taken out of one already taken out.
     for node in reversed(invisible):
