@@ -3,16 +3,33 @@ and the streaming target) against bare lxml, bare selectolax (Lexbor) and resili
 thread; then the processor's pages/s with either tree in 1, 2, 8 and 20 threads and in a
 2-process pool. Prints; asserts nothing.
 
-    .venv/bin/python bench/bench_parsers.py [DIR]
+    .venv/bin/python bench/bench_parsers.py [DIR ...]
+    .venv/bin/python bench/bench_parsers.py --record FILE [DIR ...]
+    .venv/bin/python bench/bench_parsers.py --compare FILE [DIR ...]
+    .venv/bin/python bench/bench_parsers.py --hosts 20 [DIR ...]
 
 DIR defaults to /usr/share/doc/python3.11/html (Debian ``python3.11-doc``); any tree of
-.html files will do. resiliparse is measured when installed (``.venv/bin/pip install
-resiliparse``; it is not a dependency).
+.html files will do. The tables are for the first DIR's first 150 pages; with several, the
+processor's CPU ms per page on each follows. resiliparse is measured when installed
+(``.venv/bin/pip install resiliparse``; it is not a dependency).
+
+``--record`` writes what the processor finds on every page of the DIRs (links, canonical,
+robots flags, fingerprint, skip counts; with the Lexbor tree, the lxml tree and
+``include_media``) to FILE; ``--compare`` finds it again and names the pages where anything
+differs from FILE: a change meant to be faster must leave it as it was.
+
+``--hosts N`` gives only the processor's CPU ms per page (one thread) over the pages of each
+DIR as a crawl of N copies of the site sees them: each page under N host names, in a
+shuffled order, so the caches of link verdicts and token hashes meet what the daemon's meet
+on the docs web (N sites' pages mixed) rather than one site's pages in a row.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
+import pickle
+import random
 import sys
 import threading
 import time
@@ -32,7 +49,7 @@ PROCESSORS = {parser: HtmlLinks(parser=parser) for parser in _html.PARSERS}
 DEFAULT_DIR = Path("/usr/share/doc/python3.11/html")
 
 
-def load(root: Path, limit: int = 150) -> list[Document]:
+def load(root: Path, limit: int | None = 150) -> list[Document]:
     docs = []
     for path in sorted(root.rglob("*.html"))[:limit]:
         url = f"http://docs.example/{path.relative_to(root)}"
@@ -126,8 +143,84 @@ def pool_throughput(docs: list[Document], processes: int, passes: int = 2) -> fl
     return done / (time.perf_counter() - start)
 
 
+#: the processors whose results --record and --compare keep
+RECORDED = {
+    "lexbor": HtmlLinks(),
+    "lxml": HtmlLinks(parser="lxml"),
+    "lexbor+media": HtmlLinks(include_media=True),
+}
+
+
+def results(roots: list[Path]) -> dict[tuple[str, str], object]:
+    """What each of :data:`RECORDED` finds on every page under ``roots``, by (processor,
+    page URL)."""
+    found: dict[tuple[str, str], object] = {}
+    for root in roots:
+        for doc in load(root, limit=None):
+            for name, processor in RECORDED.items():
+                ex = processor.process(doc)
+                links = tuple((link.url, link.kind, link.nofollow) for link in ex.links)
+                flags = (ex.canonical, ex.noindex, ex.nofollow)
+                found[name, f"{root}/{doc.url}"] = (links, flags, ex.fingerprint, dict(ex.skipped))
+    return found
+
+
+def record_or_compare(args: argparse.Namespace, roots: list[Path]) -> None:
+    found = results(roots)
+    if args.record:
+        args.record.write_bytes(pickle.dumps(found))
+        print(f"{len(found)} results ({len(found) // len(RECORDED)} pages) in {args.record}")
+        return
+    before = pickle.loads(args.compare.read_bytes())
+    keys = before.keys() | found.keys()
+    differ = sorted(key for key in keys if before.get(key) != found.get(key))
+    for processor, page in differ[:20]:
+        print(f"  differs: {processor} {page}")
+    print(f"{len(found)} results ({len(found) // len(RECORDED)} pages): {len(differ)} differ")
+    if differ:
+        sys.exit(1)
+
+
+def as_hosts(docs: list[Document], hosts: int, limit: int = 4000) -> list[Document]:
+    """``limit`` of ``docs`` under ``hosts`` host names (each with its host in its body, as
+    the docs web serves them), in a shuffled order."""
+    pairs = [(doc, host) for doc in docs for host in range(hosts)]
+    random.Random(1).shuffle(pairs)
+    return [
+        Document(
+            url=doc.url.replace("docs.example", f"h{host}.docs.test"),
+            content_type=doc.content_type,
+            body=doc.body.replace(b"</body>", b"<p>h%d.docs.test</p></body>" % host, 1),
+        )
+        for doc, host in pairs[:limit]
+    ]
+
+
+def per_page_on_hosts(roots: list[Path], hosts: int) -> None:
+    print(f"HtmlLinks (lexbor tree), one thread, each site under {hosts} host names, shuffled:")
+    for root in roots:
+        docs = as_hosts(load(root, limit=None), hosts)
+        for doc in docs[:500]:  # the caches as a running crawl has them
+            PROCESSORS["lexbor"].process(doc)
+        ms = per_page(PROCESSORS["lexbor"].process, docs[500:], repeat=1)
+        print(f"  {ms:6.2f} CPU ms/page  {len(docs) - 500:5} pages  {root}")
+
+
 def main() -> None:
-    root = Path(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT_DIR
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("dirs", nargs="*", type=Path, default=[DEFAULT_DIR], metavar="DIR")
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--record", type=Path, metavar="FILE", help="write every page's results")
+    group.add_argument("--compare", type=Path, metavar="FILE", help="compare with --record's")
+    group.add_argument("--hosts", type=int, metavar="N", help="each site under N host names")
+    args = parser.parse_args()
+    if args.record or args.compare:
+        record_or_compare(args, args.dirs)
+        return
+    if args.hosts:
+        per_page_on_hosts(args.dirs, args.hosts)
+        return
+    root = args.dirs[0]
     docs = load(root)
     if not docs:
         sys.exit(f"no .html files under {root}: install python3.11-doc or name a directory")
@@ -143,6 +236,13 @@ def main() -> None:
         print(f"  {threads:>2} threads          {row}")
     print(f"   2-process pool (lexbor)  {pool_throughput(docs, 2):7.0f}")
     print(f"(threads alive: {threading.active_count()})")
+    if len(args.dirs) > 1:
+        print("HtmlLinks (lexbor tree), one thread, every page, best of 3 passes:")
+        for other in args.dirs:
+            every = load(other, limit=None)
+            size = sum(len(d.body) for d in every) / max(len(every), 1)
+            ms = per_page(PROCESSORS["lexbor"].process, every, repeat=3)
+            print(f"  {ms:6.2f} CPU ms/page  {len(every):5} pages of {size / 1e3:4.0f} kB  {other}")
 
 
 if __name__ == "__main__":

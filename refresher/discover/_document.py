@@ -157,8 +157,19 @@ _HTTP_AUTHORITY = re.compile(r"(https?)://([^/?#]*)", re.IGNORECASE)
 def resolve(raw: str, base: str, max_length: int) -> str:
     """``raw`` (an attribute value) made absolute against ``base``, fragment dropped;
     raises :class:`Skip` when it is not a crawlable http(s) URL."""
+    url, reason = verdict(raw, base, max_length)
+    if reason is not None:
+        raise Skip(reason)
+    return url
+
+
+_TOO_LONG = ("", "too_long")
+
+
+def verdict(raw: str, base: str, max_length: int) -> tuple[str, str | None]:
+    """:func:`resolve` without raising: (URL, None), or ("", the reason it is skipped)."""
     if len(raw) > max_length:  # first, so a 10 kB URL costs nothing more
-        raise Skip("too_long")
+        return _TOO_LONG
     # Only a reference that starts with "?" depends on more of the base than its directory;
     # keyed by the directory, and without the fragment (dropped anyway; "#" stays so edge
     # stripping is unchanged), the verdicts of a site's navigation links are computed once.
@@ -166,12 +177,8 @@ def resolve(raw: str, base: str, max_length: int) -> str:
     if mark and fragment and not _CONTROL.search(fragment):
         raw = head + mark
     if "?" in raw and raw.strip(_EDGE).translate(_TAB_NEWLINE).startswith("?"):
-        url, reason = _verdict(raw, base, max_length)
-    else:
-        url, reason = _verdict(raw, _directory(base), max_length)
-    if reason is not None:
-        raise Skip(reason)
-    return url
+        return _verdict(raw, base, max_length)
+    return _verdict(raw, _directory(base), max_length)
 
 
 @lru_cache(maxsize=1 << 14)

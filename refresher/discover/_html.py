@@ -27,7 +27,7 @@ from typing import Any, Protocol
 from lxml import etree
 
 from refresher.discover._charset import choose_charset, decoded_chunks
-from refresher.discover._document import Document, Extracted, Link, Skip, resolve
+from refresher.discover._document import Document, Extracted, Link, verdict
 from refresher.discover._lexbor import NoTree, lexbor_tree
 from refresher.discover._simhash import _Simhash
 from refresher.discover._url import MAX_URL_LENGTH
@@ -40,6 +40,7 @@ PARSERS = ("lexbor", "lxml")
 _MAX_DEPTH = 512  # elements deeper than this are noted ("too_deep"); browsers flatten there
 _TREE_MAX = 4 * 1024 * 1024  # bytes: larger pages stream (a tree would take ~10× the body)
 _TEXT_BATCH = 4096  # text nodes joined per simhash feed
+_VERDICTS_KEPT = 4096  # distinct link values per page whose verdicts are kept for repeats
 
 
 _INVISIBLE = frozenset({"script", "style", "template", "noscript"})
@@ -81,9 +82,10 @@ def _robots_directives(value: str) -> tuple[bool, bool]:
 
 
 class _Attributes(Protocol):
-    """What a handler reads of an element: lxml's attribute mapping, or the element itself."""
+    """What a handler reads of an element: lxml's attribute mapping, the element itself, or
+    Lexbor's attribute dict."""
 
-    def get(self, key: str, default: str = ..., /) -> Any: ...
+    def get(self, key: str, default: Any = ..., /) -> Any: ...
 
 
 class _Links:
@@ -95,6 +97,7 @@ class _Links:
         "_base_seen",
         "_full",
         "_owner",
+        "_verdicts",
         "canonical",
         "links",
         "nofollow",
@@ -109,6 +112,9 @@ class _Links:
         self.skipped = skipped
         self.links: dict[str, tuple[str, bool]] = {}
         self._full = False
+        # A page repeats its link values (a docs page links 200 times to 40 pages): each
+        # distinct value is judged once per page, against the page's current base.
+        self._verdicts: dict[str, tuple[str, str | None]] = {}
         self.canonical: str | None = None
         self.noindex = False
         self.nofollow = False
@@ -147,6 +153,7 @@ class _Links:
         base = self._resolve(href)
         if base is not None:
             self._base = base
+            self._verdicts.clear()  # judged against the old base
 
     def _meta(self, tag: str, attrib: _Attributes) -> None:
         content = attrib.get("content")
@@ -163,11 +170,11 @@ class _Links:
                 self._add(m.group(1), "redirect", False)
 
     def _resolve(self, raw: str) -> str | None:
-        try:
-            return resolve(raw, self._base, self._owner.max_url_length)
-        except Skip as e:
-            self.skipped[e.reason] += 1
+        url, reason = verdict(raw, self._base, self._owner.max_url_length)
+        if reason is not None:
+            self.skipped[reason] += 1
             return None
+        return url
 
     def _add(self, raw: str | None, kind: str, nofollow: bool) -> None:
         if raw is None:
@@ -177,11 +184,17 @@ class _Links:
             return
         if raw[:1] == "#" and len(raw) <= self._owner.max_url_length:
             # A fragment of this page (a third of a documentation page's link elements):
-            # what resolve() says, without raising and catching its Skip.
+            # what verdict() says, without looking it up.
             self.skipped["self"] += 1
             return
-        url = self._resolve(raw)
-        if url is None:
+        judged = self._verdicts.get(raw)
+        if judged is None:
+            judged = verdict(raw, self._base, self._owner.max_url_length)
+            if len(self._verdicts) < _VERDICTS_KEPT:
+                self._verdicts[raw] = judged
+        url, reason = judged
+        if reason is not None:
+            self.skipped[reason] += 1
             return
         seen = self.links.get(url)
         if seen is None:
@@ -307,17 +320,42 @@ def _from_tree(root: Any, found: _Links, text: _Simhash) -> None:
         text.feed(batch)
 
 
-_INVISIBLE_SELECTOR = ", ".join(sorted(_INVISIBLE))
+# Link and invisible elements in one selection: each selection is a walk over the whole tree
+# while holding the GIL (0.2-0.3 ms per docs page), so the two are taken in one walk; images
+# only when media links are wanted (their handler does nothing otherwise).
+_LEXBOR_SELECTORS = {
+    media: ", ".join(sorted((set(_LINK_TAGS) - ({"img"} if not media else set())) | _INVISIBLE))
+    for media in (False, True)
+}
 
 
 def _from_lexbor(data: bytes, found: _Links, text: _Simhash) -> None:
     """Links and text from Lexbor's tree of ``data`` (UTF-8). Template contents are not
     part of the tree (as in browsers: a template's links and text are inert)."""
     tree = lexbor_tree(data)
-    _feed_links(found, ((node.tag, node.attributes) for node in tree.css(_LINK_SELECTOR)))
-    # One selection for the four tags (strip_tags searches once per tag: 0.13 ms more per docs
-    # page); innermost first, so no element is taken out of one already taken out.
-    for node in reversed(tree.css(_INVISIBLE_SELECTOR)):
+    invisible = []
+    add, skipped = found._add, found.skipped
+    media, longest = found._owner.include_media, found._owner.max_url_length
+    for node in tree.css(_LEXBOR_SELECTORS[media]):  # in document order
+        tag = node.tag
+        if tag == "a":  # most link elements: _Links._anchor without the calls
+            attrib = node.attributes
+            href = attrib.get("href")
+            if href is None:
+                continue
+            if href[:1] == "#" and len(href) <= longest and not found._full:
+                skipped["self"] += 1  # a fragment of this page, as _add counts it
+                continue
+            rel = attrib.get("rel")
+            add(href, tag, rel is not None and "nofollow" in _rels(attrib))
+        elif tag in _INVISIBLE:
+            invisible.append(node)
+            if media and tag == "script":
+                found.element(tag, node.attributes)
+        elif tag is not None:  # always, for an element
+            found.element(tag, node.attributes)
+    # Innermost first, so no element is taken out of one already taken out.
+    for node in reversed(invisible):
         node.decompose()
     root = tree.root
     if root is not None:  # text nodes joined with spaces: an element boundary ends a word

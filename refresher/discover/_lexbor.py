@@ -89,11 +89,27 @@ def nesting_work(data: bytes) -> int:
     return int(np.cumsum(change).sum())
 
 
+def _work_bound(tags: int, ends: int) -> int:
+    """An upper bound of :func:`nesting_work` for a page of ``tags`` "<" of which ``ends``
+    are followed by "/". Only the other ones can open an element, so at most
+    ``starts = tags - ends`` are ever open, and after the k-th "<" at most k: the sum over
+    the tags is at most 1 + 2 + ... + starts + (tags - starts) × starts."""
+    starts = tags - ends
+    return starts * (starts + 1) // 2 + (tags - starts) * starts
+
+
 def lexbor_tree(data: bytes) -> LexborHTMLParser:
     """The parsed page (``data`` is UTF-8); :class:`NoTree` when its nesting would make the
     tree builder slow, or Lexbor fails (out of memory)."""
-    if data.count(b"<") > _FEW_TAGS and nesting_work(data) > _MAX_WORK:
-        raise NoTree
+    # The tag counts by numpy: 0.05 ms on a docs page of 6,000 tags, where bytes.count took
+    # 0.29 for "<" and "</"; the bound spares most such pages the estimate (0.8 ms).
+    buf = np.frombuffer(data, dtype=np.uint8)
+    opens = buf == 60
+    tags = int(np.count_nonzero(opens))
+    if tags > _FEW_TAGS:
+        ends = int(np.count_nonzero(opens[:-1] & (buf[1:] == 47)))
+        if _work_bound(tags, ends) > _MAX_WORK and nesting_work(data) > _MAX_WORK:
+            raise NoTree
     try:
         return LexborHTMLParser(data)
     except (SelectolaxError, RuntimeError) as e:

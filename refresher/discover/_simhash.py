@@ -44,29 +44,45 @@ def _hash_token(token: bytes) -> int:
 
 # Words repeat, so their hashes are cached: per thread (the parse threads never share one),
 # only short words, and at most _TOKENS_CACHED of them (the cache starts over when full), so it
-# stays small. A page's words are looked up in C (a set difference, then map over the list).
+# stays small. A page's words are looked up in one C pass (numpy reading a map over the list);
+# a word not cached yet is hashed on the way (__missing__) and cached after the pass.
 _CACHED_TOKEN = 48  # bytes
 _TOKENS_CACHED = 1 << 15
 _token_cache = threading.local()
 
 
-def _token_hashes(words: list[bytes]) -> list[int]:
+class _TokenCache(dict[bytes, int]):
+    """Token hashes by token; ``fresh`` lists the words added in the current pass."""
+
+    __slots__ = ("fresh",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fresh: list[bytes] = []
+
+    def __missing__(self, word: bytes) -> int:
+        value = self[word] = _hash_token(word)
+        self.fresh.append(word)
+        return value
+
+
+def _token_hashes(words: list[bytes]) -> NDArray[np.uint64]:
     """The hash of each of ``words`` (:func:`_hash_token`), in order."""
-    cache: dict[bytes, int] | None = getattr(_token_cache, "hashes", None)
+    cache: _TokenCache | None = getattr(_token_cache, "hashes", None)
     if cache is None:
-        cache = _token_cache.hashes = {}
-    missing = set(words).difference(cache)
-    if not missing:
-        return list(map(cache.__getitem__, words))
-    if len(cache) + len(missing) > _TOKENS_CACHED:
-        cache.clear()
-        missing = set(words)
-    long: dict[bytes, int] = {}
-    for word in missing:
-        (cache if len(word) <= _CACHED_TOKEN else long)[word] = _hash_token(word)
-    if not long:
-        return list(map(cache.__getitem__, words))
-    return [cache[w] if len(w) <= _CACHED_TOKEN else long[w] for w in words]
+        cache = _token_cache.hashes = _TokenCache()
+    hashes = np.fromiter(map(cache.__getitem__, words), dtype=np.uint64, count=len(words))
+    fresh = cache.fresh
+    if fresh:
+        cache.fresh = []
+        if len(cache) > _TOKENS_CACHED:
+            cache.clear()  # starts over with this batch's words
+            cache.update(zip(words, hashes.tolist(), strict=True))
+            fresh = words
+        for word in fresh:
+            if len(word) > _CACHED_TOKEN:
+                cache.pop(word, None)
+    return hashes
 
 
 #: 256 × j added to byte j of a hash: each (position, value) pair gets its own histogram slot
@@ -94,12 +110,22 @@ class _Simhash:
     the majority over the shingles.
     """
 
-    __slots__ = ("_carry", "_counts", "_hashes", "_parts", "_shingles", "_size", "_tokens")
+    __slots__ = (
+        "_carry",
+        "_counts",
+        "_hashes",
+        "_parts",
+        "_pending",
+        "_shingles",
+        "_size",
+        "_tokens",
+    )
 
     def __init__(self) -> None:
         self._parts: list[str] = []
         self._size = 0
-        self._hashes: list[int] = []
+        self._hashes: list[NDArray[np.uint64]] = []  # token hashes not combined yet
+        self._pending = 0  # tokens in _hashes
         self._carry: NDArray[np.uint64] = np.empty(0, dtype=np.uint64)
         self._counts: NDArray[np.int64] = np.zeros(64, dtype=np.int64)
         self._shingles = 0
@@ -149,17 +175,17 @@ class _Simhash:
         if not words:
             return
         self._tokens += len(words)
-        hashes = self._hashes
-        hashes.extend(_token_hashes(words))
-        if len(hashes) >= _BLOCK:
+        self._hashes.append(_token_hashes(words))
+        self._pending += len(words)
+        if self._pending >= _BLOCK:
             self._combine()
 
     def _combine(self) -> None:
         if not self._hashes:
             return
-        fresh = np.fromiter(self._hashes, dtype=np.uint64, count=len(self._hashes))
+        seq = np.concatenate((self._carry, *self._hashes))
         self._hashes.clear()
-        seq = np.concatenate((self._carry, fresh))
+        self._pending = 0
         if seq.size >= _SHINGLE:
             self._add_bits(self._shingle_hashes(seq, whole=False))
             seq = seq[-(_SHINGLE - 1) :]

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 from _pages import DATA, fixture
+from hypothesis import given
+from hypothesis import strategies as st
 
 from refresher.discover import _lexbor
 from refresher.discover._lexbor import NoTree, lexbor_tree, nesting_work
@@ -100,6 +102,38 @@ def test_100000_nested_divs_still_give_their_link_and_note_the_depth() -> None:
     lexbor, lxml = _both(body)
     assert _links(lexbor) == _links(lxml) == [("http://example.com/deep.html", "a", False)]
     assert lexbor.skipped == {"too_deep": 1}
+
+
+_SOUP_PARTS = "<div> </div> <p> </p> <br/> <img/> <span </x> <b> </b> < > </ /> <LI> <a1> x"
+_SOUP = st.lists(
+    st.sampled_from([*_SOUP_PARTS.split(), "\x15", "<!-- c -->", "<svg/>"]),
+    max_size=200,
+)
+
+
+@given(_SOUP)
+def test_the_byte_count_bound_is_never_below_the_nesting_estimate(parts: list[str]) -> None:
+    body = "".join(parts).encode()
+    bound = _lexbor._work_bound(body.count(b"<"), body.count(b"</"))
+    assert bound >= nesting_work(body)
+
+
+def test_the_bound_spares_a_docs_page_the_estimate_and_not_a_deep_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    estimated: list[int] = []
+
+    def estimate(data: bytes) -> int:
+        estimated.append(len(data))
+        return 0
+
+    monkeypatch.setattr(_lexbor, "nesting_work", estimate)
+    item = b'<li><a href="/p.html">p</a> <code class="x">f()</code></li>\n'
+    lexbor_tree(b"<ul>" + item * 1200 + b"</ul>")  # 7,202 tags, 3,601 starts: bound 19.5 M
+    assert estimated == []
+    lexbor_tree(b"<div>" * 7000)  # bound 24.5 M
+    lexbor_tree(b"<div>" * 5000 + b"</div>" * 5000)  # bound 37.5 M
+    assert estimated == [7000 * 5, 10000 * 5.5]
 
 
 def test_a_page_of_few_tags_is_parsed_without_the_estimate() -> None:

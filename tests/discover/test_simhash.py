@@ -80,6 +80,22 @@ def test_simhash_is_the_same_whether_token_hashes_come_from_the_cache_or_not(
     assert len(_simhash._token_cache.hashes) == 3  # it started over for the 3 new words
 
 
+def test_new_words_are_hashed_once_and_cached_after_the_pass_unless_long() -> None:
+    long_word = "x" * (_simhash._CACHED_TOKEN + 1)
+    text = f"zqv zqv wjk {long_word} zqv {long_word}"
+    assert simhash(text) == simhash(text.upper())
+    cache = _simhash._token_cache.hashes
+    assert {b"zqv", b"wjk"} <= cache.keys()
+    assert long_word.encode() not in cache
+    assert cache.fresh == []  # nothing left over for the next pass
+    hashes = _simhash._token_hashes([b"zqv", long_word.encode(), b"zqv"])
+    assert hashes.tolist() == [
+        _simhash._hash_token(b"zqv"),
+        _simhash._hash_token(long_word.encode()),
+        _simhash._hash_token(b"zqv"),
+    ]
+
+
 def test_simhash_of_a_long_text_is_computed_in_bounded_batches() -> None:
     assert simhash("word " * 300_000) == simhash("word word word")
 
