@@ -195,25 +195,48 @@ class FrontierStatistics:
     backing_off: int = 0  # known hosts waiting out an error backoff now
     paused: int = 0  # known hosts paused
     early: int = 0  # pages handed out before they were due (work conservation)
+    lapsed: float = 0.0  # budget tokens left unused beyond the pacer's one second of credit
 
 
 class Pacer:
-    """Hands out at most ``rate`` tokens per second, with ``burst`` seconds of saved credit."""
+    """Hands out at most ``rate`` tokens per second, with ``burst`` seconds of saved credit.
+
+    A token is late, not lost, while the credit holds it: a worker woken late (a busy event
+    loop) takes the tokens due meanwhile at once. Credit beyond ``burst`` seconds lapses:
+    :meth:`lapsed` counts those tokens, the budget left unspent for want of a page a host
+    may take (or of the CPU to hand it out for more than ``burst`` seconds)."""
 
     def __init__(self, rate: float, *, burst: float = 1.0) -> None:
         self.rate = rate
         self.burst = burst
         self._next = -math.inf  # trio time of the next free token
+        self._lapsed = 0.0  # tokens lapsed up to the last reservation
 
     def set_rate(self, rate: float) -> None:
+        now = trio.current_time()
+        lapsing = self._lapsing(now)  # counted at the rate it lapsed at
+        if lapsing:
+            self._lapsed += lapsing
+            self._next = now - self.burst  # what the next reservation would take anyway
         self.rate = rate
+
+    def _lapsing(self, now: float) -> float:
+        """Tokens lapsed since the last reservation: credit older than ``burst`` seconds."""
+        if self._next == -math.inf:  # nothing reserved yet: the pacer has not started
+            return 0.0
+        return max(0.0, now - self.burst - self._next) * self.rate
 
     def reserve(self) -> float:
         """Take the next token: the trio time at which it may be used."""
         now = trio.current_time()
+        self._lapsed += self._lapsing(now)
         t = max(self._next, now - self.burst)
         self._next = t + 1.0 / self.rate
         return t
+
+    def lapsed(self) -> float:
+        """Tokens that lapsed unused since the first reservation (fractional)."""
+        return self._lapsed + self._lapsing(trio.current_time())
 
     def free_at(self) -> float:
         """The trio time from which a token may be used at once."""
@@ -699,6 +722,7 @@ class Frontier:
             hosts_known=len(self._hosts),
             dispatched=self._dispatched,
             early=self._early,
+            lapsed=self.pacer.lapsed(),
             cursor=self._cursor[0],
             backing_off=sum(1 for h in self._hosts.values() if h.errors and h.next_allowed > now),
             paused=sum(1 for h in self._hosts.values() if h.paused),

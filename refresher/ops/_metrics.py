@@ -157,6 +157,7 @@ METRICS: Mapping[str, Mapping[str, MetricSpec]] = {
         "backing_off": _g("Known hosts waiting out an error backoff."),
         "paused": _g("Known hosts paused."),
         "early": _c("Pages handed out before they were due (frontier.work_conserving)."),
+        "lapsed": _c("Budget tokens left unused beyond the pacer's one second of credit."),
     },
     "store": {
         "pages": _g("Pages in the store."),

@@ -10,7 +10,7 @@ import math
 import pytest
 import trio
 
-from refresher.crawl._frontier import Frontier, HostRobots, HostTiming, next_allowed_after
+from refresher.crawl._frontier import Frontier, HostRobots, HostTiming, Pacer, next_allowed_after
 from refresher.store import HostRow, PageRow, due_after
 
 EPOCH = 1.7e9  # the injected wall clock starts here
@@ -465,6 +465,45 @@ async def test_work_conserving_hands_out_a_page_not_yet_due_when_the_pacer_has_a
         assert lease is not None and lease.page.id == 1  # the one due soonest
         assert trio.current_time() < 1  # at once, 30 s before it is due
         assert frontier.statistics().early == 1
+        frontier.close()
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_pacer_woken_late_within_its_credit_loses_no_token(autojump_clock):
+    pacer = Pacer(6.0)
+    assert max(pacer.reserve() for _ in range(7)) == pytest.approx(0.0)  # credit, then pace
+    await trio.sleep(0.9)  # an event loop late by most of a second
+    # the 5 tokens due meanwhile are there at once, and the pace goes on after them
+    late = [pacer.reserve() for _ in range(5)]
+    assert max(late) <= trio.current_time()
+    assert pacer.reserve() > trio.current_time()
+    assert pacer.lapsed() == 0.0
+
+
+async def test_a_pacer_counts_the_tokens_left_unused_beyond_its_credit(autojump_clock):
+    pacer = Pacer(6.0, burst=1.0)
+    assert pacer.lapsed() == 0.0  # not started: nothing is owed before the first token
+    await trio.sleep(5.0)
+    pacer.reserve()  # at 0, with a second of credit: tokens at −1 s … 0 s
+    await trio.sleep(3.0)
+    # 1 token used, 6 kept as credit, of the 6 + 3 × 6 issued
+    assert pacer.lapsed() == pytest.approx(17.0)
+    pacer.set_rate(2.0)  # a new pace counts from now, the lapsed ones stay counted
+    assert pacer.lapsed() == pytest.approx(17.0)
+    await trio.sleep(2.0)
+    assert pacer.lapsed() == pytest.approx(21.0)
+
+
+async def test_the_frontier_counts_the_budget_left_unused_for_want_of_a_page(autojump_clock):
+    frontier, _ = make([page(1, host=1, due=EPOCH)], budget=2.0, work_conserving=True)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(frontier.run)
+        lease = await frontier.acquire()
+        assert lease is not None
+        frontier.release(lease, next_due=None)  # nothing more to fetch
+        await trio.sleep(10.0)
+        # 2 tokens of credit at the start, 20 more in 10 s: one used, 2 kept
+        assert frontier.statistics().lapsed == pytest.approx(19.0)
         frontier.close()
         nursery.cancel_scope.cancel()
 
