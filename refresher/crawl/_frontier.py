@@ -213,6 +213,9 @@ class Pacer:
         self._lapsed = 0.0  # tokens lapsed up to the last reservation
 
     def set_rate(self, rate: float) -> None:
+        if self._next == -math.inf:  # nothing reserved yet (perhaps outside trio): no credit
+            self.rate = rate
+            return
         now = trio.current_time()
         lapsing = self._lapsing(now)  # counted at the rate it lapsed at
         if lapsing:
@@ -235,7 +238,11 @@ class Pacer:
         return t
 
     def lapsed(self) -> float:
-        """Tokens that lapsed unused since the first reservation (fractional)."""
+        """Tokens that lapsed unused since the first reservation (fractional). Before the
+        first there is nothing to lapse, and no trio clock is asked: a frontier's statistics
+        may be read outside ``trio.run``."""
+        if self._next == -math.inf:
+            return 0.0
         return self._lapsed + self._lapsing(trio.current_time())
 
     def free_at(self) -> float:
