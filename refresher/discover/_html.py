@@ -334,20 +334,13 @@ def _from_lexbor(data: bytes, found: _Links, text: _Simhash) -> None:
     part of the tree (as in browsers: a template's links and text are inert)."""
     tree = lexbor_tree(data)
     invisible = []
-    add, skipped = found._add, found.skipped
-    media, longest = found._owner.include_media, found._owner.max_url_length
+    add, media = found._add, found._owner.include_media
     for node in tree.css(_LEXBOR_SELECTORS[media]):  # in document order
         tag = node.tag
         if tag == "a":  # most link elements: _Links._anchor without the calls
             attrib = node.attributes
-            href = attrib.get("href")
-            if href is None:
-                continue
-            if href[:1] == "#" and len(href) <= longest and not found._full:
-                skipped["self"] += 1  # a fragment of this page, as _add counts it
-                continue
             rel = attrib.get("rel")
-            add(href, tag, rel is not None and "nofollow" in _rels(attrib))
+            add(attrib.get("href"), tag, rel is not None and "nofollow" in _rels(attrib))
         elif tag in _INVISIBLE:
             invisible.append(node)
             if media and tag == "script":
