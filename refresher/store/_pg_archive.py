@@ -27,7 +27,7 @@ files while they are rewritten.
 from __future__ import annotations
 
 from collections.abc import Collection, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -97,12 +97,12 @@ class FleetIndex:
         self._noted: dict[str, Path] | None = None
 
     def _read(self, what: str, sql: str, params: Any = None) -> list[tuple[Any, ...]]:
-        try:
-            with connect(self.dsn) as con, con.cursor() as cur:
-                cur.execute(sql, params)
-                return list(cur.fetchall())
-        except psycopg.Error as e:
-            raise StoreError(f"{what} ({redact(self.dsn)!r}): {describe(e)}") from e
+        def rows(cur: Any) -> list[tuple[Any, ...]]:
+            cur.execute(sql, params)
+            return list(cur.fetchall())
+
+        result: list[tuple[Any, ...]] = _run(self.dsn, what, rows)
+        return result
 
     def _stream(self, what: str, sql: str) -> Iterator[IndexedCapture]:
         """``sql``'s rows through a server-side cursor, :data:`_CHUNK` at a time (one
@@ -247,48 +247,51 @@ def apply_node_prune(
 
 
 @contextmanager
+def _session_lock(dsn: str, what: str, *statements: tuple[str, Any]) -> Iterator[bool]:
+    """Run ``statements`` on a connection of their own and yield the last one's boolean
+    answer while the block runs (True when it answers nothing, as a waiting
+    ``pg_advisory_lock`` does once it holds the lock); the session's advisory locks go with
+    the connection when the block ends."""
+    con = connect(dsn, autocommit=True)
+    try:
+        answer = None
+        try:
+            for sql, params in statements:
+                cur = con.execute(sql, params)
+                row = cur.fetchone() if cur.description else None
+                answer = None if row is None else row[0]
+        except psycopg.Error as e:
+            raise StoreError(f"{what} ({redact(dsn)!r}): {describe(e)}") from e
+        yield answer is None or bool(answer)
+    finally:
+        con.close()
+
+
 def maintenance_lock(
     dsn: str, *, exclusive: bool = False, timeout: float = 600.0
-) -> Iterator[bool]:
+) -> AbstractContextManager[bool]:
     """The fleet's file maintenance lock on a connection of its own, held while the block
     runs: shared (retention passes; yields False at once when a backup holds it) or exclusive
     (a backup; waits up to ``timeout`` seconds for running passes)."""
-    con = connect(dsn, autocommit=True)
-    try:
-        try:
-            if exclusive:
-                con.execute(f"SET lock_timeout = '{int(timeout * 1000)}ms'")
-                con.execute("SELECT pg_advisory_lock(%s)", (_MAINTENANCE,))
-                got = True
-            else:
-                row = con.execute("SELECT pg_try_advisory_lock_shared(%s)", (_MAINTENANCE,))
-                got = bool(row.fetchone()[0])  # type: ignore[index]
-        except psycopg.Error as e:
-            raise StoreError(
-                f"taking the fleet's maintenance lock ({redact(dsn)!r}): {describe(e)}"
-            ) from e
-        yield got
-    finally:
-        con.close()  # the session's locks go with it
+    what = "taking the fleet's maintenance lock"
+    if exclusive:
+        return _session_lock(
+            dsn,
+            what,
+            (f"SET lock_timeout = '{int(timeout * 1000)}ms'", None),
+            ("SELECT pg_advisory_lock(%s)", (_MAINTENANCE,)),
+        )
+    return _session_lock(dsn, what, ("SELECT pg_try_advisory_lock_shared(%s)", (_MAINTENANCE,)))
 
 
-@contextmanager
-def node_files_lock(dsn: str, node_id: str) -> Iterator[bool]:
+def node_files_lock(dsn: str, node_id: str) -> AbstractContextManager[bool]:
     """The lock on ``node_id``'s WARC files for a retention pass, on a connection of its own,
     held while the block runs; yields False at once when another pass holds it."""
-    con = connect(dsn, autocommit=True)
-    try:
-        try:
-            row = con.execute(
-                "SELECT pg_try_advisory_lock(%s, hashtext(%s))", (_NODE_FILES, node_id)
-            ).fetchone()
-        except psycopg.Error as e:
-            raise StoreError(
-                f"locking node {node_id!r}'s WARC files ({redact(dsn)!r}): {describe(e)}"
-            ) from e
-        yield bool(row and row[0])
-    finally:
-        con.close()  # the session's lock goes with it
+    return _session_lock(
+        dsn,
+        f"locking node {node_id!r}'s WARC files",
+        ("SELECT pg_try_advisory_lock(%s, hashtext(%s))", (_NODE_FILES, node_id)),
+    )
 
 
 @contextmanager
