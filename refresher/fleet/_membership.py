@@ -388,35 +388,8 @@ class Membership:
             return
         sent = self._last_sent = trio.current_time()
         wait = JOIN_TIMEOUT if first else max(self.timing.heartbeat, 0.1)
-        call = partial(
-            exchange,
-            self._leases,
-            self.node_id,
-            clock=self._wall,
-            ttl=self.timing.ttl,
-            max_skew=self.timing.max_skew,
-            held=dict(self._held),
-            stopping=self._refused,
-            statistics=self._statistics_row(),
-            abandoned=self._abandoned,
-            known=dict(self._known),
-        )
-        try:
-            with trio.fail_after(wait):
-                view: FleetView = await self._run_sync(call)
-        except trio.TooSlowError as e:
-            raise StoreError(
-                f"the fleet database did not answer a heartbeat within {wait:.3g} s"
-            ) from e
-        except ClockSkewError as e:
-            self._c.heartbeats += 1
-            self._reachable = True
-            if first:
-                raise
-            if not self._refused:
-                log.error("clock too far off; stepping out of the fleet", error=str(e))
-                self._refused = True
-                await self._hand_back(frozenset(self._held))
+        view = await self._exchange(wait, first=first)
+        if view is None:
             return
         self._c.heartbeats += 1
         self._reachable = True
@@ -450,47 +423,86 @@ class Membership:
             owners=owners,
         )
         if step.claim:
-            sent = trio.current_time()
-            leases, node, count, ttl = self._leases, self.node_id, step.claim, self.timing.ttl
-            wall = self._wall
-            # A lease that expired had a holder that may have died with its hosts' timing:
-            # it contacted them until its stop plus the cut of its requests at the latest,
-            # one heartbeat before the expiry; each host waits its delay from there.
-            shortest, longest = self._delays
-            hold_off = HoldOff(lapse=self.timing.heartbeat, min_delay=shortest, max_delay=longest)
-            skew = view.skew
-
-            def claim() -> dict[int, int]:
-                return leases.claim_free(node, count, ttl, wall() + skew, hold_off)
-
-            asked = wall() + skew
-            try:
-                with trio.fail_after(wait):
-                    granted: dict[int, int] = await self._run_sync(claim)
-            except trio.TooSlowError:
-                # The database may grant it all the same: the next heartbeat frees what it
-                # did. The renewals went through: the next heartbeat keeps its time (a retry
-                # after a backoff could come after the held leases' margin ran out).
-                self._abandoned = asked if self._abandoned is None else self._abandoned
-                if first:
-                    raise
-                self._c.failures += 1
-                log.warning(
-                    "the fleet database did not answer a claim in time; claiming again at the "
-                    "next heartbeat",
-                    waited=wait,
-                )
-                return
-            if granted:
-                self._c.claimed += len(granted)
-                stop = self.timing.stop_at(sent)
-                self._set(
-                    {**self._held, **granted},
-                    {**self._stop_at, **dict.fromkeys(granted, stop)},
-                )
+            await self._claim(step.claim, skew=view.skew, wait=wait, first=first)
         elif step.shed and self._nursery is not None:
             self._shedding = True
             self._nursery.start_soon(self._shed, frozenset(step.shed))
+
+    async def _exchange(self, wait: float, *, first: bool) -> FleetView | None:
+        """One heartbeat's exchange with the fleet database, waiting ``wait`` seconds at most;
+        None when this node's clock is too far off to take part (it steps out)."""
+        call = partial(
+            exchange,
+            self._leases,
+            self.node_id,
+            clock=self._wall,
+            ttl=self.timing.ttl,
+            max_skew=self.timing.max_skew,
+            held=dict(self._held),
+            stopping=self._refused,
+            statistics=self._statistics_row(),
+            abandoned=self._abandoned,
+            known=dict(self._known),
+        )
+        try:
+            with trio.fail_after(wait):
+                view: FleetView = await self._run_sync(call)
+        except trio.TooSlowError as e:
+            raise StoreError(
+                f"the fleet database did not answer a heartbeat within {wait:.3g} s"
+            ) from e
+        except ClockSkewError as e:
+            self._c.heartbeats += 1
+            self._reachable = True
+            if first:
+                raise
+            if not self._refused:
+                log.error("clock too far off; stepping out of the fleet", error=str(e))
+                self._refused = True
+                await self._hand_back(frozenset(self._held))
+            return None
+        return view
+
+    async def _claim(self, count: int, *, skew: float, wait: float, first: bool) -> None:
+        """Claim ``count`` free partitions (the database's clock is ours plus ``skew``
+        seconds), waiting ``wait`` seconds for the answer."""
+        sent = trio.current_time()
+        leases, node, ttl = self._leases, self.node_id, self.timing.ttl
+        wall = self._wall
+        # A lease that expired had a holder that may have died with its hosts' timing:
+        # it contacted them until its stop plus the cut of its requests at the latest,
+        # one heartbeat before the expiry; each host waits its delay from there.
+        shortest, longest = self._delays
+        hold_off = HoldOff(lapse=self.timing.heartbeat, min_delay=shortest, max_delay=longest)
+
+        def claim() -> dict[int, int]:
+            return leases.claim_free(node, count, ttl, wall() + skew, hold_off)
+
+        asked = wall() + skew
+        try:
+            with trio.fail_after(wait):
+                granted: dict[int, int] = await self._run_sync(claim)
+        except trio.TooSlowError:
+            # The database may grant it all the same: the next heartbeat frees what it
+            # did. The renewals went through: the next heartbeat keeps its time (a retry
+            # after a backoff could come after the held leases' margin ran out).
+            self._abandoned = asked if self._abandoned is None else self._abandoned
+            if first:
+                raise
+            self._c.failures += 1
+            log.warning(
+                "the fleet database did not answer a claim in time; claiming again at the "
+                "next heartbeat",
+                waited=wait,
+            )
+            return
+        if granted:
+            self._c.claimed += len(granted)
+            stop = self.timing.stop_at(sent)
+            self._set(
+                {**self._held, **granted},
+                {**self._stop_at, **dict.fromkeys(granted, stop)},
+            )
 
     def _renewed(self, view: FleetView, sent: float) -> None:
         """Keep the leases the heartbeat renewed (at their epochs), until their new stop."""
