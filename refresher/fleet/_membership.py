@@ -576,6 +576,11 @@ class Membership:
 
     # -- statistics --------------------------------------------------------------------------
 
+    def set_delays(self, *, min_delay: float, max_delay: float) -> None:
+        """The politeness delays (seconds) a claim of an expired lease holds hosts off by:
+        live, from ``politeness.min_delay`` and ``max_delay`` at a reload."""
+        self._delays = (min_delay, max_delay)
+
     def _statistics_row(self) -> dict[str, Any]:
         return {"membership": _plain(self.statistics()), **self._node_statistics()}
 

@@ -141,6 +141,14 @@ class FleetNode:
                 with trio.CancelScope(shield=True):
                     await trio.to_thread.run_sync(leases.close)
 
+    def configure(self, config: Config) -> None:
+        """Take a reloaded config's live settings: the politeness delays a claim of an
+        expired lease holds the partition's hosts off by (the [fleet] keys are restart-only)."""
+        self.config = config
+        if self.membership is not None:
+            p = config.politeness
+            self.membership.set_delays(min_delay=p.min_delay, max_delay=p.max_delay)
+
     def _serve(self, held: Mapping[int, int]) -> None:
         membership = self.membership
         self._frontier.retain(

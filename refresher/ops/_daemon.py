@@ -331,6 +331,8 @@ class Daemon:
             self._fetcher.configure(new.fetch, user_agent=new.crawl.user_agent)
         configure_logging(format=new.log.format, level=new.log.level)
         self._crawler.configure(new)
+        if self._fleet is not None:
+            self._fleet.configure(new)
         if self._discovery is not None:
             self._discovery.configure(new.discovery)
         self._configure_archive(old, new)

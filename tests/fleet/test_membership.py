@@ -37,6 +37,7 @@ class Table:
         self.skew = skew
         self.down = False
         self.log: list[tuple[str, Any]] = []
+        self.hold_offs: list[Any] = []
 
     def now(self) -> float:
         return wall() + self.skew
@@ -100,6 +101,7 @@ class Table:
                 self.expires[p] = now + ttl
                 granted[p] = self.epoch[p]
         self.log.append(("claim", sorted(granted)))
+        self.hold_offs.append(hold_off)
         return granted
 
     def release(self, node: str, partitions: Collection[int]) -> None:
@@ -384,4 +386,23 @@ async def test_partitions_a_timed_out_claim_was_granted_are_fetched_within_a_hea
         assert ("release", [3]) in table.log
         # and the leases it held went on: the heartbeat after the claim kept its time
         assert a.m.statistics().self_fenced == 0 and a.m.statistics().lost == 0
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_claim_after_a_reload_holds_hosts_off_by_the_reloaded_politeness_delays(
+    autojump_clock,
+):
+    table = Table(4)
+    # another node held two partitions and went silent: their leases lapse in 5 s
+    for p in (2, 3):
+        table.owner[p], table.epoch[p], table.expires[p] = "gone", 1, table.now() + 5
+    a = Node(table, "a")
+    async with trio.open_nursery() as nursery:
+        await nursery.start(a.m.run)
+        assert a.held == {0, 1}
+        a.m.set_delays(min_delay=3.0, max_delay=9.0)  # what a reload of [politeness] does
+        await trio.sleep(10)
+        assert a.held == {0, 1, 2, 3}
+        last = table.hold_offs[-1]
+        assert (last.min_delay, last.max_delay) == (3.0, 9.0)
         nursery.cancel_scope.cancel()
