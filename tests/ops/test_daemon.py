@@ -13,7 +13,6 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-import trio
 from conftest import DaemonProcess, acli, cli, daemon_config, query_db, wait_for
 
 from refresher.ops._control import request
@@ -157,7 +156,8 @@ async def test_seed_and_status_reach_the_running_daemon_and_the_file_when_stoppe
     config = daemon_config(short_dir, port=port, seeds=s.urls()[:2])
     d = daemons(config)
     await d.ready()
-    result = cli(
+    # the CLI in a thread while the daemon runs: the site is served by this event loop
+    result = await acli(
         "seed", "--config", str(config), "http://c.sim.test/p9", "ftp://nope/", "not a url"
     )
     assert result.returncode == 0, result.stderr
@@ -166,7 +166,7 @@ async def test_seed_and_status_reach_the_running_daemon_and_the_file_when_stoppe
     await wait_for(
         lambda: s.requests.entries(host="c.sim.test", path="/p9"), what="the seeded page fetched"
     )
-    status = cli("status", "--config", str(config), "--json")
+    status = await acli("status", "--config", str(config), "--json")
     assert status.returncode == 0, status.stderr
     answer = json.loads(status.stdout)
     assert answer["running"] is True and answer["store"]["pages"] == 3
@@ -175,7 +175,7 @@ async def test_seed_and_status_reach_the_running_daemon_and_the_file_when_stoppe
     assert set(stages) == {"held", "wire", "parse", "record"}
     # a host is held through its fetch and its page's parse
     assert stages["held"] >= stages["wire"] + stages["parse"] > 0
-    human = cli("status", "--config", str(config))
+    human = await acli("status", "--config", str(config))
     assert "running" in human.stdout and "pages" in human.stdout
     assert "requests/s on the wire" in human.stdout
 
@@ -372,7 +372,7 @@ async def test_a_paused_host_is_left_alone_until_resumed(site, short_dir, daemon
     await wait_for(lambda: len(s.requests.entries(host="b.sim.test")) >= 3, what="b fetched")
     # In a thread: the site runs on this event loop and must answer while the CLI starts, or
     # requests sent before the pause would be logged after it.
-    result = await trio.to_thread.run_sync(cli, "pause", "--config", str(config), "b.sim.test")
+    result = await acli("pause", "--config", str(config), "b.sim.test")
     assert result.returncode == 0 and "paused (running daemon)" in result.stdout
     # at most the one request in flight at the pause may still arrive
     paused_at = len(s.requests.entries(host="b.sim.test")) + 1
@@ -384,8 +384,8 @@ async def test_a_paused_host_is_left_alone_until_resumed(site, short_dir, daemon
         what="others go on",
     )
     assert len(s.requests.entries(host="b.sim.test")) <= paused_at
-    assert cli("pause", "--config", str(config), "nowhere.test").returncode == 1
-    result = cli("resume", "--config", str(config), "b.sim.test")
+    assert (await acli("pause", "--config", str(config), "nowhere.test")).returncode == 1
+    result = await acli("resume", "--config", str(config), "b.sim.test")
     assert result.returncode == 0
     await wait_for(
         lambda: len(s.requests.entries(host="b.sim.test")) > paused_at + 2, what="b fetched again"
