@@ -649,12 +649,14 @@ async def test_a_non_uniform_plan_keeps_the_budget_on_the_wire(nursery, short_di
         assert result.returncode == 0, result.stderr
         return json.loads(result.stdout)
 
-    async def after(uptime: float) -> dict | None:
+    async def after(uptime: float, dispatched: int = 0) -> dict | None:
         a = await status()
-        return a if a["uptime"] > uptime and a["frontier"]["early"] > 0 else None
+        f = a["frontier"]
+        past = a["uptime"] > uptime and f["dispatched"] >= dispatched
+        return a if past and f["early"] > 0 else None
 
-    # past the first round's 36 pages, pages fetched early
-    first = await wait_for(lambda: after(15), timeout=120, what="15 s of refreshing")
+    # past the first round (36 pages and the 6 hosts' robots.txt), pages fetched early
+    first = await wait_for(lambda: after(0, 36 + 6), timeout=120, what="the first round")
     # then a full wire window (30 s)
     answer = await wait_for(lambda: after(first["uptime"] + 30), timeout=120, what="30 s more")
     # the pacer's credit carries a late wake-up's tokens: under load as idle, none lapsed
