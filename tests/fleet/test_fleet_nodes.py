@@ -318,10 +318,14 @@ async def test_a_request_cut_when_a_partition_is_shed_holds_the_host_off_for_its
     await b.ready()
     cut = await wait_for(lambda: a.event("request abandoned"), what="a cuts it at the stop")
     cut_at = datetime.fromisoformat(cut["timestamp"]).timestamp()
-    await wait_for(lambda: len(s.requests.entries(host=slow)) == 2, what="b's request answered")
-    first, second = s.requests.by_start(slow)
+    # b's request is known at the server once it arrives (answered 15 s later, cut by b's drain)
+    await wait_for(
+        lambda: len(s.requests.entries(host=slow)) == 1 and s.started_in_flight(slow),
+        what="b's request on the wire",
+    )
+    (first,), (second,) = s.requests.entries(host=slow), s.started_in_flight(slow)
     assert first.started_wall < cut_at < first.finished_wall  # a's, cut while answered
-    assert second.started_wall - cut_at >= delay, "b contacted the host within its delay"
+    assert second - cut_at >= delay, "b contacted the host within its delay"
     a.signal(signal.SIGTERM)
     b.signal(signal.SIGTERM)
     assert await a.wait_exit() == 0 and await b.wait_exit() == 0
@@ -517,8 +521,11 @@ async def test_a_node_stops_fetching_while_the_database_is_away_and_resumes_afte
     assert_polite(s, fleet)
 
 
-async def test_the_fleet_spends_its_budget_within_5_percent_over_a_minute(fleet, web):
-    budget = 10.0  # the fleet's B (Fleet.config), shared by both nodes through one μ
+async def test_the_fleet_spends_its_budget_within_5_percent_over_600_fetches(fleet, web):
+    # The fleet's B, shared by both nodes through one μ, over a window of 600 expected
+    # fetches (the count the 5 % is of): 30 s at 20/s. The hosts allow 8 × 1/MIN_DELAY = 40/s.
+    budget, window = 20.0, 30.0
+    fleet.extra = {"budget": {"fetches_per_second": budget}}
     a = fleet.start("a")
     await a.ready()
     b = fleet.start("b")
@@ -530,11 +537,10 @@ async def test_the_fleet_spends_its_budget_within_5_percent_over_a_minute(fleet,
         return bool(rows) and rows[0][0].get("nodes") == 2
 
     await wait_for(solved_over_both, what="a solution over both nodes")
-    window = 60.0
-    # A minute in which no lease moved. On a loaded machine a renewal that comes back late
+    # A window in which no lease moved. On a loaded machine a renewal that comes back late
     # makes a node stop fetching its partitions until they are claimed again (self-fencing,
     # by design); their owner then catches up on the pages that fell due meanwhile, at up to
-    # B on its own. That burst is not the steady spending measured here: a minute with a
+    # B on its own. That burst is not the steady spending measured here: a window with a
     # lease moved is measured again.
     leases = "SELECT partition, epoch FROM partitions ORDER BY partition"
     for _ in range(4):
@@ -545,11 +551,11 @@ async def test_the_fleet_spends_its_budget_within_5_percent_over_a_minute(fleet,
             (last,) = fleet.rows("SELECT coalesce(max(started_at), 0) FROM fetches")[0]
             return last >= start + window
 
-        await wait_for(window_over, timeout=3 * window, what="a minute of the fleet's fetches")
+        await wait_for(window_over, timeout=3 * window, what="a window of the fleet's fetches")
         if fleet.rows(leases) == before:
             break
     else:
-        raise AssertionError("a lease moved in each of 4 minutes: the split never held")
+        raise AssertionError("a lease moved in each of 4 windows: the split never held")
     (fetches,) = fleet.rows(
         "SELECT count(*) FROM fetches WHERE started_at >= %s AND started_at < %s",
         start,
