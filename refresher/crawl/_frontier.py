@@ -17,6 +17,12 @@ pages and politeness allow. Only the due gate is relaxed; an early page owes not
 (:func:`refresher.store.due_after`: due one interval after the fetch). The loader then also looks
 ahead beyond the window, up to B × window pages held, so there is something to pull forward.
 
+A re-plan moves due times in the store, which alone computes them
+(:func:`refresher.store.next_due`): :meth:`Frontier.reset` has the loader read the window anew and
+swap the rows in for the pages held not in a worker's hands, with no wait in between. The pages
+held stay on offer while the store is read, so a re-plan leaves no worker without a page (at the
+cost of up to twice the pages in memory during the read).
+
 In a fleet the frontier serves only the hosts its node holds: :meth:`Frontier.retain` takes the
 node's ownership as a predicate over host keys, drops the held pages of every host it refuses
 (fetches already in a worker's hands finish; their pages are not kept) and reloads, so the pages
