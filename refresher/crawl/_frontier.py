@@ -738,6 +738,9 @@ class Frontier:
         leased = len(self._paged) - len(self._due) - sum(map(len, self._front))
         leased -= sum(len(h.queue) for h in self._hosts.values())
         room = self.max_pages - leased
+        if room <= 0:  # every page held is in a worker's hands: read once one comes back
+            self._rescan = True
+            return 0
         try:
             pages, hosts = await self._source((-math.inf, -1), until, room, self.known_hosts())
             fresh = self._fresh

@@ -270,6 +270,25 @@ async def test_reset_takes_the_stores_due_times_and_keeps_the_held_pages_until_t
         nursery.cancel_scope.cancel()
 
 
+async def test_a_reset_with_every_page_held_in_a_workers_hands_reads_once_one_comes_back(
+    autojump_clock,
+):
+    frontier, source = make([page(1, host=1, due=EPOCH)], max_pages_in_memory=1)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(frontier.run)
+        lease = await frontier.acquire()
+        assert lease is not None
+        frontier.reset()
+        assert await frontier.load() == 0  # no room to read into
+        source.pages = [page(1, host=1, due=EPOCH + 5)]  # the plan moved it
+        frontier.release(lease, next_due=None)
+        assert await frontier.load() == 1
+        again = await frontier.acquire()
+        assert again is not None and again.page.due_at == EPOCH + 5
+        frontier.close()
+        nursery.cancel_scope.cancel()
+
+
 class SlowStore(FakeStore):
     """A page source that takes ``seconds`` per read (a big store, a busy writer)."""
 
