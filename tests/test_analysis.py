@@ -232,7 +232,9 @@ def test_on_a_generated_web_optimal_is_at_least_uniform_within_two_standard_erro
         resolve_interval=2.0,
         plots=False,
     )
-    result = compare.compare(settings, tmp_path)
+    # side by side: each policy its 20 s against its own copy of the web, under one load, in
+    # the time of one run (the in-turn path has the test above)
+    result = compare.compare(settings, tmp_path, side_by_side=True)
     margin, _ = result.margin("optimal", "uniform")
     error = result.margin_error("optimal", "uniform")
     assert math.isfinite(error) and error > 0

@@ -17,6 +17,12 @@ pages and politeness allow. Only the due gate is relaxed; an early page owes not
 (:func:`refresher.store.due_after`: due one interval after the fetch). The loader then also looks
 ahead beyond the window, up to B × window pages held, so there is something to pull forward.
 
+A re-plan moves due times in the store, which alone computes them
+(:func:`refresher.store.next_due`): :meth:`Frontier.reset` has the loader read the window anew and
+swap the rows in for the pages held not in a worker's hands, with no wait in between. The pages
+held stay on offer while the store is read, so a re-plan leaves no worker without a page (at the
+cost of up to twice the pages in memory during the read).
+
 In a fleet the frontier serves only the hosts its node holds: :meth:`Frontier.retain` takes the
 node's ownership as a predicate over host keys, drops the held pages of every host it refuses
 (fetches already in a worker's hands finish; their pages are not kept) and reloads, so the pages
@@ -307,6 +313,10 @@ class Frontier:
         #: next due time (unix s) of pages let go by release, with when: a page row loaded
         #: meanwhile may predate the fetch's record, and pulled forward be fetched again at once
         self._released: OrderedDict[int, tuple[float, float]] = OrderedDict()
+        self._rescan = False  # the loader's next pass reads the window anew (:meth:`reset`)
+        #: while a rescan reads the store: next due time (unix s) of each page released
+        #: meanwhile, newer than the row the read may bring of it
+        self._fresh: dict[int, float] | None = None
 
     # -- time ------------------------------------------------------------------------------
 
@@ -364,20 +374,15 @@ class Frontier:
         return _with_due(page, memo[0])
 
     def reset(self) -> None:
-        """Forget every page not in a worker's hands and reload from the store.
+        """Take every held page's due time anew from the store: they changed there (a new
+        allocation, a host paused or resumed).
 
-        Used when due times change in the store (a new allocation, a policy switch).
-        """
-        for _, _, page in self._due:
-            self._drop(page)
-        self._due.clear()
-        for q in self._front:
-            for page in q:
-                self._drop(page)
-            q.clear()
-        for host in list(self._hosts.values()):
-            self._empty_queue(host)
-        self._reload()
+        The loader's next pass reads the window from the start and swaps it in for the pages
+        held, at once (:meth:`_swap`): until then the pages held stay on offer, so the workers
+        keep the budget on the wire while the store is read (at scale, dropping them first
+        left the frontier empty for the whole read, at every re-plan)."""
+        self._rescan = True
+        self._load_now.set()
 
     def _empty_queue(self, host: HostState) -> None:
         """Drop the pages of ``host``'s back queue (its leased page stays with its worker)."""
@@ -636,6 +641,8 @@ class Frontier:
         """
         page, host = lease.page, lease.host
         _apply(host, timing, robots)
+        if next_due is not None and self._fresh is not None:
+            self._fresh[page.id] = next_due
         if next_due is not None and self.work_conserving:
             # a reset or a reload may bring an older row of it before the record is committed
             self._remember_release(page.id, next_due)
@@ -693,7 +700,10 @@ class Frontier:
         the pages due soonest after them until B × window pages are held, something to pull
         forward when too few are due."""
         now = self._wall()
-        taken = await self._load(now + self.window, self.max_pages)
+        if self._rescan:
+            taken = await self._swap(now + self.window)
+        else:
+            taken = await self._load(now + self.window, self.max_pages)
         if self.work_conserving:
             ahead = min(self.max_pages, math.ceil(self.pacer.rate * self.window))
             if len(self._paged) < ahead and self._cursor[0] < now + LOOK_AHEAD:
@@ -715,6 +725,67 @@ class Frontier:
         self._cursor = min(max(self._cursor, reached), self._overflow)
         self._overflow = (math.inf, 0)
         return taken
+
+    async def _swap(self, until: float) -> int:
+        """A rescan (:meth:`reset`): read the pages due by ``until`` (unix s) from the start,
+        then, with no wait in between, drop the pages held but not in a worker's hands and
+        take the rows read in their place; returns the number taken.
+
+        A page released while the store was read keeps its release's due time when later
+        than its row's (the row may predate the fetch's record)."""
+        self._rescan = False
+        epoch, self._fresh = self._epoch, {}
+        leased = len(self._paged) - len(self._due) - sum(map(len, self._front))
+        leased -= sum(len(h.queue) for h in self._hosts.values())
+        room = self.max_pages - leased
+        if room <= 0:  # every page held is in a worker's hands: read once one comes back
+            self._rescan = True
+            return 0
+        try:
+            pages, hosts = await self._source((-math.inf, -1), until, room, self.known_hosts())
+            fresh = self._fresh
+        finally:
+            self._fresh = None
+        if epoch != self._epoch:  # retain() started over meanwhile: rescan on the next pass
+            self._rescan = True
+            return 0
+        self._drop_idle(keep=fresh)
+        rows = [
+            _with_due(p, fresh[p.id]) if fresh.get(p.id, -math.inf) > p.due_at else p for p in pages
+        ]
+        taken = self.add(rows, hosts)
+        for host in list(self._hosts.values()):
+            if host.in_memory == 0 and not host.leased:
+                self._forget_host(host)
+        reached = (pages[-1].due_at, pages[-1].id) if len(pages) >= room else (until, 2**62)
+        self._cursor = min(reached, self._overflow)
+        self._overflow = (math.inf, 0)
+        self._poke()
+        return taken
+
+    def _drop_idle(self, *, keep: Mapping[int, float]) -> None:
+        """Let go of every page held but not in a worker's hands, except the ids in ``keep``
+        (which wait for their due time again); the hosts stay known."""
+        idle = [e[2] for e in self._due]
+        for q in self._front:
+            idle.extend(q)
+            q.clear()
+        for host in self._hosts.values():
+            idle.extend(host.queue)
+            host.queue.clear()
+            if host.active and not host.leased:
+                host.active = False
+                self._active -= 1
+        self._due = []
+        for page in idle:
+            if page.id in keep:
+                self._due.append((page.due_at, page.id, page))
+            else:
+                self._paged.discard(page.id)
+                self._hosts[page.host_id].in_memory -= 1
+        heapq.heapify(self._due)
+        self._ready = [e for e in self._ready if e[3].queue]
+        heapq.heapify(self._ready)
 
     def statistics(self) -> FrontierStatistics:
         now = self._wall()

@@ -11,7 +11,6 @@ links to discovery.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import time
 from collections import deque
@@ -213,9 +212,25 @@ class Crawler:
         contacted until now, and the partition's next owner knows its politeness only from
         the store: the lease is handed back once the released hosts' writes have committed."""
         log.info("request abandoned", url=lease.page.url)
+        await self._let_go(lease)
+
+    async def _let_go(self, lease: Lease) -> None:
+        """Release ``lease`` with no fetch recorded (its page keeps its due time in the store)
+        after storing its host's delay counted from now (:meth:`_fallback_timing`): the host
+        may have been contacted until now, and the next run or a partition's next owner knows
+        its politeness only from the store. Every path that ends a refresh without a record
+        comes here: a cut request, a bug, a cancellation (the write is shielded, for at most
+        :data:`STORE_GRACE` seconds). The host is released even when the write fails."""
         timing = self._fallback_timing(lease.host)
-        await self._store.update_host(_host_update(lease.host.id, timing))
-        self._frontier.release(lease, next_due=None, timing=timing)
+        try:
+            with trio.CancelScope(shield=True), trio.move_on_after(STORE_GRACE):
+                await self._store.update_host(_host_update(lease.host.id, timing))
+        except trio.ClosedResourceError:
+            pass  # the store is closed (the daemon is stopping): the next run starts afresh
+        except Exception:
+            log.exception("host timing not stored", host=lease.host.name)
+        finally:
+            self._frontier.release(lease, next_due=None, timing=timing)
 
     def configure(self, config: Config) -> None:
         """Take new politeness, robots, user agent and link-extraction settings (SIGHUP)."""
@@ -251,21 +266,12 @@ class Crawler:
         except Exception:
             # A bug must not stop the crawl: the page keeps its due time in the store.
             log.exception("refresh failed", url=lease.page.url)
-            self._frontier.release(lease, next_due=None, timing=self._fallback_timing(lease.host))
+            await self._let_go(lease)
             return None
         except BaseException:
             # Cancelled mid-fetch (drain deadline passed): nothing is recorded, the page
-            # keeps its due time in the store and is fetched again after restart. The host
-            # may have been contacted until now: its delay from now is stored, for the next
-            # run or the partition's next owner.
-            timing = self._fallback_timing(lease.host)
-            with (
-                trio.CancelScope(shield=True),
-                trio.move_on_after(STORE_GRACE),
-                contextlib.suppress(trio.ClosedResourceError),  # the store is closed
-            ):
-                await self._store.update_host(_host_update(lease.host.id, timing))
-            self._frontier.release(lease, next_due=None, timing=timing)
+            # keeps its due time in the store and is fetched again after restart.
+            await self._let_go(lease)
             raise
         finally:
             self._busy -= 1

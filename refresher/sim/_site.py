@@ -864,6 +864,7 @@ class Site:
         self._connections_total = 0
         self._connections_open = 0
         self._in_flight = 0
+        self._on_wire: dict[int, tuple[str, float]] = {}  # connection: (host, started_wall)
         self._status_counts: Counter[int] = Counter()
         self._body_bytes = 0
         self._hostile = 0
@@ -929,6 +930,12 @@ class Site:
         """The page body (identity encoding) the server sends at clock time ``at``."""
         page = self._page(host, path)
         return page.body(page.process.version(at), gzipped=False, links=self._link)
+
+    def started_in_flight(self, host: str) -> list[float]:
+        """When the requests to ``host`` being answered now arrived (the site's clock,
+        ``started_wall`` of their records to come), earliest first: a request answered slowly
+        is known before its record is."""
+        return sorted(t for h, t in tuple(self._on_wire.values()) if h == host)
 
     def statistics(self) -> SiteStatistics:
         return SiteStatistics(
@@ -1006,10 +1013,12 @@ class Site:
                     request, buffer, eof = slow
                 exchange = _Exchange(stream, request, self._date_header())
                 self._in_flight += 1
+                self._on_wire[connection] = (request.host, started_wall)
                 try:
                     await self._respond(exchange)
                 finally:
                     self._in_flight -= 1
+                    del self._on_wire[connection]
                     self._record(
                         connection,
                         exchange,

@@ -357,6 +357,10 @@ def _scalar(con: duckdb.DuckDBPyConnection, sql: str, params: Sequence[Any] = ()
     return row[0] if row else None
 
 
+class _GivenUp(Exception):
+    """A thread of :func:`_interruptible` that began after its caller gave it up."""
+
+
 async def _interruptible(con: duckdb.DuckDBPyConnection, fn: Callable[[], T]) -> T:
     """``fn()`` in a worker thread; on cancellation interrupt DuckDB and wait for the thread.
 
@@ -364,8 +368,15 @@ async def _interruptible(con: duckdb.DuckDBPyConnection, fn: Callable[[], T]) ->
     database after the store closes.
     """
     finished = threading.Event()
+    lock = threading.Lock()
+    started = given_up = False
 
     def job() -> T:
+        nonlocal started
+        with lock:
+            if given_up:  # the caller was cancelled before this thread began: nothing to do
+                raise _GivenUp
+            started = True
         try:
             return fn()
         finally:
@@ -374,10 +385,14 @@ async def _interruptible(con: duckdb.DuckDBPyConnection, fn: Callable[[], T]) ->
     try:
         return await trio.to_thread.run_sync(job, abandon_on_cancel=True)
     except trio.Cancelled:
-        # An interrupt that lands before the thread's query starts is lost: repeat it until
-        # the thread is done.
+        with lock:
+            given_up = True
+            running = started
+        # Cancelled before the thread began (trio checks before it starts one), ``fn`` never
+        # runs. Else: an interrupt that lands before the thread's query starts is lost, so it
+        # is repeated until the thread is done.
         with trio.CancelScope(shield=True):
-            while not finished.is_set():
+            while running and not finished.is_set():
                 con.interrupt()
                 await trio.to_thread.run_sync(finished.wait, 0.05)
         raise

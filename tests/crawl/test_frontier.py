@@ -250,7 +250,9 @@ async def test_a_page_due_again_inside_the_window_stays_in_memory(autojump_clock
         nursery.cancel_scope.cancel()
 
 
-async def test_reset_drops_held_pages_and_reloads_from_the_store(autojump_clock):
+async def test_reset_takes_the_stores_due_times_and_keeps_the_held_pages_until_then(
+    autojump_clock,
+):
     pages = [page(i, host=i, due=EPOCH + 30) for i in range(10)]
     frontier, source = make(pages, window=60.0)
     async with trio.open_nursery() as nursery:
@@ -259,12 +261,74 @@ async def test_reset_drops_held_pages_and_reloads_from_the_store(autojump_clock)
         # the store moved every due time to now
         source.pages = [page(i, host=i, due=EPOCH) for i in range(10)]
         frontier.reset()
-        assert frontier.statistics().in_memory == 0
+        assert frontier.statistics().in_memory == 10  # held until the store is read
         lease = await frontier.acquire()
         assert lease is not None and lease.page.due_at == EPOCH
         assert trio.current_time() < 30
+        assert frontier.statistics().in_memory == 10
         frontier.close()
         nursery.cancel_scope.cancel()
+
+
+async def test_a_reset_with_every_page_held_in_a_workers_hands_reads_once_one_comes_back(
+    autojump_clock,
+):
+    frontier, source = make([page(1, host=1, due=EPOCH)], max_pages_in_memory=1)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(frontier.run)
+        lease = await frontier.acquire()
+        assert lease is not None
+        frontier.reset()
+        assert await frontier.load() == 0  # no room to read into
+        source.pages = [page(1, host=1, due=EPOCH + 5)]  # the plan moved it
+        frontier.release(lease, next_due=None)
+        assert await frontier.load() == 1
+        again = await frontier.acquire()
+        assert again is not None and again.page.due_at == EPOCH + 5
+        frontier.close()
+        nursery.cancel_scope.cancel()
+
+
+class SlowStore(FakeStore):
+    """A page source that takes ``seconds`` per read (a big store, a busy writer)."""
+
+    def __init__(self, pages: list[PageRow], seconds: float) -> None:
+        super().__init__(pages)
+        self.seconds = seconds
+
+    async def __call__(self, after, until, limit, known):
+        await trio.sleep(self.seconds)
+        return await super().__call__(after, until, limit, known)
+
+
+async def test_a_reset_keeps_the_budget_on_the_wire_while_a_slow_store_is_read(autojump_clock):
+    # 400 pages due now on 400 hosts, B = 10/s, a store read taking 1.5 s, a re-plan every
+    # 2 s: the pages held stay on offer while each re-plan's read is under way, so no token
+    # lapses (dropped at once, each read left the workers 1.5 s without a page)
+    pages = [page(i, host=i, due=EPOCH) for i in range(400)]
+    source = SlowStore(pages, seconds=1.5)
+    frontier = Frontier(source=source, wall_clock=wall, budget=10.0, window=60.0)
+    fetched: list[float] = []
+
+    async def replans() -> None:
+        while True:
+            await trio.sleep(2.0)
+            frontier.reset()
+
+    def on_fetch(lease, what, t):
+        if what == "start":
+            fetched.append(t)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(replans)
+        await run_workers(
+            frontier, 4, seconds=20, delay=0.0, fetch_time=0.1, on_fetch=on_fetch, again=1000
+        )
+        nursery.cancel_scope.cancel()
+    assert source.queries >= 5  # the re-plans read the store meanwhile
+    assert frontier.statistics().lapsed == 0.0
+    # every token of the 20 s taken but those of the first read's 1.5 s
+    assert len(fetched) >= 10 * (20 - 1.5)
 
 
 async def test_a_closed_frontier_hands_out_nothing(autojump_clock):

@@ -139,6 +139,38 @@ async def test_abandon_cuts_a_request_on_the_wire_records_its_hosts_delay_from_t
             assert update.next_allowed >= cut_at + Config().politeness.min_delay
 
 
+class _Broken(_Plan):
+    """A bug after the fetch, before its record: the next due time cannot be computed."""
+
+    def due_after_fetch(self, page: PageRow, fetched_at: float) -> float:
+        raise RuntimeError("a bug")
+
+
+async def test_a_refresh_that_fails_on_a_bug_stores_its_hosts_delay_before_releasing_it():
+    contacted: list[float] = []
+
+    def answer(request: Any) -> Reply:
+        contacted.append(time.time())
+        return Reply(status=200)
+
+    async with raw_server(http_handler(answer)) as server:
+        frontier = Frontier(source=_once("http://bug.test/", "bug.test"), budget=100.0)
+        async with _crawling(frontier, "bug.test", server.port, allocator=_Broken()) as (
+            crawler,
+            store,
+        ):
+            await server.wait_for(lambda: len(server.requests) == 1)
+            with trio.fail_after(10):
+                await frontier.wait_released(lambda h: h == "bug.test")
+            assert store.records == []  # nothing recorded of a refresh a bug cut short
+            # the host was contacted: its delay from then is stored, as on every release
+            # without a record (a cut request, a cancellation), for the next run or owner
+            (update,) = store.hosts
+            assert update.host_id == 1
+            assert update.next_allowed >= contacted[0] + Config().politeness.min_delay
+            assert crawler.statistics().fetches == 1
+
+
 class _Soon(_Plan):
     """Every page due again a moment after its fetch: back in the frontier's window."""
 

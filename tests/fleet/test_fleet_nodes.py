@@ -285,6 +285,14 @@ async def test_kill_9_at_random_points_loses_no_acknowledged_fetch_and_pages_kee
     assert_polite(s, fleet)
 
 
+def arrivals(s: Site, host: str) -> list[float]:
+    """When the requests to ``host`` arrived (the site's clock), answered or not, earliest
+    first. Those in flight are read first: a request that ends between the two reads is in
+    both (the same stamp), never in neither."""
+    on_wire = s.started_in_flight(host)
+    return sorted(set(on_wire) | {r.started_wall for r in s.requests.entries(host=host)})
+
+
 @pytest.fixture
 def slow_web() -> Iterator[tuple[Site, str, int]]:
     """A host of the partition a node sheds first (the highest-numbered), answering in 15 s."""
@@ -318,10 +326,14 @@ async def test_a_request_cut_when_a_partition_is_shed_holds_the_host_off_for_its
     await b.ready()
     cut = await wait_for(lambda: a.event("request abandoned"), what="a cuts it at the stop")
     cut_at = datetime.fromisoformat(cut["timestamp"]).timestamp()
-    await wait_for(lambda: len(s.requests.entries(host=slow)) == 2, what="b's request answered")
-    first, second = s.requests.by_start(slow)
+    # b's request is known at the server once it arrives (answered 15 s later, cut by b's drain)
+    await wait_for(
+        lambda: len(s.requests.entries(host=slow)) == 1 and s.started_in_flight(slow),
+        what="b's request on the wire",
+    )
+    (first,), (second,) = s.requests.entries(host=slow), s.started_in_flight(slow)
     assert first.started_wall < cut_at < first.finished_wall  # a's, cut while answered
-    assert second.started_wall - cut_at >= delay, "b contacted the host within its delay"
+    assert second - cut_at >= delay, "b contacted the host within its delay"
     a.signal(signal.SIGTERM)
     b.signal(signal.SIGTERM)
     assert await a.wait_exit() == 0 and await b.wait_exit() == 0
@@ -353,16 +365,15 @@ async def test_a_node_killed_mid_request_leaves_its_host_its_delay_before_the_ne
     b = fleet.start("b")
     await b.ready()
 
-    def started() -> int:  # read in this order, a request ending meanwhile counts once
-        return len(s.requests.entries(host=slow)) + s.statistics().requests_in_flight
-
-    await wait_for(lambda: started() == 2, what="b's request on the wire")
+    # known when it arrives: not waited on until the server answers it, 15 s on
+    starts = await wait_for(
+        lambda: len(arrivals(s, slow)) == 2 and arrivals(s, slow), what="b's request on the wire"
+    )
     b.signal(signal.SIGKILL)
     assert await b.wait_exit() == -signal.SIGKILL
-    await wait_for(lambda: len(s.requests.entries(host=slow)) == 2, what="b's request ended")
-    first, second = s.requests.by_start(slow)
-    assert first.started_wall < killed_at  # a's
-    gap = second.started_wall - killed_at
+    first, second = starts
+    assert first < killed_at  # a's
+    gap = second - killed_at
     assert gap >= delay, f"b asked {gap:.2f} s after a's request, within the host's delay"
 
 
@@ -517,8 +528,11 @@ async def test_a_node_stops_fetching_while_the_database_is_away_and_resumes_afte
     assert_polite(s, fleet)
 
 
-async def test_the_fleet_spends_its_budget_within_5_percent_over_a_minute(fleet, web):
-    budget = 10.0  # the fleet's B (Fleet.config), shared by both nodes through one μ
+async def test_the_fleet_spends_its_budget_within_5_percent_over_600_fetches(fleet, web):
+    # The fleet's B, shared by both nodes through one μ, over a window of 600 expected
+    # fetches (the count the 5 % is of): 30 s at 20/s. The hosts allow 8 × 1/MIN_DELAY = 40/s.
+    budget, window = 20.0, 30.0
+    fleet.extra = {"budget": {"fetches_per_second": budget}}
     a = fleet.start("a")
     await a.ready()
     b = fleet.start("b")
@@ -530,11 +544,10 @@ async def test_the_fleet_spends_its_budget_within_5_percent_over_a_minute(fleet,
         return bool(rows) and rows[0][0].get("nodes") == 2
 
     await wait_for(solved_over_both, what="a solution over both nodes")
-    window = 60.0
-    # A minute in which no lease moved. On a loaded machine a renewal that comes back late
+    # A window in which no lease moved. On a loaded machine a renewal that comes back late
     # makes a node stop fetching its partitions until they are claimed again (self-fencing,
     # by design); their owner then catches up on the pages that fell due meanwhile, at up to
-    # B on its own. That burst is not the steady spending measured here: a minute with a
+    # B on its own. That burst is not the steady spending measured here: a window with a
     # lease moved is measured again.
     leases = "SELECT partition, epoch FROM partitions ORDER BY partition"
     for _ in range(4):
@@ -545,11 +558,11 @@ async def test_the_fleet_spends_its_budget_within_5_percent_over_a_minute(fleet,
             (last,) = fleet.rows("SELECT coalesce(max(started_at), 0) FROM fetches")[0]
             return last >= start + window
 
-        await wait_for(window_over, timeout=3 * window, what="a minute of the fleet's fetches")
+        await wait_for(window_over, timeout=3 * window, what="a window of the fleet's fetches")
         if fleet.rows(leases) == before:
             break
     else:
-        raise AssertionError("a lease moved in each of 4 minutes: the split never held")
+        raise AssertionError("a lease moved in each of 4 windows: the split never held")
     (fetches,) = fleet.rows(
         "SELECT count(*) FROM fetches WHERE started_at >= %s AND started_at < %s",
         start,

@@ -13,7 +13,6 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-import trio
 from conftest import DaemonProcess, acli, cli, daemon_config, query_db, wait_for
 
 from refresher.ops._control import request
@@ -157,7 +156,8 @@ async def test_seed_and_status_reach_the_running_daemon_and_the_file_when_stoppe
     config = daemon_config(short_dir, port=port, seeds=s.urls()[:2])
     d = daemons(config)
     await d.ready()
-    result = cli(
+    # the CLI in a thread while the daemon runs: the site is served by this event loop
+    result = await acli(
         "seed", "--config", str(config), "http://c.sim.test/p9", "ftp://nope/", "not a url"
     )
     assert result.returncode == 0, result.stderr
@@ -166,7 +166,7 @@ async def test_seed_and_status_reach_the_running_daemon_and_the_file_when_stoppe
     await wait_for(
         lambda: s.requests.entries(host="c.sim.test", path="/p9"), what="the seeded page fetched"
     )
-    status = cli("status", "--config", str(config), "--json")
+    status = await acli("status", "--config", str(config), "--json")
     assert status.returncode == 0, status.stderr
     answer = json.loads(status.stdout)
     assert answer["running"] is True and answer["store"]["pages"] == 3
@@ -175,7 +175,7 @@ async def test_seed_and_status_reach_the_running_daemon_and_the_file_when_stoppe
     assert set(stages) == {"held", "wire", "parse", "record"}
     # a host is held through its fetch and its page's parse
     assert stages["held"] >= stages["wire"] + stages["parse"] > 0
-    human = cli("status", "--config", str(config))
+    human = await acli("status", "--config", str(config))
     assert "running" in human.stdout and "pages" in human.stdout
     assert "requests/s on the wire" in human.stdout
 
@@ -372,7 +372,7 @@ async def test_a_paused_host_is_left_alone_until_resumed(site, short_dir, daemon
     await wait_for(lambda: len(s.requests.entries(host="b.sim.test")) >= 3, what="b fetched")
     # In a thread: the site runs on this event loop and must answer while the CLI starts, or
     # requests sent before the pause would be logged after it.
-    result = await trio.to_thread.run_sync(cli, "pause", "--config", str(config), "b.sim.test")
+    result = await acli("pause", "--config", str(config), "b.sim.test")
     assert result.returncode == 0 and "paused (running daemon)" in result.stdout
     # at most the one request in flight at the pause may still arrive
     paused_at = len(s.requests.entries(host="b.sim.test")) + 1
@@ -384,8 +384,8 @@ async def test_a_paused_host_is_left_alone_until_resumed(site, short_dir, daemon
         what="others go on",
     )
     assert len(s.requests.entries(host="b.sim.test")) <= paused_at
-    assert cli("pause", "--config", str(config), "nowhere.test").returncode == 1
-    result = cli("resume", "--config", str(config), "b.sim.test")
+    assert (await acli("pause", "--config", str(config), "nowhere.test")).returncode == 1
+    result = await acli("resume", "--config", str(config), "b.sim.test")
     assert result.returncode == 0
     await wait_for(
         lambda: len(s.requests.entries(host="b.sim.test")) > paused_at + 2, what="b fetched again"
@@ -649,12 +649,14 @@ async def test_a_non_uniform_plan_keeps_the_budget_on_the_wire(nursery, short_di
         assert result.returncode == 0, result.stderr
         return json.loads(result.stdout)
 
-    async def after(uptime: float) -> dict | None:
+    async def after(uptime: float, dispatched: int = 0) -> dict | None:
         a = await status()
-        return a if a["uptime"] > uptime and a["frontier"]["early"] > 0 else None
+        f = a["frontier"]
+        past = a["uptime"] > uptime and f["dispatched"] >= dispatched
+        return a if past and f["early"] > 0 else None
 
-    # past the first round's 36 pages, pages fetched early
-    first = await wait_for(lambda: after(15), timeout=120, what="15 s of refreshing")
+    # past the first round (36 pages and the 6 hosts' robots.txt), pages fetched early
+    first = await wait_for(lambda: after(0, 36 + 6), timeout=120, what="the first round")
     # then a full wire window (30 s)
     answer = await wait_for(lambda: after(first["uptime"] + 30), timeout=120, what="30 s more")
     # the pacer's credit carries a late wake-up's tokens: under load as idle, none lapsed

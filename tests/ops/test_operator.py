@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import DaemonProcess, cli, daemon_config
+from conftest import DaemonProcess, acli, cli, daemon_config
 
 from refresher.ops._cli import main
 from refresher.store import DuckDBStore, NewPage
@@ -89,7 +89,8 @@ async def test_a_policy_switched_while_stopped_is_the_one_the_ready_line_and_sta
     await d.ready()
     ready = d.event("ready")
     assert ready is not None and ready["policy"] == "uniform"
-    status = cli("status", "--config", str(config), "--json")
+    # in a thread: the site is served by this event loop, and must keep answering
+    status = await acli("status", "--config", str(config), "--json")
     assert status.returncode == 0, status.stderr
     answer = json.loads(status.stdout)
     assert answer["allocator"]["policy"] == "uniform"
@@ -142,8 +143,8 @@ async def test_a_seed_host_without_dns_is_a_dns_error_in_backoff_not_a_robots_de
     d: DaemonProcess = daemons(config)
     await d.ready()
 
-    def in_backoff() -> dict[str, Any] | None:
-        status = cli("status", "--config", str(config), "--json")
+    async def in_backoff() -> dict[str, Any] | None:
+        status = await acli("status", "--config", str(config), "--json")
         rows = json.loads(status.stdout).get("host_list", []) if status.returncode == 0 else []
         return next(
             (h for h in rows if h["host"] == "nothing.invalid" and h["backoff_left"] > 0), None

@@ -15,7 +15,7 @@ import duckdb
 import numpy as np
 import pytest
 import trio
-from conftest import cli, daemon_config, fetch_record, wait_for
+from conftest import acli, cli, daemon_config, fetch_record, wait_for
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -329,8 +329,9 @@ async def test_a_daemon_moves_its_fetches_toward_the_optimal_allocation(
     await wait_for(lambda: len(site.requests) >= 300, timeout=120, what="300 requests")
     mark = len(site.requests)
     await wait_for(lambda: len(site.requests) >= mark + 240, timeout=120, what="240 more")
-    table = json.loads(cli("policy", "--config", str(config), "--json").stdout)
-    switched = cli("policy", "--config", str(config), "--uniform")
+    # the CLI in a thread: the site is served by this event loop, and must keep answering
+    table = json.loads((await acli("policy", "--config", str(config), "--json")).stdout)
+    switched = await acli("policy", "--config", str(config), "--uniform")
     d.signal(signal.SIGTERM)
     assert await d.wait_exit() == 0
 

@@ -471,6 +471,23 @@ async def test_a_response_delay_holds_each_answer(serve: Serve) -> None:
     assert record.finished - record.started >= 0.2
 
 
+async def test_a_request_being_answered_is_known_by_its_start_before_its_record(
+    serve: Serve,
+) -> None:
+    site = Site(one_host(PageSpec(path="/"), response_delay=0.5))
+    port = await serve(site)
+    async with client(port) as c, trio.open_nursery() as nursery:
+        nursery.start_soon(lambda: c.get("/", headers=A))
+        with trio.fail_after(DEADLINE):
+            while not site.started_in_flight("a.sim.test"):
+                await trio.sleep(0.01)
+        (started,) = site.started_in_flight("a.sim.test")
+        assert len(site.requests) == 0 and site.started_in_flight("other.test") == []
+    (record,) = site.requests
+    assert record.started_wall == started
+    assert site.started_in_flight("a.sim.test") == []
+
+
 # ----------------------------------------------------------------------------- hostile paths
 
 

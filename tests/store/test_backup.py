@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import DaemonProcess, cli, daemon_config, query_db, wait_for
+from conftest import DaemonProcess, acli, cli, daemon_config, query_db, wait_for
 
 from refresher._errors import StoreError
 from refresher.store import DuckDBStore, NewPage
@@ -45,7 +45,8 @@ async def test_a_backup_taken_while_the_daemon_runs_restores_to_a_working_store(
     await wait_for(lambda: d.acknowledged() >= 10, what="ten fetches acknowledged")
     acknowledged = d.acknowledged()
     dest = short_dir / "backup.duckdb"
-    done = cli("backup", str(dest), "--config", str(config))
+    # in a thread: the site is served by this event loop, and must keep answering
+    done = await acli("backup", str(dest), "--config", str(config))
     assert done.returncode == 0, done.stderr
     assert "running daemon" in done.stdout
     # a consistent copy: every fetch acknowledged before is in it, and the daemon goes on

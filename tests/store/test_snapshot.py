@@ -265,6 +265,28 @@ async def test_cancelling_interrupts_a_running_query() -> None:
     con.close()
 
 
+def test_a_call_cancelled_before_its_thread_starts_returns_without_running_it() -> None:
+    # trio checks for a cancellation before it starts the thread: the job never runs, and the
+    # wait for it to finish spun for ever (a daemon stopped as a snapshot began never exited)
+    ran: list[int] = []
+    returned = threading.Event()
+
+    async def cancelled_first() -> None:
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            await _interruptible(duckdb.connect(), lambda: ran.append(1))
+        assert scope.cancelled_caught
+
+    def run() -> None:
+        trio.run(cancelled_first)
+        returned.set()
+
+    # in a thread of its own: before the fix the call never returned, shielded from any deadline
+    threading.Thread(target=run, daemon=True).start()
+    assert returned.wait(60), "the cancelled call never returned"
+    assert ran == []
+
+
 def config_for(tmp_path: Path) -> Config:
     return Config(store=StoreConfig(path=tmp_path / "refresher.duckdb"))
 
