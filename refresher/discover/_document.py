@@ -178,7 +178,21 @@ def verdict(raw: str, base: str, max_length: int) -> tuple[str, str | None]:
         raw = head + mark
     if "?" in raw and raw.strip(_EDGE).translate(_TAB_NEWLINE).startswith("?"):
         return _verdict(raw, base, max_length)
-    return _verdict(raw, _directory(base), max_length)
+    site = _site(base)
+    if site is None:
+        return _verdict(raw, _directory(base), max_length)
+    origin, scheme, path, refusal, anywhere = site
+    rest, reason = _relative(raw, scheme, path)
+    if reason is None:
+        url = origin + rest
+        if len(url) > max_length:
+            return _TOO_LONG
+        return (url, None) if refusal is None else ("", refusal)
+    if reason is _OWN_HOST:  # the same on every host: judged against a placeholder one
+        return _verdict(raw, anywhere, max_length)
+    if reason is _SCHEME_ONLY:  # "http:page.html", relative after all: rare
+        return _verdict(raw, _directory(base), max_length)
+    return "", reason
 
 
 @lru_cache(maxsize=1 << 14)
@@ -222,8 +236,90 @@ def _resolved(raw: str, base: str, max_length: int) -> str:
     return url
 
 
-# A page's relative links resolve against its directory, which its neighbours share: the
-# joins are cached by directory (urljoin is the slowest step of link extraction).
+# A relative reference without a scheme or host ("a.html", "../b/", "/c") resolves to the
+# base's origin followed by a path that depends on the base's scheme and directory path
+# only, never on its host: the sites of a crawl that share their layout (mirrors, one
+# software's sites, the hosts of the docs web) share these verdicts, where verdicts keyed by
+# the whole directory missed the cache on every new host (28 misses per docs page under
+# 20 host names, each a urljoin). What depends on the host (the length, the authority's
+# verdict) is added per page by verdict().
+# _relative()'s reasons for the references it leaves to _verdict(): one that names its host
+# ("//h/p", "https://h/p") or a scheme that is not crawled, whose verdict depends on the
+# base's scheme at most; and one with an http(s) scheme or "//" but no host, which is
+# relative to the base's host.
+_OWN_HOST = "own host"
+_SCHEME_ONLY = "scheme only"
+_PLACEHOLDER_HOST = "x"
+_DEFAULT_SCHEMES = (
+    "http",
+    "https",
+)  # the host of the base a path is resolved against, cut off after
+
+
+@lru_cache(maxsize=1 << 14)
+def _relative(raw: str, scheme: str, path: str) -> tuple[str, str | None]:
+    """What :func:`_resolved` makes of ``raw`` on a page of a directory with this scheme
+    and path (up to its last "/"), less the origin: (the rest of the URL, None), ("", why it
+    is skipped), or ("", :data:`_OWN_HOST` or :data:`_SCHEME_ONLY`) for a reference with
+    a scheme or host."""
+    text = raw.strip(_EDGE).translate(_TAB_NEWLINE)
+    if not text or text.startswith("#"):
+        return "", "self"
+    if _CONTROL.search(text):
+        return "", "control_chars"
+    scheme_given = _SCHEME.match(text)
+    if scheme_given:
+        if scheme_given.group()[:-1].lower() not in _DEFAULT_SCHEMES:
+            return "", _OWN_HOST  # refused whatever the base
+        return "", _OWN_HOST if _names_host(text, scheme_given.end()) else _SCHEME_ONLY
+    if _names_host(text, 0):
+        return "", _OWN_HOST
+    if text[:2] == "//":  # "///p": no host of its own, urljoin takes the base's
+        return "", _SCHEME_ONLY
+    text = text.replace(" ", "%20")  # as _resolved()
+    ref = text.partition("#")[0]
+    if "/." not in text and text[0] == "/":
+        # the usual href: the attribute value itself when nothing was stripped, so this
+        # cache holds no second copy of it (a 100,000-link page stays within its memory)
+        return (raw if ref == raw else ref), None
+    # urljoin takes the host of the result from the base and resolves the path without it
+    placeholder = f"{scheme}://{_PLACEHOLDER_HOST}"
+    try:
+        joined = urljoin(placeholder + path, ref)
+    except ValueError:
+        return "", "bad_url"
+    return joined[len(placeholder) :], None
+
+
+def _names_host(text: str, at: int) -> bool:
+    """Whether ``text`` has an authority that is not empty at ``at`` (as urlsplit reads it)."""
+    return text[at : at + 2] == "//" and text[at + 2 : at + 3] not in ("", "/", "?", "#")
+
+
+@lru_cache(maxsize=256)  # a page's links share its base: computed once, not once a link
+def _site(base: str) -> tuple[str, str, str, str | None, str] | None:
+    """(origin, scheme, directory path, why the origin is refused or None, the directory
+    on a placeholder host) of the directory of ``base``, for :func:`_relative`; None when
+    that directory is not an http(s) URL urlsplit takes (its links take :func:`_verdict`,
+    which says why)."""
+    directory = _directory(base)
+    try:
+        parts = urlsplit(directory)
+    except ValueError:
+        return None
+    if parts.scheme not in _DEFAULT_SCHEMES:
+        return None
+    return (
+        f"{parts.scheme}://{parts.netloc}",
+        parts.scheme,
+        parts.path,
+        _netloc_refusal(parts.scheme, parts.netloc),
+        f"{parts.scheme}://{_PLACEHOLDER_HOST}{parts.path}",
+    )
+
+
+# References with a scheme but no host, and the rare pages _site() leaves out, are judged
+# against the page's directory, and these joins are cached by directory.
 @lru_cache(maxsize=1 << 15)
 def _joined(base: str, ref: str) -> str:
     return urljoin(base, ref)
