@@ -240,15 +240,14 @@ def uncertainty(
     first_copy: NDArray[np.bool_] | None = None,
 ) -> tuple[NDArray[np.float64] | None, NDArray[np.float64] | None]:
     """The posterior sd of ln λ and the probability of never changing, per page, from a
-    log-normal estimate and its observations (None, None for the gamma prior); the sd of
-    ln λ is the estimate's own where it has one (``Estimate.static_sd``, else
-    ``Estimate.prior_sd``), else ``spread``.
+    log-normal estimate and its observations (None, None for the gamma prior); the prior's
+    sd is the estimate's own (``Estimate.prior_sd``) where it has one, else ``spread``.
     ``first_copy`` marks the observations that are a first copy's quiet time, which say
     nothing about whether a page changes at all."""
     if est.prior_mean is None:
         return None, None
     n = est.rate.size
-    sd = next((x for x in (est.static_sd, est.prior_sd) if x is not None), spread)
+    sd = spread if est.prior_sd is None else est.prior_sd
     if first_copy is not None:
         real = ~first_copy
         page_index, intervals, changed = page_index[real], intervals[real], changed[real]
