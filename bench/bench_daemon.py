@@ -502,7 +502,11 @@ def start_py_spy(
     out = Path(args.py_spy) / f"daemon-{workers}.txt"
     out.parent.mkdir(parents=True, exist_ok=True)
     command = [exe, "record", "--pid", str(pid), "--duration", str(max(1, round(args.seconds)))]
-    command += ["--rate", "100", "--nonblocking", "--format", "raw", "--output", str(out)]
+    command += ["--rate", "100", "--format", "raw", "--output", str(out)]
+    if getattr(args, "native", False):
+        command += ["--native", "--threads"]  # native frames need the process paused
+    else:
+        command.append("--nonblocking")
     if args.gil:
         command.append("--gil")
     return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -718,6 +722,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument(
         "--gil", action="store_true", help="with --py-spy: only samples holding the GIL"
+    )
+    parser.add_argument(
+        "--native",
+        action="store_true",
+        help="with --py-spy: C frames too, each stack under its thread (thread (0x…))",
     )
     args = parser.parse_args(argv)
     configure_logging(format="console", level="warning")  # the store's own log lines are noise

@@ -834,6 +834,11 @@ def main() -> None:
         "--gil", action="store_true", help="with --py-spy: only samples holding the GIL"
     )
     parser.add_argument(
+        "--native",
+        action="store_true",
+        help="with --py-spy: C frames too, each stack under its thread (thread (0x…))",
+    )
+    parser.add_argument(
         "--stages",
         action="store_true",
         help="print where refresher's refreshes spent their time in the window",

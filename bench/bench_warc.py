@@ -30,41 +30,44 @@ DEFAULT_DIR = Path("/usr/share/doc/python3.11/html")
 BATCH = 100
 
 
+def page_capture(i: int, host: str, url: str, body: bytes) -> Capture:
+    """Page ``i``'s first fetch as a capture: nginx's response header fields, the request's."""
+    return Capture(
+        page_id=i + 1,
+        url=url,
+        target_uri=url,
+        fetched_at=1.8e9 + i * 0.01,
+        kind="response",
+        status=200,
+        reason="OK",
+        http_version="HTTP/1.1",
+        headers=(
+            ("Server", "nginx/1.22.1"),
+            ("Date", "Thu, 26 Nov 2026 04:00:00 GMT"),
+            ("Content-Type", "text/html"),
+            ("Last-Modified", "Sat, 24 Aug 2024 10:00:00 GMT"),
+            ("Transfer-Encoding", "chunked"),
+            ("Connection", "keep-alive"),
+            ("ETag", 'W/"66c9b0a0-17a2c"'),
+        ),
+        request_headers=(
+            ("Host", host),
+            ("User-Agent", "refresher/0 (+https://example.invalid/bot)"),
+            ("Accept", "text/html,application/xhtml+xml;q=0.9,*/*;q=0.8"),
+            ("Accept-Encoding", "gzip, deflate"),
+        ),
+        payload=body,
+        truncated=False,
+        digest=None,
+    )
+
+
 def captures(root: Path, limit: int) -> list[Capture]:
     out = []
     for i, path in enumerate(sorted(root.rglob("*.html"))[:limit]):
-        body = path.read_bytes()
         host = f"docs{i % 20}.test"
-        url = f"http://{host}/{path.relative_to(root)}"
         out.append(
-            Capture(
-                page_id=i + 1,
-                url=url,
-                target_uri=url,
-                fetched_at=1.8e9 + i * 0.01,
-                kind="response",
-                status=200,
-                reason="OK",
-                http_version="HTTP/1.1",
-                headers=(
-                    ("Server", "nginx/1.22.1"),
-                    ("Date", "Thu, 26 Nov 2026 04:00:00 GMT"),
-                    ("Content-Type", "text/html"),
-                    ("Last-Modified", "Sat, 24 Aug 2024 10:00:00 GMT"),
-                    ("Transfer-Encoding", "chunked"),
-                    ("Connection", "keep-alive"),
-                    ("ETag", 'W/"66c9b0a0-17a2c"'),
-                ),
-                request_headers=(
-                    ("Host", host),
-                    ("User-Agent", "refresher/0 (+https://example.invalid/bot)"),
-                    ("Accept", "text/html,application/xhtml+xml;q=0.9,*/*;q=0.8"),
-                    ("Accept-Encoding", "gzip, deflate"),
-                ),
-                payload=body,
-                truncated=False,
-                digest=None,
-            )
+            page_capture(i, host, f"http://{host}/{path.relative_to(root)}", path.read_bytes())
         )
     return out
 

@@ -673,6 +673,8 @@ class Fetcher:
             )
             raise type(e)(f"{where}: {e}") from e
         finally:
+            if response is not None:
+                response.close()
             slot.busy = slot.busy and not own
             slot.users -= 1
             if conn is not None:  # broken, cancelled, or not to be reused

@@ -53,7 +53,8 @@ class Response:
 
     def __init__(self, conn: Connection) -> None:
         self._conn = conn
-        self._parser = httptools.HttpResponseParser(self)
+        #: None once closed: the parser holds this response's methods, a reference cycle
+        self._parser: httptools.HttpResponseParser | None = httptools.HttpResponseParser(self)
         # as llhttp would refuse them, h11 accepts these: folded lines, bare LF line ends, and
         # Content-Length with Transfer-Encoding: chunked (chunked wins, RFC 9112 §6.3)
         self._parser.set_dangerous_leniencies(
@@ -87,6 +88,7 @@ class Response:
         self.headers.append((name, value))
 
     def on_headers_complete(self) -> None:
+        assert self._parser is not None  # called back by the parser itself
         status = self._parser.get_status_code()
         if status < 200:  # 1xx: an interim answer, the real one follows
             self.headers = []
@@ -118,6 +120,8 @@ class Response:
     # -- reading ---------------------------------------------------------------------------------
 
     def _feed(self, data: bytes) -> None:
+        if self._parser is None:
+            raise ProtocolFailure("the response was closed before its end was read")
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade as e:
@@ -163,6 +167,12 @@ class Response:
                     return b""
                 raise ReadFailure("the server closed the connection in the middle of the body")
             self._feed(data)
+
+    def close(self) -> None:
+        """Let go of the parser once the exchange is over. It holds this response's methods:
+        left to the cyclic garbage collector, that cycle was 13 objects per fetch (a young
+        collection every 1,500 fetches on its own at the daemon's thresholds)."""
+        self._parser = None
 
     @property
     def reusable(self) -> bool:

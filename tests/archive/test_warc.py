@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import uuid
 from pathlib import Path
@@ -280,3 +281,138 @@ def test_recovery_cuts_a_file_its_store_indexed_under_an_earlier_prefix(tmp_path
     renamed = WarcWriter(tmp_path, prefix="after", min_free_bytes=0)
     assert renamed.recover({row.file: row.offset + row.span}) == []
     assert path.read_bytes() == whole
+
+
+def warcio_records(c: Capture, ids: list[str]) -> list[bytes]:
+    """The records of ``c`` as warcio's own writer builds them (the writer's way before it
+    built them itself), uncompressed; the record IDs taken from ``ids`` in order."""
+    import io
+
+    from warcio.statusandheaders import StatusAndHeaders
+    from warcio.warcwriter import WARCWriter
+
+    w = WARCWriter(io.BytesIO(), gzip=False, warc_version="1.1")
+    http = StatusAndHeaders(
+        f"{c.status} {c.reason or ''}".strip(), warc._stored_headers(c), c.http_version
+    )
+    fields = {"WARC-Date": warc._warc_date(c.fetched_at), "WARC-Record-ID": ids[0]}
+    if c.truncated:
+        fields["WARC-Truncated"] = "length"
+    if c.kind == "response":
+        payload = c.payload or b""
+        record = w.create_warc_record(
+            c.target_uri,
+            "response",
+            payload=io.BytesIO(payload),
+            length=len(payload),
+            http_headers=http,
+            warc_headers_dict=fields,
+        )
+    else:
+        record = w.create_warc_record(
+            c.target_uri, "revisit", http_headers=http, warc_headers_dict=fields
+        )
+        if c.payload is not None:
+            sha1 = w._create_digester()
+            sha1.update(c.payload)
+            record.rec_headers.add_header("WARC-Profile", warc._IDENTICAL)
+            record.rec_headers.add_header("WARC-Payload-Digest", str(sha1))
+        else:
+            record.rec_headers.add_header("WARC-Profile", warc._NOT_MODIFIED)
+        record.rec_headers.add_header("WARC-Refers-To-Target-URI", c.target_uri)
+    request = w.create_warc_record(
+        c.target_uri,
+        "request",
+        http_headers=StatusAndHeaders(
+            f"GET {warc._request_target(c.target_uri)} HTTP/1.1",
+            list(c.request_headers),
+            is_http_request=True,
+        ),
+        warc_headers_dict={
+            "WARC-Date": fields["WARC-Date"],
+            "WARC-Record-ID": ids[1],
+            "WARC-Concurrent-To": ids[0],
+        },
+    )
+    out = []
+    for r in (record, request):
+        w.out = io.BytesIO()
+        w.write_record(r)
+        out.append(w.out.getvalue())
+    return out
+
+
+def test_each_record_is_the_one_warcio_writes_byte_for_byte(tmp_path):
+    import dataclasses
+    import random
+    import zlib
+
+    same = b"<p>same</p>"
+    non_ascii = (("Content-Type", "text/html"), ("Content-Disposition", 'inline; name="café"'))
+    cases = [
+        capture(result(body=b"<html>" + bytes(range(256)) * 40 + b"</html>")),
+        capture(result(body=same), previous=blake(same)),
+        capture(result(304, None, reason="Not Modified"), previous=b"x"),
+        capture(result(body=b"<p>cut", truncated=True, digest=None, error_kind="too_large")),
+        capture(result(body=b"", reason=None, http_version="HTTP/1.0")),
+        capture(result(body=b"<p>x</p>", headers=non_ascii)),
+        dataclasses.replace(
+            capture(result(body=b"<p>q</p>")), target_uri="http://a.example/p?q=1&r=%C3%A9"
+        ),
+        dataclasses.replace(capture(result(body=b"<p>h</p>")), target_uri="http://a.example"),
+    ]
+    w = WarcWriter(tmp_path, min_free_bytes=0)
+    for c in cases:
+        w._ids = random.Random(7)
+        members, digest = w._serialize(c)
+        w._ids = random.Random(7)
+        ids = [warc._record_id(w._ids) for _ in range(2)]
+        ours = [zlib.decompress(m, zlib.MAX_WBITS | 16) for m in members]
+        assert ours == warcio_records(c, ids), c
+        theirs = warcio_records(c, ids)[0]
+        want = next(
+            (
+                ln.split(b": ", 1)[1].decode()
+                for ln in theirs.split(b"\r\n")
+                if ln.startswith(b"WARC-Payload-Digest: ")
+            ),
+            None,
+        )
+        assert digest == want
+
+
+def test_records_read_back_with_their_digests_checked_by_warcio(tmp_path):
+    body = b"<html>" + b"z" * 70_000 + b"</html>"
+    same = b"<p>same</p>"
+    w = WarcWriter(tmp_path, min_free_bytes=0)
+    rows = w.write_batch(
+        [
+            capture(result(body=body)),
+            capture(result(body=same), previous=blake(same)),
+            capture(result(304, None, reason="Not Modified"), previous=b"x"),
+        ]
+    )
+    w.close()
+    with (tmp_path / rows[0].file).open("rb") as f:
+        it = ArchiveIterator(f, check_digests="raise")
+        kinds = []
+        for r in it:
+            r.content_stream().read()
+            kinds.append(r.rec_type)
+    assert kinds == ["warcinfo", "response", "request", "revisit", "request", "revisit", "request"]
+    assert (
+        rows[0].payload_digest == "sha1:" + base64.b32encode(hashlib.sha1(body).digest()).decode()
+    )
+
+
+def test_a_reason_phrase_in_latin_1_is_archived_percent_encoded_and_the_batch_goes_on(tmp_path):
+    odd = capture(result(body=b"<p>odd</p>", reason="\xe9t\xe9"))
+    plain = capture(result(body=b"<p>plain</p>"))
+    w = WarcWriter(tmp_path, min_free_bytes=0)
+    rows = w.write_batch([odd, plain])
+    assert len(rows) == 2
+    with (tmp_path / rows[0].file).open("rb") as f:
+        f.seek(rows[0].offset)
+        record = next(iter(ArchiveIterator(f)))
+        assert record.http_headers.statusline == "200 %C3%A9t%C3%A9"
+    assert read_record(tmp_path / rows[1].file, rows[1].offset).body == b"<p>plain</p>"

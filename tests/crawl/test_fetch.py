@@ -769,3 +769,22 @@ async def test_configure_changes_the_user_agent_and_limits_of_the_next_fetch() -
     assert [r.headers["user-agent"] for r in server.requests] == [UA, "newbot/2.0"]
     assert cut.error_kind == "too_large"
     assert bad.value.key == "fetch.timeout"
+
+
+async def test_a_fetch_on_a_kept_connection_leaves_no_reference_cycle_behind() -> None:
+    import gc
+
+    async with site(http_handler(app_of({"/p": html(PAGE)}))) as (_server, f):
+        await f.fetch("http://a.fetch.test/p")  # the connection and its caches set up
+        gc.collect()
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        try:
+            for _ in range(20):
+                assert (await f.fetch("http://a.fetch.test/p")).ok
+            gc.collect()
+            kinds = {type(o).__name__ for o in gc.garbage}
+        finally:
+            gc.set_debug(0)
+            gc.garbage.clear()
+    # the response and its parser were a cycle for the collector to find, 13 objects a fetch
+    assert not {"Response", "HttpResponseParser"} & kinds

@@ -665,3 +665,22 @@ async def test_a_non_uniform_plan_keeps_the_budget_on_the_wire(nursery, short_di
     assert answer["crawler"]["wire_rate"] >= 0.95 * budget, answer["crawler"]
     d.signal(signal.SIGTERM)
     assert await d.wait_exit() == 0
+
+
+def test_the_daemon_collects_garbage_cycles_less_often_than_cpython_by_default():
+    import gc
+
+    from refresher._errors import ConfigError
+    from refresher.ops._daemon import GC_THRESHOLDS, run_daemon
+
+    def broken() -> object:
+        raise ConfigError("no config here", key="store.path")
+
+    before = gc.get_threshold()
+    try:
+        gc.set_threshold(700, 10, 10)
+        assert run_daemon(broken) == 1  # the one-line error; the process was set up first
+        assert gc.get_threshold() == GC_THRESHOLDS
+        assert GC_THRESHOLDS[0] > 700 and GC_THRESHOLDS[2] > 10
+    finally:
+        gc.set_threshold(*before)
