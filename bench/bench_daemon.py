@@ -486,7 +486,7 @@ def _progress(daemon: Daemon, t0: float, t1: float) -> tuple[tuple[float, ...], 
     rates, lag = [], 0
     for e in daemon.events("progress"):
         with contextlib.suppress(ValueError, KeyError, TypeError):
-            if t0 + 1.0 <= _iso_seconds(e["timestamp"]) <= t1:
+            if t0 + 1.0 <= iso_seconds(e["timestamp"]) <= t1:
                 rates.append(float(e["fetches_per_second"]))
                 lag = max(lag, int(e["fetches"]) - int(e["acknowledged"]))
     return tuple(rates), lag
@@ -541,7 +541,7 @@ def print_profile(path: Path, top: int = 15) -> None:
             print(f"    {100 * n / total:5.1f} %  {f}")
 
 
-def _iso_seconds(ts: str) -> float:
+def iso_seconds(ts: str) -> float:
     from datetime import datetime
 
     return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()

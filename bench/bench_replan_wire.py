@@ -31,6 +31,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from bench_daemon import (  # noqa: E402
     Daemon,
+    iso_seconds,
     query,
     scratch,
     site_server,
@@ -41,12 +42,6 @@ from bench_daemon import (  # noqa: E402
 
 from refresher.ops._control import request  # noqa: E402
 from refresher.sim._site import make_demo_site  # noqa: E402
-
-
-def _iso(ts: str) -> float:
-    from datetime import datetime
-
-    return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
 
 
 def run(args: argparse.Namespace) -> None:
@@ -84,9 +79,9 @@ def run(args: argparse.Namespace) -> None:
             finally:
                 status = daemon.stop()
         solves = [
-            _iso(e["timestamp"])
+            iso_seconds(e["timestamp"])
             for e in daemon.events("allocation solved")
-            if t0 <= _iso(e["timestamp"]) < t1 - 1.0
+            if t0 <= iso_seconds(e["timestamp"]) < t1 - 1.0
         ]
         starts = [
             r[0]
