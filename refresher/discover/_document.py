@@ -151,6 +151,7 @@ _TAB_NEWLINE = str.maketrans("", "", "\t\n\r")  # removed anywhere in a URL (WHA
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*:")
 _HOST_CHARS = re.compile(r"[a-z0-9_.\-]+")
+_CRAWLED_SCHEMES = ("http", "https")  # a link with another scheme is skipped ("scheme")
 _HTTP_AUTHORITY = re.compile(r"(https?)://([^/?#]*)", re.IGNORECASE)
 
 
@@ -204,14 +205,23 @@ def _verdict(raw: str, base: str, max_length: int) -> tuple[str, str | None]:
         return "", e.reason
 
 
-def _resolved(raw: str, base: str, max_length: int) -> str:
+def _screened(raw: str) -> tuple[str, str | None]:
+    """``raw`` with its edges stripped and tabs and newlines removed, as URL parsers read it:
+    (the text, None), or ("", why no URL comes of it: "self" or "control_chars")."""
     text = raw.strip(_EDGE).translate(_TAB_NEWLINE)
     if not text or text.startswith("#"):
-        raise Skip("self")
+        return "", "self"
     if _CONTROL.search(text):
-        raise Skip("control_chars")
+        return "", "control_chars"
+    return text, None
+
+
+def _resolved(raw: str, base: str, max_length: int) -> str:
+    text, reason = _screened(raw)
+    if reason is not None:
+        raise Skip(reason)
     scheme = _SCHEME.match(text)
-    if scheme and scheme.group()[:-1].lower() not in ("http", "https"):
+    if scheme and scheme.group()[:-1].lower() not in _CRAWLED_SCHEMES:
         raise Skip("scheme")
     # Browsers percent-encode spaces in paths; in a host the encoded space fails the host test.
     text = text.replace(" ", "%20")
@@ -249,11 +259,7 @@ def _resolved(raw: str, base: str, max_length: int) -> str:
 # relative to the base's host.
 _OWN_HOST = "own host"
 _SCHEME_ONLY = "scheme only"
-_PLACEHOLDER_HOST = "x"
-_DEFAULT_SCHEMES = (
-    "http",
-    "https",
-)  # the host of the base a path is resolved against, cut off after
+_PLACEHOLDER_HOST = "x"  # the host of the base a path is resolved against, cut off after
 
 
 @lru_cache(maxsize=1 << 14)
@@ -262,14 +268,12 @@ def _relative(raw: str, scheme: str, path: str) -> tuple[str, str | None]:
     and path (up to its last "/"), less the origin: (the rest of the URL, None), ("", why it
     is skipped), or ("", :data:`_OWN_HOST` or :data:`_SCHEME_ONLY`) for a reference with
     a scheme or host."""
-    text = raw.strip(_EDGE).translate(_TAB_NEWLINE)
-    if not text or text.startswith("#"):
-        return "", "self"
-    if _CONTROL.search(text):
-        return "", "control_chars"
+    text, reason = _screened(raw)
+    if reason is not None:
+        return "", reason
     scheme_given = _SCHEME.match(text)
     if scheme_given:
-        if scheme_given.group()[:-1].lower() not in _DEFAULT_SCHEMES:
+        if scheme_given.group()[:-1].lower() not in _CRAWLED_SCHEMES:
             return "", _OWN_HOST  # refused whatever the base
         return "", _OWN_HOST if _names_host(text, scheme_given.end()) else _SCHEME_ONLY
     if _names_host(text, 0):
@@ -307,7 +311,7 @@ def _site(base: str) -> tuple[str, str, str, str | None, str] | None:
         parts = urlsplit(directory)
     except ValueError:
         return None
-    if parts.scheme not in _DEFAULT_SCHEMES:
+    if parts.scheme not in _CRAWLED_SCHEMES:
         return None
     return (
         f"{parts.scheme}://{parts.netloc}",
