@@ -863,8 +863,8 @@ class Site:
         self.requests = RequestLog(max_entries=max_log_entries)
         self._connections_total = 0
         self._connections_open = 0
-        self._in_flight = 0
-        self._on_wire: dict[int, tuple[str, float]] = {}  # connection: (host, started_wall)
+        #: the requests being answered, by connection (one at a time on each): (host, started_wall)
+        self._on_wire: dict[int, tuple[str, float]] = {}
         self._status_counts: Counter[int] = Counter()
         self._body_bytes = 0
         self._hostile = 0
@@ -944,7 +944,7 @@ class Site:
             connections_total=self._connections_total,
             connections_open=self._connections_open,
             requests_total=sum(self._status_counts.values()),
-            requests_in_flight=self._in_flight,
+            requests_in_flight=len(self._on_wire),
             status_counts=dict(self._status_counts),
             body_bytes_sent=self._body_bytes,
             hostile_requests=self._hostile,
@@ -1012,12 +1012,10 @@ class Site:
                         return
                     request, buffer, eof = slow
                 exchange = _Exchange(stream, request, self._date_header())
-                self._in_flight += 1
                 self._on_wire[connection] = (request.host, started_wall)
                 try:
                     await self._respond(exchange)
                 finally:
-                    self._in_flight -= 1
                     del self._on_wire[connection]
                     self._record(
                         connection,
