@@ -29,6 +29,12 @@ node's ownership as a predicate over host keys, drops the held pages of every ho
 of hosts gained come in; :meth:`Frontier.wait_released` waits until no refused host is in a
 worker's hands. Ownership is the fleet's business, not the frontier's: it sees one predicate.
 
+A host's timing comes from the store (its last request's next-allowed time, delay and backoff),
+made under the politeness settings of its time. The frontier bounds it by the settings in force
+(:class:`DelayLimits`) when it takes a host in, and every known host's at once when a reload
+changes them (:meth:`Frontier.set_limits`): a lower ``max_delay`` frees a host that a longer
+delay stored before still holds.
+
 Times given to and kept by the frontier are unix seconds (wall clock); sleeping converts them to
 trio's clock, so tests may run the frontier on ``autojump_clock`` with an injected wall clock.
 """
@@ -50,6 +56,7 @@ import trio
 from refresher.store._interface import HostRow, PageRow
 
 __all__ = [
+    "DelayLimits",
     "Frontier",
     "FrontierStatistics",
     "HostRobots",
@@ -110,6 +117,43 @@ def next_allowed_after(
     if retry_after is not None:
         backoff = max(backoff, min(max_backoff, retry_after))
     return finished_at + max(delay, backoff), delay, backoff
+
+
+#: A host's timing: (next_allowed unix seconds, delay seconds or None if never asked,
+#: backoff seconds).
+Timing = tuple[float, float | None, float]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DelayLimits:
+    """The politeness settings in force, in seconds: a host's delay is kept within
+    [``min_delay``, max(``max_delay``, ``min_delay``)] and its backoff at most
+    ``max_backoff``, as :func:`next_allowed_after` makes them. The defaults bind nothing."""
+
+    min_delay: float = 0.0
+    max_delay: float = math.inf
+    max_backoff: float = math.inf
+
+    def bounded(self, timing: Timing) -> Timing:
+        """``(next_allowed, delay, backoff)`` as the last request would have left them under
+        these limits (a delay or backoff stored under others: before a reload, or by another
+        run). The request ended at the next-allowed time less the longer of delay and backoff,
+        as :func:`next_allowed_after` adds it. A host never asked (no delay) is left alone."""
+        next_allowed, delay, backoff = timing
+        if delay is None:
+            return timing
+        bounded = min(max(delay, self.min_delay), max(self.max_delay, self.min_delay))
+        capped = min(backoff, self.max_backoff)
+        if (bounded, capped) == (delay, backoff):
+            return timing  # exactly as it was: no rounding through the request's end
+        ended = next_allowed - max(delay, backoff)
+        return ended + max(bounded, capped), bounded, capped
+
+    def bound(self, host: HostState) -> bool:
+        """Bound ``host``'s timing (:meth:`bounded`); returns whether it changed."""
+        timing = (host.next_allowed, host.delay, host.backoff)
+        host.next_allowed, host.delay, host.backoff = self.bounded(timing)
+        return host.delay != timing[1] or host.backoff != timing[2]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -272,8 +316,10 @@ class Frontier:
         wall_clock: Callable[[], float] = time.time,
         seed: int = 0,
         work_conserving: bool = False,
+        limits: DelayLimits = DelayLimits(),
     ) -> None:
         self._source = source
+        self._limits = limits
         self.work_conserving = work_conserving
         self.pacer = Pacer(budget)
         self.k = front_queues
@@ -307,9 +353,10 @@ class Frontier:
         self.last_pass = math.inf
         self._owns: Callable[[str], bool] | None = None  # None: every host (a single node)
         self._unleased = trio.lowlevel.ParkingLot()  # woken whenever a host leaves a worker
-        #: next_allowed (unix s) of hosts let go while it was still ahead: a host row loaded
-        #: meanwhile may predate its last request's timing, which is still being committed
-        self._departed: dict[int, float] = {}
+        #: (next_allowed unix s, delay s, backoff s) of hosts let go while next_allowed was
+        #: still ahead: a host row loaded meanwhile may predate its last request's timing,
+        #: which is still being committed
+        self._departed: dict[int, Timing] = {}
         #: next due time (unix s) of pages let go by release, with when: a page row loaded
         #: meanwhile may predate the fetch's record, and pulled forward be fetched again at once
         self._released: OrderedDict[int, tuple[float, float]] = OrderedDict()
@@ -352,10 +399,7 @@ class Frontier:
                 continue
             page = self._not_before_release(page)
             if host is None:
-                host = HostState.from_row(hosts[page.host_id])
-                # A row read while this host's last request was being recorded is older
-                # than what the frontier knew when it let the host go.
-                host.next_allowed = max(host.next_allowed, self._departed.pop(host.id, 0.0))
+                host = self._known_host(hosts[page.host_id])
                 self._hosts[page.host_id] = host
             host.in_memory += 1
             self._paged.add(page.id)
@@ -364,6 +408,27 @@ class Frontier:
         if taken:
             self._poke()
         return taken
+
+    def _known_host(self, row: HostRow) -> HostState:
+        """A host the frontier takes in, its timing within the limits in force."""
+        host = HostState.from_row(row)
+        # A row read while this host's last request was being recorded is older than what
+        # the frontier knew when it let the host go.
+        departed = self._departed.pop(host.id, None)
+        if departed is not None and departed[0] > host.next_allowed:
+            host.next_allowed, host.delay, host.backoff = departed
+        self._limits.bound(host)
+        return host
+
+    def set_limits(self, limits: DelayLimits) -> None:
+        """Take reloaded politeness settings: every known host's timing is bounded by them at
+        once (a lower ``max_delay`` frees a host a longer delay stored before still holds;
+        a higher ``min_delay`` holds one longer), and so is every host taken in later."""
+        self._limits = limits
+        for host in self._hosts.values():
+            if limits.bound(host) and host.queue and not host.leased and not host.paused:
+                self._push_ready(host)  # its heap entry was keyed by the old time
+        self._poke()
 
     def _not_before_release(self, page: PageRow) -> PageRow:
         """``page`` due no earlier than its release said, when released in the last
@@ -592,8 +657,8 @@ class Frontier:
         now = self._wall()
         if host.next_allowed > now:
             if len(self._departed) >= 10_000:
-                self._departed = {i: t for i, t in self._departed.items() if t > now}
-            self._departed[host.id] = host.next_allowed
+                self._departed = {i: t for i, t in self._departed.items() if t[0] > now}
+            self._departed[host.id] = (host.next_allowed, host.delay, host.backoff)
 
     def _remember_release(self, page_id: int, next_due: float) -> None:
         """Keep ``next_due`` of a page released now for :data:`RELEASE_MEMORY` seconds, at

@@ -10,7 +10,14 @@ import math
 import pytest
 import trio
 
-from refresher.crawl._frontier import Frontier, HostRobots, HostTiming, Pacer, next_allowed_after
+from refresher.crawl._frontier import (
+    DelayLimits,
+    Frontier,
+    HostRobots,
+    HostTiming,
+    Pacer,
+    next_allowed_after,
+)
 from refresher.store import HostRow, PageRow, due_after
 
 EPOCH = 1.7e9  # the injected wall clock starts here
@@ -412,6 +419,99 @@ async def test_release_applies_the_hosts_new_timing_and_robots(autojump_clock):
         assert wall() - released >= 7.0  # the new next_allowed held the host back
         frontier.close()
         nursery.cancel_scope.cancel()
+
+
+class StoredTiming(FakeStore):
+    """A page source whose host rows carry the timing a run before stored: the last request
+    ended at EPOCH, then its delay and backoff."""
+
+    def __init__(self, pages: list[PageRow], *, delay: float | None, backoff: float = 0.0):
+        super().__init__(pages)
+        self.timing = dict(delay=delay, backoff=backoff)
+
+    async def __call__(self, after, until, limit, known):
+        rows, hosts = await super().__call__(after, until, limit, known)
+        wait = max(self.timing["delay"] or 0.0, self.timing["backoff"])
+        return rows, {
+            i: dataclasses.replace(h, next_allowed=EPOCH + wait, errors=1, **self.timing)
+            for i, h in hosts.items()
+        }
+
+
+async def first_fetch_at(frontier: Frontier, reload: DelayLimits | None = None) -> float:
+    """Wall time of the first page handed out; ``reload``: limits set once it is loaded."""
+    async with trio.open_nursery() as nursery:
+        await nursery.start(frontier.run)
+        if reload is not None:
+            frontier.set_limits(reload)
+        lease = await frontier.acquire()
+        assert lease is not None
+        frontier.close()
+        nursery.cancel_scope.cancel()
+    return wall()
+
+
+async def test_a_lower_max_delay_set_at_a_reload_frees_a_host_a_stored_delay_holds(
+    autojump_clock,
+):
+    frontier = Frontier(
+        source=StoredTiming([page(1, 1, EPOCH)], delay=60.0), budget=10.0, wall_clock=wall
+    )
+    at = await first_fetch_at(frontier, DelayLimits(min_delay=1.0, max_delay=5.0))
+    assert EPOCH + 5.0 <= at < EPOCH + 6.0  # not EPOCH + 60, the delay stored before
+
+
+async def test_a_host_read_from_the_store_waits_no_longer_than_the_limits_in_force(
+    autojump_clock,
+):
+    limits = DelayLimits(min_delay=1.0, max_delay=5.0, max_backoff=30.0)
+    source = StoredTiming([page(1, 1, EPOCH)], delay=60.0, backoff=600.0)
+    frontier = Frontier(source=source, budget=10.0, wall_clock=wall, limits=limits)
+    at = await first_fetch_at(frontier)
+    assert EPOCH + 30.0 <= at < EPOCH + 31.0  # the backoff capped anew, then the delay
+
+
+async def test_a_higher_min_delay_set_at_a_reload_holds_a_known_host_longer(autojump_clock):
+    frontier = Frontier(
+        source=StoredTiming([page(1, 1, EPOCH)], delay=1.0), budget=10.0, wall_clock=wall
+    )
+    at = await first_fetch_at(frontier, DelayLimits(min_delay=10.0, max_delay=60.0))
+    assert at >= EPOCH + 10.0
+
+
+async def test_a_host_let_go_before_a_reload_is_bounded_when_its_pages_come_back(
+    autojump_clock,
+):
+    # its release's timing (delay 60) is newer than the row the store gives back (never asked)
+    pages = [page(1, 1, EPOCH), page(2, 1, EPOCH + 1)]
+    frontier, source = make(pages, budget=10.0)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(frontier.run)
+        lease = await frontier.acquire()
+        assert lease is not None
+        source.pages = []  # both pages let go: the host is forgotten, its timing remembered
+        frontier.retain(lambda host: False)
+        ended = wall()
+        timing = HostTiming(next_allowed=ended + 60.0, delay=60.0, backoff=0.0, errors=0)
+        frontier.release(lease, next_due=None, timing=timing)
+        assert frontier.known_hosts() == frozenset()
+        frontier.set_limits(DelayLimits(max_delay=5.0))
+        source.pages = [page(2, 1, EPOCH + 1)]
+        frontier.retain(None)
+        again = await frontier.acquire()
+        assert again is not None and again.page.id == 2
+        assert ended + 5.0 <= wall() < ended + 6.0
+        frontier.close()
+        nursery.cancel_scope.cancel()
+
+
+def test_limits_leave_a_timing_within_them_exactly_as_it_was_and_a_host_never_asked_alone():
+    limits = DelayLimits(min_delay=1.0, max_delay=5.0, max_backoff=30.0)
+    within = (EPOCH + 0.1, 3.0, 20.0)
+    assert limits.bounded(within) is within
+    assert limits.bounded((EPOCH + 9.0, None, 0.0)) == (EPOCH + 9.0, None, 0.0)
+    assert limits.bounded((EPOCH + 60.0, 60.0, 0.0)) == (EPOCH + 5.0, 5.0, 0.0)
+    assert limits.bounded((EPOCH + 0.5, 0.5, 0.0)) == (EPOCH + 1.0, 1.0, 0.0)
 
 
 async def test_a_host_given_up_is_no_longer_served_and_its_in_flight_fetch_finishes(
