@@ -10,6 +10,7 @@ import math
 import pytest
 import trio
 
+import refresher.crawl._frontier as frontier_module
 from refresher.crawl._frontier import (
     DelayLimits,
     Frontier,
@@ -292,6 +293,113 @@ async def test_a_reset_with_every_page_held_in_a_workers_hands_reads_once_one_co
         assert await frontier.load() == 1
         again = await frontier.acquire()
         assert again is not None and again.page.due_at == EPOCH + 5
+        frontier.close()
+        nursery.cancel_scope.cancel()
+
+
+class LimitsSeen(FakeStore):
+    """A page source that notes the ``limit`` of every read."""
+
+    def __init__(self, pages: list[PageRow]) -> None:
+        super().__init__(pages)
+        self.limits: list[int] = []
+
+    async def __call__(self, after, until, limit, known):
+        self.limits.append(limit)
+        return await super().__call__(after, until, limit, known)
+
+
+def held_rows(frontier: Frontier) -> dict[int, PageRow]:
+    return {e[1]: e[2] for e in frontier._due}
+
+
+async def test_a_rescan_reads_in_chunks_and_takes_the_plans_fields_into_the_pages_held(
+    autojump_clock, monkeypatch
+):
+    monkeypatch.setattr(frontier_module, "READ_CHUNK", 3)
+    old = [dataclasses.replace(page(i, host=i, due=EPOCH + 30), etag="held") for i in range(12)]
+    source = LimitsSeen(old)
+    frontier = Frontier(source=source, wall_clock=wall, budget=10.0, window=60.0)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(frontier.run)
+        assert len(held_rows(frontier)) == 12
+        # the plan: 0-5 sooner with a rate, 6-8 out of the window, 9-11 as they were, and
+        # 12-14 come in; the store's etag is older than the one the pages held carry
+        moved = [
+            dataclasses.replace(p, due_at=EPOCH + 1 + p.id, target_rate=0.5, weight=2.0, etag="x")
+            for p in old[:6]
+        ]
+        gone = [dataclasses.replace(p, due_at=EPOCH + 500) for p in old[6:9]]
+        new = [page(i, host=i, due=EPOCH + 2) for i in range(12, 15)]
+        source.pages = moved + gone + old[9:] + new
+        source.limits.clear()
+        frontier.reset()
+        await frontier.load()
+        held = held_rows(frontier)
+        assert sorted(held) == [*range(6), *range(9, 15)]
+        assert all(held[p.id] == dataclasses.replace(p, etag="held") for p in moved)
+        assert all(held[p.id] == p for p in old[9:] + new)
+        assert source.limits and max(source.limits) == 3
+        assert frontier.statistics().in_memory == 12 and frontier.known_hosts() == set(held)
+        frontier.close()
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_rescan_of_a_plan_that_moves_every_page_holds_no_second_window(
+    autojump_clock, monkeypatch
+):
+    # 12 pages held, the most the frontier may; the plan moves them all out of the window and
+    # 12 others in: the read stops a chunk of new rows in, the swap lets the old pages go,
+    # and the loader reads the rest of the window on, a chunk at a time
+    monkeypatch.setattr(frontier_module, "READ_CHUNK", 3)
+    old = [page(i, host=i, due=EPOCH + 30) for i in range(12)]
+    source = LimitsSeen(old)
+    frontier = Frontier(
+        source=source, wall_clock=wall, budget=10.0, window=60.0, max_pages_in_memory=12
+    )
+    kept: list[int] = []  # rows read and not yet taken, beside the pages held, at each read
+
+    async def noted(after, until, limit, known):
+        kept.append(frontier.statistics().in_memory)
+        return await LimitsSeen.__call__(source, after, until, limit, known)
+
+    frontier._source = noted
+    async with trio.open_nursery() as nursery:
+        await nursery.start(frontier.run)
+        source.pages = [dataclasses.replace(p, due_at=EPOCH + 500) for p in old]
+        source.pages += [page(i, host=i, due=EPOCH + i - 10) for i in range(12, 24)]
+        kept.clear()
+        source.limits.clear()
+        frontier.reset()
+        await frontier.load()
+        assert sorted(held_rows(frontier)) == list(range(12, 24))
+        assert max(source.limits) == 3
+        # one chunk read beside the 12 held, the swap (3 held), the rest loaded on
+        assert kept == [12, 3, 6, 9]
+        frontier.close()
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_page_released_while_a_chunked_rescan_reads_keeps_its_releases_due_time(
+    autojump_clock, monkeypatch
+):
+    monkeypatch.setattr(frontier_module, "READ_CHUNK", 2)
+    pages = [page(i, host=i, due=EPOCH + i) for i in range(8)]
+    source = SlowStore(pages, seconds=1.0)
+    frontier = Frontier(source=source, wall_clock=wall, budget=10.0, window=60.0)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(frontier.run)
+        lease = await frontier.acquire()
+        assert lease is not None and lease.page.id == 0
+        frontier.reset()
+        await trio.sleep(1.5)  # its row was read (the first chunk) while it was in hand
+        assert frontier._fresh is not None  # the rescan is still reading
+        frontier.release(lease, next_due=EPOCH + 100)  # beyond the window
+        with trio.fail_after(30):  # virtual seconds: the rescan's three more reads
+            while frontier._rescan or frontier._fresh is not None:
+                await trio.sleep(0.5)
+        assert held_rows(frontier)[0].due_at == EPOCH + 100
+        assert sorted(held_rows(frontier)) == list(range(8))
         frontier.close()
         nursery.cancel_scope.cancel()
 
@@ -783,3 +891,16 @@ async def test_a_stale_row_of_a_page_just_released_does_not_bring_it_back_at_onc
         assert lease is not None and lease.page.id == 2  # page 1 is due in 10 s, not now
         frontier.close()
         nursery.cancel_scope.cancel()
+
+
+def test_a_replanned_copy_carries_every_field_of_the_page_it_copies():
+    # spelt out for speed: a field added to PageRow and not to the copy fails here
+    values = {
+        f.name: f"v{i}" if f.type in ("str", "str | None") else i + 7
+        for i, f in enumerate(dataclasses.fields(PageRow))
+    }
+    values |= {"digest": b"d", "tried": True, "source": "link"}
+    row = PageRow(**values)
+    copy = frontier_module._replanned(row, 1.5, 2.5, 3.5, 4.5)
+    assert copy == dataclasses.replace(row, due_at=1.5, target_rate=2.5, rate=3.5, weight=4.5)
+    assert all(getattr(copy, f.name) != f.default for f in dataclasses.fields(PageRow))
