@@ -21,9 +21,10 @@ A re-plan moves due times in the store, which alone computes them
 (:func:`refresher.store.next_due`): :meth:`Frontier.reset` has the loader read the window anew and
 swap the rows in for the pages held not in a worker's hands, with no wait in between. The pages
 held stay on offer while the store is read, so a re-plan leaves no worker without a page. The
-store is read :data:`READ_CHUNK` rows at a time, and of a page held only what a plan changes is
-kept from its row (40 bytes), so the read costs the pages held one chunk of rows and those of
-pages not held, not a second copy of the window.
+store is read :data:`READ_CHUNK` rows at a time, of a page held only what a plan changes is kept
+from its row (40 bytes), and rows of pages not held only up to the room beside the pages held
+(:meth:`_swap`): the read costs about two chunks of rows beyond the pages held, not a second
+copy of the window.
 
 In a fleet the frontier serves only the hosts its node holds: :meth:`Frontier.retain` takes the
 node's ownership as a predicate over host keys, drops the held pages of every host it refuses
