@@ -391,8 +391,6 @@ class Membership:
         view = await self._exchange(wait, first=first)
         if view is None:
             return
-        self._c.heartbeats += 1
-        self._reachable = True
         self._skew = view.skew
         if view.released:
             log.info(
@@ -444,6 +442,7 @@ class Membership:
             abandoned=self._abandoned,
             known=dict(self._known),
         )
+        skewed: ClockSkewError | None = None
         try:
             with trio.fail_after(wait):
                 view: FleetView = await self._run_sync(call)
@@ -452,16 +451,19 @@ class Membership:
                 f"the fleet database did not answer a heartbeat within {wait:.3g} s"
             ) from e
         except ClockSkewError as e:
-            self._c.heartbeats += 1
-            self._reachable = True
-            if first:
-                raise
-            if not self._refused:
-                log.error("clock too far off; stepping out of the fleet", error=str(e))
-                self._refused = True
-                await self._hand_back(frozenset(self._held))
-            return None
-        return view
+            skewed = e
+        # answered: with a view, or with the clocks found too far apart
+        self._c.heartbeats += 1
+        self._reachable = True
+        if skewed is None:
+            return view
+        if first:
+            raise skewed
+        if not self._refused:
+            log.error("clock too far off; stepping out of the fleet", error=str(skewed))
+            self._refused = True
+            await self._hand_back(frozenset(self._held))
+        return None
 
     async def _claim(self, count: int, *, skew: float, wait: float, first: bool) -> None:
         """Claim ``count`` free partitions (the database's clock is ours plus ``skew``

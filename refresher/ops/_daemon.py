@@ -34,7 +34,7 @@ from refresher.archive._sinks import ChangeFeed, load_sinks
 from refresher.archive._warc import WarcWriter
 from refresher.crawl._dns import Resolver
 from refresher.crawl._fetch import Fetcher
-from refresher.crawl._frontier import Frontier
+from refresher.crawl._frontier import DelayLimits, Frontier
 from refresher.crawl._workers import Crawler
 from refresher.discover._discovery import Discovery
 from refresher.discover._filter import UrlFilter
@@ -332,6 +332,8 @@ class Daemon:
             self._fetcher.configure(new.fetch, user_agent=new.crawl.user_agent)
         configure_logging(format=new.log.format, level=new.log.level)
         self._crawler.configure(new)
+        if self._frontier is not None:  # hosts already known wait no longer than now allowed
+            self._frontier.set_limits(_delay_limits(new))
         if self._fleet is not None:
             self._fleet.configure(new)
         if self._discovery is not None:
@@ -615,6 +617,7 @@ class Daemon:
             max_pages_in_memory=c.frontier.max_pages_in_memory,
             wall_clock=self._wall,
             work_conserving=c.frontier.work_conserving,
+            limits=_delay_limits(c),
         )
         self._frontier = frontier
         policy = await self._store.policy_in_force(c.policy.name)
@@ -825,3 +828,9 @@ def _refresher_error(group: BaseExceptionGroup[Any]) -> RefresherError | None:
     walk(group)
     errors = [e for e in leaves if isinstance(e, RefresherError)]
     return errors[0] if errors and len(errors) == len(leaves) else None
+
+
+def _delay_limits(config: Config) -> DelayLimits:
+    """The politeness settings the frontier bounds every host's stored timing by."""
+    p = config.politeness
+    return DelayLimits(min_delay=p.min_delay, max_delay=p.max_delay, max_backoff=p.max_backoff)

@@ -337,8 +337,11 @@ async def test_a_clock_drifting_away_steps_the_node_out_of_the_fleet_until_it_ag
         await trio.sleep(2)
         assert len(a.held) == 4
         table.skew = -TTL
+        beats = a.m.statistics().heartbeats
         await trio.sleep(TIMING.heartbeat * 2)
         assert a.held == set() and a.m.statistics().refused
+        # the heartbeats that found the clock off were answered all the same: counted
+        assert a.m.statistics().heartbeats >= beats + 2 and a.m.statistics().reachable
         assert table.stopping["a"] and all(table.owner[p] is None for p in range(4))
         table.skew = 0.0
         await trio.sleep(TIMING.heartbeat * 3)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import signal
+import time
 import typing
 
 import pytest
@@ -157,3 +158,39 @@ def test_politeness_keys_are_read_at_each_request_after_configure() -> None:
         host, None, finished_at=100.0, response_time=0.0, failed=False, retry_after=None
     )
     assert (before.delay, after.delay) == (1.0, 7.0) and after.next_allowed == 107.0
+
+
+@pytest.mark.slow
+async def test_sighup_lowering_max_delay_frees_a_host_its_stored_crawl_delay_holds(
+    short_dir, daemons
+) -> None:
+    # robots.txt asks for 600 s between requests: after it the seed waits that long, until a
+    # reload lowers politeness.max_delay; the host's timing then is bounded at once
+    arrived: list[tuple[str, float]] = []
+
+    def app(request: Request) -> Reply:
+        arrived.append((request.target, time.time()))
+        if request.target == "/robots.txt":
+            body = b"User-agent: *\nCrawl-delay: 600\n"
+            return Reply(headers=[("content-type", "text/plain")], body=body)
+        return Reply(headers=[("content-type", "text/html")], body=b"<html><body>x</body></html>")
+
+    async with raw_server(http_handler(app)) as server:
+        config = daemon_config(
+            short_dir,
+            port=server.port,
+            seeds=["http://r.sim.test/"],
+            politeness={"max_delay": 600.0},
+        )
+        d = daemons(config)
+        await d.ready()
+        await wait_for(lambda: d.event("robots.txt fetched"), what="robots.txt fetched")
+        assert [target for target, _ in arrived] == ["/robots.txt"]  # the seed waits 600 s
+        config.write_text(config.read_text().replace("max_delay = 600.0", "max_delay = 0.5"))
+        d.signal(signal.SIGHUP)
+        await wait_for(lambda: d.event("configuration reloaded"), what="reload")
+        await wait_for(lambda: len(server.requests) >= 2, what="the seed fetched after the reload")
+        d.signal(signal.SIGTERM)
+        assert await d.wait_exit() == 0
+    (_, robots_at), (target, seed_at) = arrived[:2]
+    assert target == "/" and seed_at - robots_at >= 0.5  # the new max_delay, still kept
