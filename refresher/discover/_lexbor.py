@@ -32,61 +32,107 @@ _CLOSED = [
     b"are", b"bas", b"col", b"emb", b"img", b"inp", b"lin", b"met", b"sou", b"tra", b"wbr",
     b"par", b"opt",
 ]  # fmt: skip
-_CLOSED_CODES = np.array([int.from_bytes(c, "big") for c in _CLOSED], dtype=np.int64)
+
+
+def _name_places() -> NDArray[np.uint16]:
+    """Each byte's place among the bytes of a tag name as ``byte | 0x20`` reads them: 1-10
+    the digits, 11-36 the letters (either case), 0 a byte that ends the name."""
+    places = np.zeros(256, dtype=np.uint16)
+    for byte in range(256):
+        low = byte | 0x20
+        if 48 <= low <= 57:
+            places[byte] = 1 + low - 48
+        elif 97 <= low <= 122:
+            places[byte] = 11 + low - 97
+    return places
+
+
+_PLACE = _name_places()
+_LETTER = 11  # the first letter's place: a name that starts with a letter is a tag
+_PLACES = np.uint16(37)  # a name's first three places as one number below 37³ (uint16)
+
+
+def _code(name: bytes) -> int:
+    one, two, three = (int(_PLACE[byte]) for byte in name)
+    return (one * 37 + two) * 37 + three
+
+
+#: by a name's code: whether its start tags stay out of the count (:data:`_CLOSED`)
+_CLOSED_CODE = np.zeros(37**3, dtype=bool)
+_CLOSED_CODE[[_code(name) for name in _CLOSED]] = True
 
 
 class NoTree(Exception):
     """The page is refused by Lexbor's tree path: another parser takes it."""
 
 
-def _name_byte(data: NDArray[np.uint8], at: NDArray[np.intp]) -> NDArray[np.int64]:
-    """The lowercased tag-name byte at each of ``at`` (0 where there is no name byte)."""
-    byte = data[np.minimum(at, len(data) - 1)] | 0x20
-    name = ((byte >= 97) & (byte <= 122)) | ((byte >= 48) & (byte <= 57))
-    return np.where(name & (at < len(data)), byte, 0).astype(np.int64)
+def _places(buf: NDArray[np.uint8], at: NDArray[np.intp]) -> NDArray[np.uint16]:
+    """The name place (:func:`_name_places`) of the byte at each of ``at`` (ascending; 0
+    past the end)."""
+    place = _PLACE[buf[np.minimum(at, len(buf) - 1)]]
+    if len(at) and at[-1] >= len(buf):
+        place[at >= len(buf)] = 0
+    return place
 
 
 def nesting_work(data: bytes) -> int:
     """An estimate of the tree builder's element-steps: the number of open elements summed
     over the page's tags. Each tag name (by its first three bytes) keeps its own count of
     open elements, raised by its start tags and lowered by its end tags and never below 0,
-    so stray end tags of another name cannot hide depth; void and self-closing tags stay
-    out."""
+    so stray end tags of another name cannot hide depth; void and self-closing tags (the
+    first ">" after the "<" follows a "/") stay out."""
     buf = np.frombuffer(data, dtype=np.uint8)
-    lt = np.flatnonzero(buf == 60)
+    return _work(buf, np.flatnonzero(buf == 60))
+
+
+def _work(buf: NDArray[np.uint8], lt: NDArray[np.intp]) -> int:
+    """:func:`nesting_work` of ``buf``, whose "<" are at ``lt``."""
+    if len(lt) == 0:
+        return 0
     slash = buf[np.minimum(lt + 1, len(buf) - 1)] == 47
     first = lt + 1 + slash
-    one = _name_byte(buf, first)
-    two = _name_byte(buf, first + 1) * (one > 0)  # a name ends at its first other byte
-    three = _name_byte(buf, first + 2) * (two > 0)
-    code = (one << 16) | (two << 8) | three
-    tagged = code >= (97 << 16)  # a name that starts with a letter: a tag
+    one = _places(buf, first)
+    two = _places(buf, first + 1) * (one > 0)  # a name ends at its first other byte
+    three = _places(buf, first + 2) * (two > 0)
+    code = (one * _PLACES + two) * _PLACES + three
+    tagged = one >= _LETTER
+    start = tagged & ~slash & ~_CLOSED_CODE[code]
+    # Self-closing: looked up for the start tags that would count only.
     gt = np.flatnonzero(buf == 62)
-    close = gt[np.minimum(np.searchsorted(gt, lt), max(len(gt) - 1, 0))] if len(gt) else lt
-    self_closing = buf[np.maximum(close - 1, 0)] == 47
-    start = tagged & ~slash & ~self_closing & ~np.isin(code, _CLOSED_CODES)
-    end = tagged & slash
-    keep = start | end
-    code, step = code[keep], np.where(start[keep], 1, -1)
-    if len(code) == 0:
+    at = np.flatnonzero(start)
+    close = np.searchsorted(gt, lt[at])
+    closed = close < len(gt)
+    at = at[closed]
+    start[at[buf[gt[close[closed]] - 1] == 47]] = False
+    keep = start | (tagged & slash)
+    return _open_sum(code[keep], np.where(start[keep], 1, -1))
+
+
+def _open_sum(code: NDArray[np.uint16], step: NDArray[np.int64]) -> int:
+    """The open elements summed over a page's counted tags, in page order: ``code`` each
+    tag's name, ``step`` +1 for a start tag and -1 for an end tag."""
+    count = len(code)
+    if count == 0:
         return 0
-    # Per-name counts floored at 0: group the tags by name (page order within a name), and
-    # shift each group below the ones before it so that one running minimum serves them all.
+    # Per-name counts floored at 0: group the tags by name (page order within a name; a
+    # stable sort of uint16, numpy's radix sort), and shift each group below the ones
+    # before it so that one running minimum serves them all.
     order = np.argsort(code, kind="stable")
     named = code[order]
-    first_of = np.r_[True, named[1:] != named[:-1]]
+    first_of = np.empty(count, dtype=bool)
+    first_of[0] = True
+    np.not_equal(named[1:], named[:-1], out=first_of[1:])
     group = np.cumsum(first_of) - 1
+    firsts = np.flatnonzero(first_of)
     total = np.cumsum(step[order])
-    counted = total - np.r_[0, total][np.flatnonzero(first_of)][group]
-    shift = group * (2 * len(code) + 2)
-    floor = np.minimum(np.minimum.accumulate(counted - shift) + shift, 0)
-    open_now = counted - floor
-    before = np.r_[0, open_now[:-1]]
-    before[first_of] = 0
-    # Back in page order: each tag's change of its name's count, summed up to each tag.
-    change = np.empty_like(open_now)
-    change[order] = open_now - before
-    return int(np.cumsum(change).sum())
+    counted = total - np.r_[0, total][firsts][group]
+    shift = group * (2 * count + 2)
+    open_now = counted - np.minimum(np.minimum.accumulate(counted - shift) + shift, 0)
+    change = np.diff(open_now, prepend=0)  # each tag's change of its name's count
+    change[firsts] = open_now[firsts]
+    # The counts summed after every tag in page order: each change counts once for every
+    # tag from its own on.
+    return int(np.dot(change, count - order))
 
 
 def _work_bound(tags: int, ends: int) -> int:
@@ -108,7 +154,7 @@ def lexbor_tree(data: bytes) -> LexborHTMLParser:
     tags = int(np.count_nonzero(opens))
     if tags > _FEW_TAGS:
         ends = int(np.count_nonzero(opens[:-1] & (buf[1:] == 47)))
-        if _work_bound(tags, ends) > _MAX_WORK and nesting_work(data) > _MAX_WORK:
+        if _work_bound(tags, ends) > _MAX_WORK and _work(buf, np.flatnonzero(opens)) > _MAX_WORK:
             raise NoTree
     try:
         return LexborHTMLParser(data)

@@ -12,6 +12,7 @@ value (the table is :data:`refresher.ops._reload.RELOAD`).
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import math
 import signal
@@ -796,9 +797,33 @@ def tune_gc() -> None:
     gc.set_threshold(*GC_THRESHOLDS)
 
 
+#: glibc malloc's settings in the daemon (mallopt parameter, value). By default glibc gives
+#: the free top of a heap back to the system once it exceeds a threshold it raises as it goes,
+#: so the memory of each page's parse (Lexbor's tree, about 1-2 MB for a docs page) was
+#: returned and faulted in again for the next one: 16-32 minor page faults per docs page in
+#: a parse thread, 0.03-0.09 ms of system time. Kept up to 64 MiB free per heap, and blocks
+#: below 4 MiB from the heap rather than a mapping of their own: 3 faults per page
+#: (bench/README.md). The memory held is bounded by the settings: what a page's parse freed
+#: is reused by the next one.
+MALLOC_SETTINGS = ((-1, 64 * 1024 * 1024), (-3, 4 * 1024 * 1024))  # M_TRIM_/M_MMAP_THRESHOLD
+
+
+def tune_malloc() -> bool:
+    """Apply :data:`MALLOC_SETTINGS` to this process; False where the C library has no
+    ``mallopt`` or refuses them (not glibc: nothing changes)."""
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
+    mallopt.restype = ctypes.c_int
+    return all([mallopt(param, value) == 1 for param, value in MALLOC_SETTINGS])
+
+
 def run_daemon(config_loader: Callable[[], Config]) -> int:
     """Run the daemon in the foreground until a stop signal; returns the exit status."""
     tune_gc()
+    tune_malloc()
     try:
         return trio.run(Daemon(config_loader).run)
     except RefresherError as e:

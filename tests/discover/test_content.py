@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from refresher.discover._content import ContentSeen, document_key
-from refresher.discover._parse import Document, Extracted, HtmlLinks
+from refresher.discover._parse import Document, Extracted, HtmlLinks, Link
 
 TEMPLATE = (
     b"<!DOCTYPE html><html><head><title>Home</title></head><body>"
@@ -78,3 +78,19 @@ def test_memory_stays_bounded_and_a_page_is_never_its_own_duplicate(
         other = seen.test(page_id, bytes([doc]) * 16)
         assert other != page_id
         assert seen.statistics().remembered <= 8
+
+
+def test_a_document_key_is_the_same_from_one_version_to_the_next() -> None:
+    # Keys are compared with those of earlier fetches: each link, its kind and rel=nofollow,
+    # the canonical, the robots flags and lastmods all go into it, in this form.
+    extracted = Extracted(
+        links=(
+            Link(url="http://a.example/x", kind="a"),
+            Link(url="http://a.example/\ud800y", kind="link", nofollow=True),  # unencodable
+        ),
+        canonical="http://a.example/c",
+        noindex=True,
+        lastmod=(("http://a.example/s", 1.5),),
+    )
+    assert document_key(b"\x01" * 32, extracted).hex() == "cf0fd6f4ac9175130d3924391feea285"
+    assert document_key(b"\x02" * 32, Extracted()).hex() == "34fe51e7c9d0b29d23da09114978ce87"

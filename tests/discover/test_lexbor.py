@@ -68,6 +68,8 @@ def _counted(data: bytes) -> int:
         b"<span>" * 30 + b"<span></x>" * 30,
         b"<p>a<p>b<br><img src=x/><svg><path d='M0'/></svg><LI>c<Li>d</P>",
         b"<table><tr><td>a<td>b<tr><td>c</table><h1>t</h1><h2>u</h2>",
+        b"/<div",  # no ">" after the tag: not self-closing, whatever came before it
+        b"<div/><div x='/'>y</div><svg><g/><g><path/></g></svg",
     ],
 )
 def test_the_nesting_estimate_counts_open_elements_tag_by_tag(body: bytes) -> None:
@@ -104,11 +106,22 @@ def test_100000_nested_divs_still_give_their_link_and_note_the_depth() -> None:
     assert lexbor.skipped == {"too_deep": 1}
 
 
-_SOUP_PARTS = "<div> </div> <p> </p> <br/> <img/> <span </x> <b> </b> < > </ /> <LI> <a1> x"
+_SOUP_PARTS = (
+    "<div> </div> <p> </p> <br/> <img/> <span </x> <b> </b> < > </ /> <LI> <a1> x"
+    " <div/ <Svg <path/> / = <TD> <tr </dIV"
+)
 _SOUP = st.lists(
     st.sampled_from([*_SOUP_PARTS.split(), "\x15", "<!-- c -->", "<svg/>"]),
     max_size=200,
 )
+
+
+@given(_SOUP)
+def test_the_nesting_estimate_counts_open_elements_tag_by_tag_on_tag_soup(
+    parts: list[str],
+) -> None:
+    body = "".join(parts).encode()
+    assert nesting_work(body) == _counted(body)
 
 
 @given(_SOUP)
@@ -123,11 +136,11 @@ def test_the_bound_spares_a_docs_page_the_estimate_and_not_a_deep_one(
 ) -> None:
     estimated: list[int] = []
 
-    def estimate(data: bytes) -> int:
-        estimated.append(len(data))
+    def estimate(buf: object, lt: object) -> int:
+        estimated.append(len(buf))  # type: ignore[arg-type]
         return 0
 
-    monkeypatch.setattr(_lexbor, "nesting_work", estimate)
+    monkeypatch.setattr(_lexbor, "_work", estimate)
     item = b'<li><a href="/p.html">p</a> <code class="x">f()</code></li>\n'
     lexbor_tree(b"<ul>" + item * 1200 + b"</ul>")  # 7,202 tags, 3,601 starts: bound 19.5 M
     assert estimated == []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import string
 
 import pytest
 from _pages import fixture, html
@@ -23,6 +24,46 @@ def test_simhash_values_are_stable_because_they_are_stored() -> None:
     # Fingerprints live in the history; if this changes, every stored one becomes useless.
     assert simhash("The quick brown fox jumps over the lazy dog") == 0xA9B4C992E6F45591
     assert simhash("hello") == 0xF8E479CA66F653CE
+
+
+def _reference_tokens(text: str) -> list[bytes]:
+    """The tokens by the plain rule: every character lowered, Unicode white space made a
+    space, ASCII punctuation a separator, digits "0"."""
+    text = text.lower()
+    if not text.isascii():
+        text = _simhash._UNICODE_SPACE.sub(" ", text)
+    return text.encode("utf-8", "surrogatepass").translate(_simhash._BYTE_TABLE).split()
+
+
+# Characters without a case (the byte-table path when few), with one (str.lower() then),
+# Unicode spaces, the separators bytes.split does not know, a lone surrogate.
+_ODD = "¶’—中é\xa0\u2009\u3000\x85\x1c\x1fÉΣİ\u212aßǅ\ud800"
+_WORDS = st.text(
+    alphabet=string.ascii_letters + string.digits + string.punctuation + " \t\n", min_size=12
+)
+
+
+@given(st.lists(st.one_of(_WORDS, st.sampled_from(_ODD)), max_size=30))
+def test_tokens_are_the_text_lowered_and_split_whichever_way_they_are_found(
+    parts: list[str],
+) -> None:
+    text = "".join(parts)
+    assert _simhash._tokens(text) == _reference_tokens(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Plain ASCII\x1cText, 12 Words",  # \x1c joins words in ASCII text, as before
+        # few characters outside ASCII, none with a case: the byte table
+        "Some Plain Words Before. Caf\xe9 \xb6 Na\xefve\xa0Words \u2014 TOTAL\x1fEnd" * 3,
+        "\u212a Kelvin\x1cSign",  # lowers to ASCII "k": str.lower()
+        "\u039f\u0394\u039f\u03a3 \u03a3",  # final sigma: str.lower()
+        "\u4e2d\u6587\u3000\u6587\u5b57 ABC",  # mostly outside ASCII: str.lower()
+    ],
+)
+def test_tokens_agree_with_the_plain_rule_on_each_path(text: str) -> None:
+    assert _simhash._tokens(text) == _reference_tokens(text)
 
 
 def test_simhash_ignores_case_punctuation_and_digit_values() -> None:
