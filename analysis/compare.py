@@ -352,7 +352,10 @@ async def _run(policy: str, settings: CompareSettings, run_dir: Path) -> tuple[f
                     return daemon.event("ready") is not None
 
                 await _until("become ready", ready, log)
-                start = time.time()
+                # from when the crawling began: the first fetches precede the "ready" line
+                line = daemon.event("ready")
+                assert line is not None
+                start = float(line["crawling_since"])
                 await trio.sleep(settings.seconds)
                 end = time.time()
                 proc.send_signal(signal.SIGTERM)

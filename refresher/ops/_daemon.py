@@ -696,6 +696,9 @@ class Daemon:
             )
             self._crawler = crawler
             async with trio.open_nursery() as work:
+                # The first fetch can finish before "ready" is logged: the line says when the
+                # crawling began, so a harness measures from there (unix s).
+                crawling_since = self._wall()
                 await work.start(crawler.run)
                 control = ControlServer(c.control_socket, self._handle, tcp_port=c.control.tcp_port)
                 await services.start(control.run)
@@ -723,6 +726,7 @@ class Daemon:
                     budget=c.budget.fetches_per_second,
                     policy=allocator.policy,
                     control=str(c.control_socket),
+                    crawling_since=crawling_since,
                 )
                 async for signum in signals:
                     if signum == signal.SIGHUP:

@@ -12,6 +12,7 @@ import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -117,9 +118,12 @@ async def test_a_real_daemon_says_ready_pings_the_watchdog_reloads_and_stops(
     assert "stopping" not in logged
     assert got[ready].control_socket
     assert got[ready].fields.get("STATUS") == "crawling"
-    await wait_for(lambda: d.event("ready"), what='the "ready" log line')
+    line = await wait_for(lambda: d.event("ready"), what='the "ready" log line')
     events = [e.get("event") for e in d.events()]
     assert events.index("seeds") < events.index("ready")
+    # when the crawling began (unix s), which a harness measures from: before the line itself
+    since = datetime.fromtimestamp(line["crawling_since"], UTC)
+    assert since <= datetime.fromisoformat(line["timestamp"])
 
     # A one-second watchdog: pings every half second, and progress on the status line.
     first = await manager.next(ready, lambda f: f.get("WATCHDOG") == "1", "a WATCHDOG=1")
