@@ -202,12 +202,12 @@ class BatchArchive(Protocol):
         ...
 
 
-def insert_captures(con: Any, rows: Sequence[CaptureRow]) -> None:
-    """Append ``rows`` (inside the caller's transaction)."""
+def insert_captures(con: Any, rows: Sequence[CaptureRow], *, first: int) -> int:
+    """Append ``rows`` (inside the caller's transaction), numbered from ``first`` (the next
+    free id, which the store keeps); returns the next free id after them."""
     if not rows:
-        return
-    first = con.execute("SELECT coalesce(max(id), 0) + 1 FROM warc_records").fetchall()[0][0]
-    batch = {
+        return first
+    _captures = {
         "id": np.arange(first, first + len(rows), dtype=np.int64),
         "page_id": np.array([r.page_id for r in rows], dtype=np.int64),
         "url": np.array([r.url for r in rows], dtype=object),
@@ -225,11 +225,9 @@ def insert_captures(con: Any, rows: Sequence[CaptureRow]) -> None:
         "payload_bytes": np.array([r.payload_bytes for r in rows], dtype=np.int64),
         "truncated": np.array([r.truncated for r in rows], dtype=bool),
     }
-    con.register("_captures", batch)
-    try:
-        con.execute(f"INSERT INTO warc_records ({', '.join(batch)}) SELECT * FROM _captures")
-    finally:
-        con.unregister("_captures")
+    # scanned by name (DuckDB's replacement scan), not registered: see DuckDBStore.write
+    con.execute(f"INSERT INTO warc_records ({', '.join(_captures)}) SELECT * FROM _captures")
+    return first + len(rows)
 
 
 #: the columns of an :class:`IndexedCapture`, in its field order
