@@ -93,7 +93,8 @@ class Capture:
     request_headers: tuple[tuple[str, str], ...]
     payload: bytes | None  # decoded; None for a 304
     truncated: bool
-    digest: bytes | None  # BLAKE2b-128 of the payload: fetches.digest
+    # the payload's SHA-1 (BLAKE2b-128 where an older refresher wrote it): fetches.digest
+    digest: bytes | None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
