@@ -19,7 +19,6 @@ the top functions. Asserts nothing: figures for bench/README.md.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import subprocess
 import sys
@@ -39,6 +38,7 @@ from conftest import fetch_record  # noqa: E402
 
 import refresher.store as rs  # noqa: E402
 from refresher.archive._warc import WarcWriter  # noqa: E402
+from refresher.crawl._fetch import body_digest  # noqa: E402
 from refresher.discover._discovery import Found, findings_of  # noqa: E402
 from refresher.discover._parse import Document, HtmlLinks, process  # noqa: E402
 from refresher.ops._logging import configure_logging  # noqa: E402
@@ -74,7 +74,7 @@ def workload(
     out = []
     for i, (host, url, body) in enumerate(pages):
         row = by_url[url]
-        digest = os.urandom(16)
+        digest = body_digest(body)  # the fetch's, which the WARC writer reuses
         capture = replace(page_capture(i, host, url, body), page_id=row.id, digest=digest)
         at = capture.fetched_at
         record = fetch_record(

@@ -65,7 +65,7 @@ class Change:
     status: int
     headers: tuple[tuple[str, str], ...]  # response header fields as received
     body: bytes | None  # the decoded body (at most fetch.max_body_bytes)
-    digest: bytes | None  # BLAKE2b-128 of the body (None when cut at the cap)
+    digest: bytes | None  # the body's SHA-1 (None when cut at the cap)
     previous_digest: bytes | None  # the page's digest before: None for its first version
     meaningful: bool | None  # past the near-duplicate threshold (None: first version)
     truncated: bool

@@ -119,6 +119,16 @@ def _sha1_label(h: Any) -> str:
     return "sha1:" + base64.b32encode(h.digest()).decode("ascii")
 
 
+def _payload_digest(c: Capture, payload: bytes) -> str:
+    """The WARC-Payload-Digest of ``payload``, the capture's: its digest is the payload's SHA-1
+    (the fetch's change digest, :func:`refresher.crawl._fetch.body_digest`), not hashed again;
+    a capture without one (a truncated payload) or with another kind of digest is hashed."""
+    if c.digest is not None and len(c.digest) == _SHA1_BYTES and not c.truncated:
+        return "sha1:" + base64.b32encode(c.digest).decode("ascii")
+    return _sha1_label(hashlib.sha1(payload))
+
+
+_SHA1_BYTES = hashlib.sha1().digest_size
 _EMPTY_SHA1 = _sha1_label(hashlib.sha1())  # a request record's payload digest: no payload
 _PRINTABLE = "".join(map(chr, range(32, 127)))
 
@@ -456,7 +466,7 @@ class WarcWriter:
         payload_digest: str | None
         if c.kind == "response":
             payload = c.payload or b""
-            payload_digest = _sha1_label(hashlib.sha1(payload))
+            payload_digest = _payload_digest(c, payload)
             block = hashlib.sha1(http)
             block.update(payload)
             fields += [
@@ -468,7 +478,7 @@ class WarcWriter:
             payload = b""  # a revisit's block is the header fields alone
             fields += [("WARC-Type", "revisit"), ("WARC-Target-URI", c.target_uri)]
             if c.payload is not None:  # an unchanged 200: the same payload as last time
-                payload_digest = _sha1_label(hashlib.sha1(c.payload))
+                payload_digest = _payload_digest(c, c.payload)
                 fields += [("WARC-Profile", _IDENTICAL), ("WARC-Payload-Digest", payload_digest)]
             else:
                 payload_digest = None

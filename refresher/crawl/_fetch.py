@@ -57,12 +57,14 @@ from refresher.store._interface import is_success
 
 __all__ = [
     "ACCEPT_ENCODING",
+    "LEGACY_DIGEST_BYTES",
     "ROBOTS_MAX_BYTES",
     "ROBOTS_MAX_REDIRECTS",
     "FetchResult",
     "Fetcher",
     "FetcherStatistics",
     "body_digest",
+    "comparable_digest",
     "parse_retry_after",
 ]
 
@@ -94,9 +96,30 @@ _DRAIN_BYTES = 64 * 1024
 _CLOSE_GRACE = 5.0
 
 
+#: bytes of a digest an older refresher stored: BLAKE2b-128 (now the payload's SHA-1, 20)
+LEGACY_DIGEST_BYTES = 16
+
+
 def body_digest(body: bytes) -> bytes:
-    """The 16-byte BLAKE2b digest of a body: the change test compares these."""
-    return hashlib.blake2b(body, digest_size=16).digest()
+    """The 20-byte SHA-1 of a body: the change test compares these, and the archive's
+    WARC-Payload-Digest of the body is the same SHA-1 (one hash of each body, not two)."""
+    return hashlib.sha1(body).digest()
+
+
+def comparable_digest(stored: bytes | None, r: FetchResult) -> bytes | None:
+    """A page's stored digest in the kind ``r.digest`` is: the payload's SHA-1.
+
+    An older refresher stored BLAKE2b-128 (:data:`LEGACY_DIGEST_BYTES`): where ``r``'s payload
+    hashes to that, the copy did not change and ``r.digest`` stands for it; otherwise it is
+    returned as it is (and differs). So an upgrade makes no page look changed once (but for a
+    2xx body of a Content-Encoding the fetch cannot decode, which is not kept: it does once).
+    """
+    if stored is None or len(stored) != LEGACY_DIGEST_BYTES:
+        return stored
+    if r.payload is None or r.truncated or r.digest is None:
+        return stored
+    legacy = hashlib.blake2b(r.payload, digest_size=LEGACY_DIGEST_BYTES).digest()
+    return r.digest if legacy == stored else stored
 
 
 def parse_retry_after(value: str, *, now: float | None = None) -> float | None:
@@ -713,7 +736,7 @@ class Fetcher:
                 "(fetch.max_body_bytes); raise the cap to fetch this page"
             )
         decoder = _Decoder(encodings) if encodings else None
-        hasher = hashlib.blake2b(digest_size=16)
+        hasher = hashlib.sha1()  # body_digest, as the body arrives
         parts: list[bytes] = []
         raw_count = count = 0
         complete = True

@@ -13,7 +13,7 @@ import email.utils
 from dataclasses import dataclass
 from typing import Literal
 
-from refresher.crawl._fetch import FetchResult
+from refresher.crawl._fetch import FetchResult, comparable_digest
 from refresher.discover._parse import meaningful_change
 from refresher.store._interface import PageRow, is_change
 
@@ -55,6 +55,8 @@ class Outcome:
     etag: str | None
     last_modified: str | None
     digest: bytes | None
+    #: the page's digest before the fetch, in the kind the fetch's is (comparable_digest)
+    previous_digest: bytes | None
     #: the Last-Modified the page now has, unix seconds (only after a refresh)
     last_modified_at: float | None
     #: a 2xx body not seen on this page before: run the processors over it
@@ -67,6 +69,7 @@ class Outcome:
 def classify(page: PageRow, r: FetchResult) -> Outcome:
     """The outcome of fetching ``page`` with result ``r``; pure."""
     success = r.ok  # the one definition: refresher.store.is_success
+    previous = comparable_digest(page.digest, r)
     not_modified = success and r.not_modified
     ok = success and not not_modified  # a complete 2xx body
     status: PageStatus
@@ -92,15 +95,16 @@ def classify(page: PageRow, r: FetchResult) -> Outcome:
             not_modified=r.not_modified,
             error_kind=r.error_kind,
             digest=r.digest,
-            previous=page.digest,
+            previous=previous,
         ),
         failed=r.error_kind is not None
         or (r.status is not None and (r.status >= 500 or r.status == 429)),
         etag=etag,
         last_modified=last_modified,
         digest=digest,
+        previous_digest=previous,
         last_modified_at=http_date(last_modified) if ok or not_modified else None,
-        process=ok and r.body is not None and r.digest != page.digest,
+        process=ok and r.body is not None and r.digest != previous,
         due=status != "gone",
     )
 

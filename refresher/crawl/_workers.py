@@ -496,7 +496,7 @@ class Crawler:
                 page_id=page.id,
                 url=page.url,
                 result=r,
-                previous_digest=page.digest,
+                previous_digest=o.previous_digest,
                 etag=page.etag,
                 last_modified=page.last_modified,
                 meaningful=change,

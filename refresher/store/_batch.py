@@ -18,6 +18,7 @@ __all__ = [
     "fold_pages",
     "new_page_rows",
     "owed_rows",
+    "page_sets",
 ]
 
 
@@ -46,6 +47,19 @@ def fold_pages(records: Sequence[FetchRecord]) -> PageBatch:
             out.changed_at[r.page_id] = r.finished_at
     out.last = list(last.values())
     return out
+
+
+def page_sets(b: str) -> str:
+    """The SET list of an UPDATE of ``pages`` from a batch aliased ``b`` with the columns of
+    the page state a batch leaves (its last record's, the counts added; both stores)."""
+    return f"""last_fetch = {b}.last_fetch,
+        last_change = coalesce({b}.changed_at, pages.last_change),
+        etag = {b}.etag, last_modified = {b}.last_modified, digest = {b}.digest,
+        fetches = pages.fetches + {b}.n, changes = pages.changes + {b}.x,
+        status = {b}.status, due_at = {b}.due_at,
+        meaningful_changes = pages.meaningful_changes + {b}.m,
+        fingerprint = coalesce({b}.fingerprint, pages.fingerprint),
+        duplicate_of = {b}.duplicate_of"""
 
 
 def new_page_rows(

@@ -93,7 +93,8 @@ class Capture:
     request_headers: tuple[tuple[str, str], ...]
     payload: bytes | None  # decoded; None for a 304
     truncated: bool
-    digest: bytes | None  # BLAKE2b-128 of the payload: fetches.digest
+    # the payload's SHA-1 (BLAKE2b-128 where an older refresher wrote it): fetches.digest
+    digest: bytes | None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -202,12 +203,12 @@ class BatchArchive(Protocol):
         ...
 
 
-def insert_captures(con: Any, rows: Sequence[CaptureRow]) -> None:
-    """Append ``rows`` (inside the caller's transaction)."""
+def insert_captures(con: Any, rows: Sequence[CaptureRow], *, first: int) -> int:
+    """Append ``rows`` (inside the caller's transaction), numbered from ``first`` (the next
+    free id, which the store keeps); returns the next free id after them."""
     if not rows:
-        return
-    first = con.execute("SELECT coalesce(max(id), 0) + 1 FROM warc_records").fetchall()[0][0]
-    batch = {
+        return first
+    _captures = {
         "id": np.arange(first, first + len(rows), dtype=np.int64),
         "page_id": np.array([r.page_id for r in rows], dtype=np.int64),
         "url": np.array([r.url for r in rows], dtype=object),
@@ -225,11 +226,9 @@ def insert_captures(con: Any, rows: Sequence[CaptureRow]) -> None:
         "payload_bytes": np.array([r.payload_bytes for r in rows], dtype=np.int64),
         "truncated": np.array([r.truncated for r in rows], dtype=bool),
     }
-    con.register("_captures", batch)
-    try:
-        con.execute(f"INSERT INTO warc_records ({', '.join(batch)}) SELECT * FROM _captures")
-    finally:
-        con.unregister("_captures")
+    # scanned by name (DuckDB's replacement scan), not registered: see DuckDBStore.write
+    con.execute(f"INSERT INTO warc_records ({', '.join(_captures)}) SELECT * FROM _captures")
+    return first + len(rows)
 
 
 #: the columns of an :class:`IndexedCapture`, in its field order

@@ -30,6 +30,7 @@ __all__ = [
     "fold_observations",
     "fold_records",
     "last_modified_agrees",
+    "moved_statistics",
     "read_statistics",
     "stat_column",
     "state_of",
@@ -225,15 +226,18 @@ def fold_records(
 
 def state_of(con: Any, page_ids: NDArray[np.int64]) -> dict[str, Float]:
     """The stored statistics of ``page_ids`` (sorted, unique; all must exist)."""
-    con.register("_stat_ids", {"id": page_ids})
-    try:
-        got = con.execute(
-            f"SELECT {', '.join(_read(c) for c in STAT_COLUMNS)} FROM pages"
-            " SEMI JOIN _stat_ids ON pages.id = _stat_ids.id ORDER BY pages.id"
-        ).fetchnumpy()
-    finally:
-        con.unregister("_stat_ids")
+    _stat_ids = {"id": page_ids}  # scanned by name (DuckDB's replacement scan)
+    got = con.execute(
+        f"SELECT {', '.join(_read(c) for c in STAT_COLUMNS)} FROM pages"
+        " SEMI JOIN _stat_ids ON pages.id = _stat_ids.id ORDER BY pages.id"
+    ).fetchnumpy()
     return {c: np.asarray(got[c], dtype=np.float64) for c in STAT_COLUMNS}
+
+
+def moved_statistics(state: dict[str, Float], folded: dict[str, Float]) -> dict[str, Float]:
+    """The columns of ``folded`` that differ from ``state`` for some page (NaN equals NaN):
+    the only ones a batch has to write back."""
+    return {c: v for c, v in folded.items() if not np.array_equal(v, state[c], equal_nan=True)}
 
 
 def _read(column: str) -> str:

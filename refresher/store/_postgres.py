@@ -41,7 +41,13 @@ from refresher._errors import StoreError
 from refresher.discover._seen import fingerprints
 from refresher.fleet._partition import partition_of
 from refresher.ops._logging import get_logger
-from refresher.store._batch import findings_of_doc, fold_pages, new_page_rows, owed_rows
+from refresher.store._batch import (
+    findings_of_doc,
+    fold_pages,
+    new_page_rows,
+    owed_rows,
+    page_sets,
+)
 from refresher.store._captures import BatchArchive, CaptureRow
 from refresher.store._change_stats import (
     ESTIMATOR_COLUMNS,
@@ -708,14 +714,7 @@ class PgStore:
         stats = fold_records(state, page_ids, records)
         cur.execute(
             f"""
-            UPDATE pages SET last_fetch = b.last_fetch,
-                last_change = coalesce(b.changed_at, pages.last_change),
-                etag = b.etag, last_modified = b.last_modified, digest = b.digest,
-                fetches = pages.fetches + b.n, changes = pages.changes + b.x,
-                status = b.status, due_at = b.due_at,
-                meaningful_changes = pages.meaningful_changes + b.m,
-                fingerprint = coalesce(b.fingerprint, pages.fingerprint),
-                duplicate_of = b.duplicate_of, {_STAT_SETS}
+            UPDATE pages SET {page_sets("b")}, {_STAT_SETS}
             FROM unnest(%s::bigint[], %s::float8[], %s::float8[], %s::text[], %s::text[],
                         %s::bytea[], %s::int[], %s::int[], %s::text[], %s::float8[],
                         %s::int[], %s::bigint[], %s::bigint[]{_STAT_ARRAYS})

@@ -16,11 +16,13 @@ from refresher._config import load_config
 from refresher.archive._archive import Archive
 from refresher.archive._warc import read_record, scan_file
 from refresher.ops._control import request
+from refresher.sim._site import HostSpec, PageSpec, Site, serve_site
 from tests.conftest import DEADLINE, acli, cli, daemon_config, query_db, wait_for
 
 
-def blake(data: bytes) -> bytes:
-    return hashlib.blake2b(data, digest_size=16).digest()
+def sha1(data: bytes) -> bytes:
+    """The change digest of a body: its SHA-1, as the record's WARC-Payload-Digest."""
+    return hashlib.sha1(data).digest()
 
 
 async def test_every_archived_record_reads_back_with_the_historys_digest(site, short_dir, daemons):
@@ -44,7 +46,7 @@ async def test_every_archived_record_reads_back_with_the_historys_digest(site, s
         record = read_record(directory / file, offset)
         assert record.status == status
         if kind == "response":
-            assert blake(record.body) == bytes(digest)
+            assert sha1(record.body) == bytes(digest)
             assert bytes(digest) in digests
     # one response per new body of a page: the first fetch and each change
     new_bodies = query_db(
@@ -103,7 +105,7 @@ async def test_after_kill_9_every_indexed_record_reads_and_a_half_written_tail_i
     for file, offset, kind, digest in indexed_records(db):
         record = read_record(directory / file, offset)
         if kind == "response":
-            assert blake(record.body) == bytes(digest)
+            assert sha1(record.body) == bytes(digest)
 
 
 async def test_get_cdx_and_export_work_while_the_daemon_runs(site, short_dir, daemons):
@@ -207,7 +209,53 @@ async def test_the_daemon_prunes_old_versions_periodically_and_every_page_keeps_
     directory = short_dir / "archive"
     for file, offset, kind, digest in indexed_records(db):
         record = read_record(directory / file, offset)
-        assert kind == "response" and blake(record.body) == bytes(digest)
+        assert kind == "response" and sha1(record.body) == bytes(digest)
     archived = {r[0] for r in query_db(db, "SELECT url FROM warc_records")}
     ok_pages = {r[0] for r in query_db(db, "SELECT url FROM pages WHERE digest IS NOT NULL")}
     assert ok_pages <= archived  # every page with a copy still has its latest version
+
+
+async def test_a_store_whose_digests_an_older_refresher_wrote_sees_no_page_change_once(
+    nursery, short_dir, daemons
+):
+    # static pages answered in full every time (no validators: no 304 to hide a change)
+    pages = tuple(PageSpec(path=f"/p{i}") for i in range(4))
+    s = Site([HostSpec(name="b.sim.test", pages=pages, validators="none")])
+    port = await nursery.start(serve_site, s)
+    config = daemon_config(short_dir, port=port, seeds=s.urls())
+    db = short_dir / "refresher.duckdb"
+    first = daemons(config)
+    await first.ready()
+    await wait_for(lambda: first.acknowledged() >= 8, what="every page fetched twice")
+    first.signal(signal.SIGTERM)
+    assert await first.wait_exit() == 0
+    # The file as an older refresher left it: each page's digest the BLAKE2b-128 of its body.
+    bodies = {
+        url: read_record(short_dir / "archive" / file, offset).body
+        for url, file, offset in query_db(
+            db, "SELECT url, file, record_offset FROM warc_records WHERE kind = 'response'"
+        )
+    }
+    assert len(bodies) == len(pages)
+    con = duckdb.connect(str(db))
+    try:
+        for url, body in bodies.items():
+            older = hashlib.blake2b(body, digest_size=16).digest()
+            con.execute("UPDATE pages SET digest = ? WHERE url = ?", [older, url])
+        done = con.execute("SELECT max(id), (SELECT max(id) FROM warc_records) FROM fetches")
+        last_fetch, last_record = done.fetchall()[0]
+    finally:
+        con.close()
+    again = daemons(config)
+    await again.ready()
+    await wait_for(lambda: again.acknowledged() >= 8, what="every page fetched twice more")
+    again.signal(signal.SIGTERM)
+    assert await again.wait_exit() == 0
+    after = query_db(
+        db, f"SELECT count(*), count(*) FILTER (changed) FROM fetches WHERE id > {last_fetch}"
+    )
+    assert after[0][0] >= 8 and after[0][1] == 0
+    kinds = query_db(db, f"SELECT DISTINCT kind FROM warc_records WHERE id > {last_record}")
+    assert kinds == [("revisit",)]
+    digests = query_db(db, "SELECT url, digest FROM pages")
+    assert {u: bytes(d) for u, d in digests} == {u: sha1(b) for u, b in bodies.items()}

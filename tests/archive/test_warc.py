@@ -12,10 +12,14 @@ from warcio.archiveiterator import ArchiveIterator
 from refresher.archive import _warc as warc
 from refresher.archive._keep import capture_of
 from refresher.archive._warc import Capture, WarcWriter, read_record, scan_file
-from refresher.crawl._fetch import FetchResult
+from refresher.crawl._fetch import FetchResult, body_digest
+
+#: the fetch's change digest (the payload's SHA-1, which the writer reuses)
+sha1 = body_digest
 
 
-def blake(data: bytes) -> bytes:
+def blake2b(data: bytes) -> bytes:
+    """The change digest an older refresher stored (BLAKE2b-128)."""
     return hashlib.blake2b(data, digest_size=16).digest()
 
 
@@ -28,7 +32,7 @@ def result(status: int = 200, body: bytes | None = b"<html>hi</html>", **fields:
         finished_at=1_700_000_000.5,
         duration=0.5,
         bytes=len(body or b""),
-        digest=blake(body) if body is not None and 200 <= status < 300 else None,
+        digest=sha1(body) if body is not None and 200 <= status < 300 else None,
         body=body,
         content_type="text/html",
         etag=None,
@@ -86,7 +90,7 @@ def test_records_read_back_through_warcio_with_payload_and_request(tmp_path):
     w.close()
     [row] = rows
     record = read_record(tmp_path / row.file, row.offset)
-    assert record.body == c.payload and blake(record.body) == c.digest
+    assert record.body == c.payload and sha1(record.body) == c.digest
     assert record.status == 200 and not record.truncated
     # the decoded payload is stored: the transfer encoding is kept under another name
     names = [k for k, _ in record.headers]
@@ -193,7 +197,7 @@ def test_a_file_is_settled_for_retention_once_closed_and_every_row_synced(tmp_pa
 
 def test_a_batch_is_appended_in_one_go_and_each_record_reads_back_at_its_own_offset(tmp_path):
     new = capture(result(body=b"<p>new</p>"))
-    same = capture(result(body=b"<p>same</p>"), previous=blake(b"<p>same</p>"))
+    same = capture(result(body=b"<p>same</p>"), previous=sha1(b"<p>same</p>"))
     not_modified = capture(result(304, None, reason="Not Modified"), previous=b"x")
     w = WarcWriter(tmp_path, min_free_bytes=0)
     rows = w.write_batch([new, same, not_modified])
@@ -351,7 +355,7 @@ def test_each_record_is_the_one_warcio_writes_byte_for_byte(tmp_path):
     non_ascii = (("Content-Type", "text/html"), ("Content-Disposition", 'inline; name="café"'))
     cases = [
         capture(result(body=b"<html>" + bytes(range(256)) * 40 + b"</html>")),
-        capture(result(body=same), previous=blake(same)),
+        capture(result(body=same), previous=sha1(same)),
         capture(result(304, None, reason="Not Modified"), previous=b"x"),
         capture(result(body=b"<p>cut", truncated=True, digest=None, error_kind="too_large")),
         capture(result(body=b"", reason=None, http_version="HTTP/1.0")),
@@ -388,7 +392,7 @@ def test_records_read_back_with_their_digests_checked_by_warcio(tmp_path):
     rows = w.write_batch(
         [
             capture(result(body=body)),
-            capture(result(body=same), previous=blake(same)),
+            capture(result(body=same), previous=sha1(same)),
             capture(result(304, None, reason="Not Modified"), previous=b"x"),
         ]
     )
@@ -403,6 +407,18 @@ def test_records_read_back_with_their_digests_checked_by_warcio(tmp_path):
     assert (
         rows[0].payload_digest == "sha1:" + base64.b32encode(hashlib.sha1(body).digest()).decode()
     )
+
+
+def test_a_capture_whose_digest_is_of_another_kind_gets_its_payloads_sha1_all_the_same(tmp_path):
+    body = b"<p>older</p>"
+    w = WarcWriter(tmp_path, min_free_bytes=0)
+    [row] = w.write_batch([capture(result(body=body, digest=blake2b(body)))])
+    w.close()
+    want = "sha1:" + base64.b32encode(hashlib.sha1(body).digest()).decode()
+    assert row.payload_digest == want
+    with (tmp_path / row.file).open("rb") as f:
+        for r in ArchiveIterator(f, check_digests="raise"):
+            r.content_stream().read()
 
 
 def test_a_reason_phrase_in_latin_1_is_archived_percent_encoded_and_the_batch_goes_on(tmp_path):

@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
+import hashlib
+from dataclasses import replace
+
 from hypothesis import given
 from hypothesis import strategies as st
 
-from refresher.crawl._fetch import FetchResult
+from refresher.crawl._fetch import (
+    LEGACY_DIGEST_BYTES,
+    FetchResult,
+    body_digest,
+    comparable_digest,
+)
 from refresher.crawl._outcome import Outcome, classify, http_date, meaningful
 from refresher.store import PageRow
 
 #: the store's pages.status vocabulary (the schema's comment), "new" aside
 SCHEMA_STATUSES = {"ok", "not_modified", "error", "denied", "gone"}
 
-digests = st.one_of(st.none(), st.binary(min_size=16, max_size=16))
+digests = st.one_of(st.none(), st.binary(min_size=20, max_size=20))
 validators = st.one_of(st.none(), st.sampled_from(['"a"', '"b"', 'W/"c"']))
 dates = st.one_of(st.none(), st.just("Sun, 22 Nov 2026 10:00:00 GMT"), st.just("garbage"))
 
@@ -136,6 +144,44 @@ def test_the_first_fetch_of_a_page_is_no_change_but_is_processed() -> None:
 def test_the_same_body_again_is_neither_a_change_nor_processed() -> None:
     o = classify(stored(digest=b"d" * 16), result())
     assert (o.changed, o.process, o.success) == (False, False, True)
+
+
+def _fetched(body: bytes) -> FetchResult:
+    """A 200 of ``body`` as the fetch hands it over: its digest, the payload's SHA-1."""
+    return result(body=body, payload=body, bytes=len(body), digest=body_digest(body))
+
+
+def _older(body: bytes) -> bytes:
+    """The digest an older refresher stored for ``body`` (BLAKE2b-128)."""
+    return hashlib.blake2b(body, digest_size=16).digest()
+
+
+def test_a_digest_an_older_refresher_stored_is_compared_by_the_body_so_no_page_changes_once() -> (
+    None
+):
+    body = b"<p>the same page</p>"
+    o = classify(stored(digest=_older(body)), _fetched(body))
+    assert (o.changed, o.process, o.success) == (False, False, True)
+    # the page keeps the new kind from now on; the archive sees the same digest as before
+    assert o.digest == o.previous_digest == hashlib.sha1(body).digest()
+    moved = classify(stored(digest=_older(b"<p>before</p>")), _fetched(body))
+    assert (moved.changed, moved.process) == (True, True)
+    assert moved.digest == body_digest(body) and moved.previous_digest == _older(b"<p>before</p>")
+    assert len(body_digest(body)) == 20 and len(_older(body)) == LEGACY_DIGEST_BYTES
+
+
+def test_a_304_on_a_page_with_an_older_digest_keeps_it_for_its_next_full_answer() -> None:
+    older = _older(b"<p>x</p>")
+    r = result(status=304, not_modified=True, digest=None, body=None, bytes=0, etag=None)
+    o = classify(stored(digest=older), r)
+    assert (o.changed, o.digest) == (False, older)
+    assert not classify(stored(digest=o.digest), _fetched(b"<p>x</p>")).changed
+
+
+def test_a_body_cut_at_the_cap_is_never_compared_with_an_older_digest() -> None:
+    body = b"<p>cut"
+    r = replace(_fetched(body), truncated=True)
+    assert comparable_digest(_older(body), r) == _older(body)
 
 
 def test_a_304_keeps_the_stored_validators_it_does_not_repeat() -> None:

@@ -15,7 +15,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from refresher.store import DuckDBStore, FetchRecord, NewPage, is_success
-from refresher.store._change_stats import STAT_COLUMNS, state_of, statistics_from_history
+from refresher.store._change_stats import (
+    STAT_COLUMNS,
+    empty_state,
+    moved_statistics,
+    state_of,
+    statistics_from_history,
+)
 
 NOW = 1_700_000_000.0
 
@@ -192,3 +198,14 @@ def test_a_store_from_before_the_statistics_gets_them_from_its_history(tmp_path:
             np.testing.assert_allclose(
                 getattr(got.stats, field.name), getattr(before.stats, field.name), rtol=1e-9
             )
+
+
+def test_only_the_statistics_some_page_moved_are_written_back_nan_equal_to_nan() -> None:
+    state = empty_state(3)  # stat_last_ok and the other times NaN, the sums 0
+    folded = {c: v.copy() for c, v in state.items()}
+    folded["stat_last_ok"][1] = NOW
+    folded["stat_changes_m"][2] = 1.0
+    moved = moved_statistics(state, folded)
+    assert sorted(moved) == sorted(["stat_last_ok", "stat_changes_m"])
+    assert moved["stat_last_ok"] is folded["stat_last_ok"]
+    assert moved_statistics(state, {c: v.copy() for c, v in state.items()}) == {}

@@ -25,6 +25,7 @@ from refresher.store import (
     Findings,
     HostUpdate,
     NewPage,
+    RobotsUpdate,
     StoreService,
     _service,
 )
@@ -113,6 +114,45 @@ def test_reopening_keeps_the_data_and_ids_continue(path: Path) -> None:
         assert ids == [(1,), (2,)]
     finally:
         s.close()
+
+
+def _index_row(page_id: int, offset: int) -> CaptureRow:
+    return CaptureRow(
+        page_id=page_id,
+        url=f"http://a.example/{page_id}",
+        target_uri=f"http://a.example/{page_id}",
+        captured_at=NOW,
+        kind="response",
+        status=200,
+        mime="text/html",
+        digest=b"d1",
+        payload_digest="sha1:X",
+        file="a.warc.gz",
+        offset=offset,
+        length=10,
+        span=20,
+        payload_bytes=5,
+        truncated=False,
+    )
+
+
+def test_index_row_ids_continue_past_a_failed_batch_and_a_reopening(path: Path) -> None:
+    s = DuckDBStore(path)
+    [p] = s.add_pages([page("http://a.example/1")], now=NOW)
+    s.write([fetch(p.id)], [], (), [_index_row(p.id, 0), _index_row(p.id, 10)])
+    # a robots.txt status past INTEGER fails the batch after its index rows were inserted
+    bad = RobotsUpdate(host_id=p.host_id, status=1 << 40, body=b"", fetched_at=NOW, expires_at=NOW)
+    with pytest.raises(StoreError):
+        s.write([fetch(p.id)], [], [bad], [_index_row(p.id, 20)])
+    s.write([fetch(p.id)], [], (), [_index_row(p.id, 30)])
+    s.close()
+    s = DuckDBStore(path)
+    try:
+        s.write([fetch(p.id)], [], (), [_index_row(p.id, 40)])
+        rows = s._con.execute("SELECT id, record_offset FROM warc_records ORDER BY id").fetchall()
+    finally:
+        s.close()
+    assert rows == [(1, 0), (2, 10), (3, 30), (4, 40)]
 
 
 def test_findings_a_run_left_owed_go_to_the_next_run_at_once_oldest_first(path: Path) -> None:
