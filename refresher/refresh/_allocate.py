@@ -240,23 +240,18 @@ def uncertainty(
     first_copy: NDArray[np.bool_] | None = None,
 ) -> tuple[NDArray[np.float64] | None, NDArray[np.float64] | None]:
     """The posterior sd of ln λ and the probability of never changing, per page, from a
-    log-normal estimate and its observations (None, None for the gamma prior); the sd of
-    ln λ is the estimate's own where it has one: ``Estimate.static_sd`` where it is the
-    narrower, with ``Estimate.prior_sd`` mixed in as :func:`static_probability`'s
-    ``wide_sd``; else ``Estimate.prior_sd``, else ``spread``.
+    log-normal estimate and its observations (None, None for the gamma prior); the prior's
+    sd is the estimate's own (``Estimate.prior_sd``) where it has one, else ``spread``.
     ``first_copy`` marks the observations that are a first copy's quiet time, which say
     nothing about whether a page changes at all."""
     if est.prior_mean is None:
         return None, None
     n = est.rate.size
-    wide = spread if est.prior_sd is None else est.prior_sd
-    sd = wide if est.static_sd is None else min(est.static_sd, wide)
+    sd = spread if est.prior_sd is None else est.prior_sd
     if first_copy is not None:
         real = ~first_copy
         page_index, intervals, changed = page_index[real], intervals[real], changed[real]
-    p0, _ = static_probability(
-        page_index, intervals, changed, n, prior_mean=est.prior_mean, sd=sd, wide_sd=wide
-    )
+    p0, _ = static_probability(page_index, intervals, changed, n, prior_mean=est.prior_mean, sd=sd)
     return posterior_sd(est), p0
 
 

@@ -49,7 +49,6 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy.special import gammaincinv, ndtri
 
-from refresher.refresh._spread import Spread
 from refresher.refresh._static import static_probability
 
 __all__ = [
@@ -158,10 +157,6 @@ class Estimate:
     prior_mean: Float | None = None
     #: the log-normal prior's sd of ln λ (natural-log units; None for the gamma prior)
     prior_sd: float | None = None
-    #: the sd of ln λ the pages show alone (:class:`refresher.refresh._spread.Spread`'s
-    #: ``tail``), which P(never changes) mixes with ``prior_sd`` where it is the narrower
-    #: (:mod:`refresher.refresh._static`); None: ``prior_sd`` alone
-    static_sd: float | None = None
 
     def __len__(self) -> int:
         return int(self.rate.size)
@@ -798,13 +793,13 @@ def _fitted_spread(
     prior: LogNormalPrior,
     mixture: bool,
     real: Mask | None = None,
-) -> Spread:
-    """:func:`refresher.refresh._spread.fit_spreads` on validated observations (page,
-    interval, changed, timed, quiet after the change: see :func:`_timed`), the changed
-    intervals without a change time as the statistics estimator's two-point rule."""
+) -> float:
+    """:func:`refresher.refresh._spread.fit_spread` on validated observations (page, interval,
+    changed, timed, quiet after the change: see :func:`_timed`), the changed intervals without
+    a change time as the statistics estimator's two-point rule."""
     # imported here: the statistics estimator imports this module
     from refresher.refresh._estimate_stats import two_point_nodes
-    from refresher.refresh._spread import SpreadEvidence, fit_spreads, sample
+    from refresher.refresh._spread import SpreadEvidence, fit_spread, sample
 
     p, t, c, timed, quiet_after = observed
     untimed = c & ~timed
@@ -833,7 +828,7 @@ def _fitted_spread(
         _, pi = static_probability(
             some, exposure[some], changed[some], seen.size, prior_mean=mean, sd=prior.sd
         )
-    return fit_spreads(evidence, spread=prior.sd, static_share=pi)
+    return fit_spread(evidence, spread=prior.sd, static_share=pi)
 
 
 def estimate_pages(
@@ -891,19 +886,14 @@ def estimate_pages(
             raise ValueError("first_copy must have one entry per observation")
         rounds = (p, t, c, timed, quiet_after, host_of, max(n_hosts, 1), spread, None, 3, None)
         ln_prior, rates = _log_normal_rounds(*rounds, mixture, real)
-        static_sd = None
         if fit_spread:
             obs = (p, t, c, timed, quiet_after)
-            fitted = _fitted_spread(obs, n_pages, ln_prior, mixture, real)
-            ln_prior = LogNormalPrior(mean=ln_prior.mean, sd=fitted.prior)
-            static_sd = fitted.tail
+            sd = _fitted_spread(obs, n_pages, ln_prior, mixture, real)
+            ln_prior = LogNormalPrior(mean=ln_prior.mean, sd=sd)
         z = _z(confidence)
         est = _log_normal_map(p, t, c, timed, quiet_after, n_pages, ln_prior, rates, z)
         return replace(
-            est,
-            prior_mean=np.asarray(ln_prior.mean, dtype=np.float64),
-            prior_sd=ln_prior.sd,
-            static_sd=static_sd,
+            est, prior_mean=np.asarray(ln_prior.mean, dtype=np.float64), prior_sd=ln_prior.sd
         )
     p, t, c = _observations(page_index, intervals, changed, n_pages)
     if prior is None and page_host is not None:

@@ -48,7 +48,7 @@ from refresher.refresh._estimate import (
     _psi,
     _z,
 )
-from refresher.refresh._spread import Spread, SpreadEvidence, fit_spreads, sample
+from refresher.refresh._spread import SpreadEvidence, fit_spread, sample
 from refresher.refresh._static import static_probability
 from refresher.store import ChangeStatistics
 
@@ -317,7 +317,7 @@ def _log_normal(
         theta = np.log(est.rate)
         member = observed.astype(np.float64)
         if mixture:
-            member *= 1.0 - _static(ev, means, spread, spread)
+            member *= 1.0 - _static(ev, means, spread)
         if not member.sum() > 0.0:
             member = observed.astype(np.float64)
         overall = float((theta * member).sum() / member.sum())
@@ -325,8 +325,8 @@ def _log_normal(
         count = np.bincount(host, member, minlength=n_hosts).astype(np.float64)
         strength = _host_strength(theta, member, host, total, count, n_hosts)
         means = ((total + strength * overall) / (count + strength))[host]
-    fitted = _fitted_spread(ev, means, spread, mixture) if fit else Spread(spread, spread)
-    est = _log_normal_map(ev, means, fitted.prior, rates, z)
+    sd = _fitted_spread(ev, means, spread, mixture) if fit else spread
+    est = _log_normal_map(ev, means, sd, rates, z)
     return Estimate(
         rate=est.rate,
         lower=est.lower,
@@ -335,13 +335,12 @@ def _log_normal(
         fetches=est.fetches,
         method=est.method,
         prior_mean=means,
-        prior_sd=fitted.prior,
-        static_sd=fitted.tail if fit else None,
+        prior_sd=sd,
     )
 
 
-def _fitted_spread(ev: PageEvidence, means: Float, spread: float, mixture: bool) -> Spread:
-    """:func:`refresher.refresh._spread.fit_spreads` on the observed pages' evidence (a
+def _fitted_spread(ev: PageEvidence, means: Float, spread: float, mixture: bool) -> float:
+    """:func:`refresher.refresh._spread.fit_spread` on the observed pages' evidence (a
     sample of them: :func:`refresher.refresh._spread.sample`)."""
     seen = sample(np.flatnonzero(ev.fetches > 0))
     timed = ev.timed[seen]
@@ -367,7 +366,7 @@ def _fitted_spread(ev: PageEvidence, means: Float, spread: float, mixture: bool)
         _, pi = static_probability(
             some, exposure[some], changes[some] > 0, seen.size, prior_mean=means[seen], sd=spread
         )
-    return fit_spreads(evidence, spread=spread, static_share=pi)
+    return fit_spread(evidence, spread=spread, static_share=pi)
 
 
 def _gamma_map(
@@ -476,14 +475,12 @@ def estimate_statistics(
         return _gamma(ev, host, max(n_hosts, 1), confidence), None
     est = _log_normal(ev, host, max(n_hosts, 1), spread, _z(confidence), mixture, fit_spread)
     assert est.prior_mean is not None and est.prior_sd is not None
-    tail = est.prior_sd if est.static_sd is None else min(est.static_sd, est.prior_sd)
-    return est, _static(ev, est.prior_mean, tail, est.prior_sd)
+    return est, _static(ev, est.prior_mean, est.prior_sd)
 
 
-def _static(ev: PageEvidence, prior_mean: Float, spread: float, wide: float) -> Float:
+def _static(ev: PageEvidence, prior_mean: Float, spread: float) -> Float:
     """P(never changes) per page (:func:`static_probability`, which reads per page only its
-    exposure and whether it ever changed; ``spread`` and ``wide`` its ``sd`` and
-    ``wide_sd``), from the intervals between fetches: not the first
+    exposure and whether it ever changed), from the intervals between fetches: not the first
     copy's quiet time, which a changing page shows as surely as a static one
     (:func:`refresher.refresh._estimate._static_of`)."""
     exposure = ev.exposure - ev.first_quiet
@@ -495,7 +492,6 @@ def _static(ev: PageEvidence, prior_mean: Float, spread: float, wide: float) -> 
         seen.size,
         prior_mean=prior_mean[seen],
         sd=spread,
-        wide_sd=wide,
     )
     p0 = np.full(ev.fetches.size, share)
     p0[seen] = static_p

@@ -35,16 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = [
-    "MIN_CHANGED",
-    "PENALTY",
-    "SAMPLE",
-    "Spread",
-    "SpreadEvidence",
-    "fit_spread",
-    "fit_spreads",
-    "sample",
-]
+__all__ = ["PENALTY", "SAMPLE", "SpreadEvidence", "fit_spread", "sample"]
 
 Float = NDArray[np.float64]
 Mask = NDArray[np.bool_]
@@ -53,8 +44,6 @@ Mask = NDArray[np.bool_]
 PENALTY = 20.0
 #: at most this many observed pages take part in the fit
 SAMPLE = 4096
-#: sampled pages that changed before :attr:`Spread.tail` leaves the prior on ln sd out
-MIN_CHANGED = 10
 _SIGMAS = np.exp(np.linspace(math.log(0.25), math.log(4.0), 17))  # steps of 19 %
 _SHIFTS = np.linspace(-5.0, 5.0, 11)  # the profile's peak is interpolated
 # θ − m in natural-log units. The step may be coarse: a page whose likelihood is narrower
@@ -111,48 +100,15 @@ def _page_table(ev: SpreadEvidence) -> tuple[Float, Float]:
     return ll - top[:, None], top
 
 
-@dataclass(frozen=True, slots=True)
-class Spread:
-    """The fitted sd of ln λ around the host centres, two ways (natural-log units).
-
-    ``prior``: with the prior on ln sd (``PENALTY``), the rate estimates' prior: it holds
-    the configured spread until the pages show otherwise, so that a plan made from a handful
-    of intervals does not read noise as differences between pages. ``tail``: the sd the pages
-    alone favour, once at least ``MIN_CHANGED`` of the sampled ones changed (``prior`` until
-    then), for P(never changes) (:mod:`refresher.refresh._static`, where it is mixed with
-    ``prior`` when it is the narrower: a spread the prior holds wide makes the changing
-    pages' lower tail fat, and the pages' own alone retires the odd slow changing page)."""
-
-    prior: float
-    tail: float
-
-
 def fit_spread(ev: SpreadEvidence, *, spread: float, static_share: float = 0.0) -> float:
-    """:attr:`Spread.prior` of :func:`fit_spreads`."""
-    return fit_spreads(ev, spread=spread, static_share=static_share).prior
-
-
-def fit_spreads(ev: SpreadEvidence, *, spread: float, static_share: float = 0.0) -> Spread:
     """The sd of ln λ around the host centres that maximises the pages' marginal likelihood
-    plus the prior on ln sd around ``spread`` (see the module docstring), and the one that
-    maximises the likelihood alone (:class:`Spread`); ``static_share``: the share π of pages
-    that never change. ``spread`` itself when no page was observed."""
+    plus the prior on ln sd around ``spread`` (see the module docstring); ``static_share``:
+    the share π of pages that never change. ``spread`` itself when no page was observed."""
     if not spread > 0.0:
         raise ValueError(f"spread must be > 0 (natural-log units), not {spread!r}")
     ev = ev.sample(SAMPLE)
     if ev.quiet.size == 0:
-        return Spread(spread, spread)
-    profile = _profile(ev, static_share)
-    score = profile - PENALTY * (np.log(_SIGMAS) - math.log(spread)) ** 2
-    prior = float(_SIGMAS[int(np.argmax(score))])
-    if int(ev.changed.sum()) < MIN_CHANGED:
-        return Spread(prior, prior)
-    return Spread(prior, float(_SIGMAS[int(np.argmax(profile))]))
-
-
-def _profile(ev: SpreadEvidence, static_share: float) -> Float:
-    """The pages' log marginal likelihood for each sd of ``_SIGMAS``, the common shift of
-    the centres profiled out."""
+        return spread
     table, top = _page_table(ev)
     step = float(_U[1] - _U[0])
     # Gaussian weights of each grid point for every (sd, shift): grid × (sds · shifts)
@@ -169,7 +125,10 @@ def _profile(ev: SpreadEvidence, static_share: float) -> Float:
         with np.errstate(divide="ignore", over="ignore"):
             ratio = np.exp(marginal[quiet] + top[quiet, None])
         total += np.log(pi + (1.0 - pi) * ratio).sum(axis=0)
-    return _peaks(total.reshape(_SIGMAS.size, _SHIFTS.size))
+    profile = _peaks(total.reshape(_SIGMAS.size, _SHIFTS.size))
+    score = profile - PENALTY * (np.log(_SIGMAS) - math.log(spread)) ** 2
+    fitted = float(_SIGMAS[int(np.argmax(score))])
+    return fitted
 
 
 def _peaks(rows: Float) -> Float:

@@ -33,7 +33,6 @@ from refresher.refresh._allocate import (
     within_caps,
 )
 from refresher.refresh._estimate import estimate_pages
-from refresher.refresh._static import WIDE_SHARE
 from refresher.sim._simweb import SimwebConfig, plan_web
 from refresher.sim._site import HostSpec, PageSpec, Site, serve_site
 from refresher.store import (
@@ -842,34 +841,3 @@ def test_a_first_copys_quiet_time_does_not_make_a_page_look_static():
     assert share == pytest.approx(0.5, abs=0.05)
     assert p0[80:] == pytest.approx(share, abs=0.01)
     assert (counted[80:] > share + 0.1).all()  # 3 quiet seconds at a 5 s centre: "static"
-
-
-def test_on_a_mostly_static_web_quiet_pages_read_static_by_the_pages_own_spread_within_a_bound():
-    # 120 pages never change; 30 change about once a minute, their ln λ within sd 0.5; all
-    # fetched every 30 s, ten times. The prior on ln sd holds the rates' spread near 2, whose
-    # wide lower tail would make a page quiet for 5 minutes a plausible slow changing one;
-    # the changing pages' own spread says it is static. P(never changes) goes by that, but
-    # keeps a fifth of the wide spread's odds that the page changes, so that a slow changing
-    # page is not retired for good.
-    rng = np.random.default_rng(11)
-    rates = np.r_[np.zeros(120), np.exp(rng.normal(math.log(1 / 60), 0.5, 30))]
-    page = np.repeat(np.arange(150), 10)
-    t = np.full(page.size, 30.0)
-    changed = rng.random(page.size) < -np.expm1(-rates[page] * t)
-    est = estimate_pages(page, t, changed, 150, mixture=True, fit_spread=True)
-    assert est.prior_sd is not None and est.static_sd is not None
-    assert est.static_sd < 1.0 <= est.prior_sd
-    _, p0 = uncertainty(est, page, t, changed, 2.0)
-    _, wide = uncertainty(replace(est, static_sd=None), page, t, changed, 2.0)
-    assert p0 is not None and wide is not None
-    quiet = np.bincount(page, changed, minlength=150) == 0
-    assert quiet[:120].all()
-    assert (p0[:120] > wide[:120]).all()
-    odds, wide_odds = (1.0 - p0[:120]) / p0[:120], (1.0 - wide[:120]) / wide[:120]
-    assert (odds < 0.6 * wide_odds).all()
-    assert (odds > 0.5 * WIDE_SHARE * wide_odds).all()
-    assert (p0[~quiet] == 0.0).all()
-    # where the pages show a wider spread than the prior holds, P₀ is the prior's as before
-    _, wider = uncertainty(replace(est, static_sd=est.prior_sd + 1.0), page, t, changed, 2.0)
-    assert wider is not None
-    np.testing.assert_array_equal(wider, wide)

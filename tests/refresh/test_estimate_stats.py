@@ -132,15 +132,8 @@ def from_history(
     if est.prior_mean is not None:
         assert est.prior_sd is not None
         real = ~first_copy  # a first copy's quiet time says nothing about changing at all
-        sd = est.prior_sd if est.static_sd is None else min(est.static_sd, est.prior_sd)
         p0, _ = static_probability(
-            p[real],
-            intervals[real],
-            changed[real],
-            n,
-            prior_mean=est.prior_mean,
-            sd=sd,
-            wide_sd=est.prior_sd,
+            p[real], intervals[real], changed[real], n, prior_mean=est.prior_mean, sd=est.prior_sd
         )
     return est, p0
 
@@ -164,8 +157,6 @@ def test_with_regular_intervals_the_statistics_give_the_historys_estimate_exactl
         statistics(f), f.host, f.n_hosts, history=64, model=model, mixture=mixture, fit_spread=fit
     )
     assert got.prior_sd == want.prior_sd
-    assert got.static_sd == want.static_sd
-    assert (got.static_sd is not None) == (model == "log-normal" and fit)
     if model == "log-normal" and not fit:
         assert got.prior_sd == 2.0
     np.testing.assert_allclose(got.rate, want.rate, rtol=1e-6)
