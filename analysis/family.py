@@ -235,6 +235,7 @@ def run_web(
     steady: bool = False,
     informed: bool = False,
     work_conserving: bool = True,
+    front_queues: int = 8,
 ) -> dict[str, Any]:
     """Every policy of ``RUNS`` on ``web``: per label, freshness and age per horizon per run.
     ``steady``: one more horizon, :func:`steady_horizon` (when ``horizon`` reaches the last
@@ -255,6 +256,7 @@ def run_web(
         mixture=mixture,
         fit_spread=fit_spread,
         work_conserving=work_conserving,
+        front_queues=front_queues,
     )
     out: dict[str, Any] = {"seed": web.seed, "label": web.label, "pages": int(mweb.rates.size)}
     out["horizons"] = horizons
@@ -606,6 +608,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="model the frontier before work conservation: a page only once due",
     )
     parser.add_argument(
+        "--front-queues",
+        type=int,
+        default=8,
+        help="the daemon's front queues ordering a re-plan's overdue pages by value "
+        "(frontier.front_queues); 0: earliest due first, the model before",
+    )
+    parser.add_argument(
         "--honesty",
         action="store_true",
         help="instead: optimal's estimated against true freshness, last quarter of 15 minutes",
@@ -678,6 +687,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             steady=args.steady,
             informed=args.informed,
             work_conserving=not args.no_work_conserving,
+            front_queues=args.front_queues,
         )
 
     for seed in seeds:

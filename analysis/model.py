@@ -6,20 +6,25 @@ Usage, from the repository root::
 
 It takes the simulated web's pages (those a crawler may fetch: robots.txt ``Disallow`` lines
 respected) with their true rates, draws each page's Poisson change times, and replays a
-crawler against them as the daemon's frontier fetches: a page once it is due, the earliest
-first, through a pacer of ``--budget`` tokens a second (one second of saved credit), due
-times by the store's own rule (:func:`refresher.store.due_after`, :func:`refresher.store.next_due`);
-every ``--resolve-interval`` seconds the daemon's own estimator
-(:func:`refresher.refresh._estimate.estimate_pages` on the last ``history`` intervals of each page,
-with Last-Modified change times from the hosts that send honest ones) and its own plan
+crawler against them as the daemon's frontier fetches: a page once it is due, in the order
+pages come due, the pages overdue at a re-plan first in the order the frontier's front queues
+give them (by value, :func:`priority_levels`), through a pacer of ``--budget`` tokens a second
+(one second of saved credit), due times by the store's own rule
+(:func:`refresher.store.due_after`, :func:`refresher.store.next_due`); every
+``--resolve-interval`` seconds the daemon's own estimator
+(:func:`refresher.refresh._estimate.estimate_pages` on the last ``history`` intervals of each
+page, with Last-Modified change times from the hosts that send honest ones) and its own plan
 (:func:`refresher.refresh._allocate.plan`: the policy, the exploration share) set each page's
 interval 1/f. True mean freshness is measured exactly over the window
 after the warm-up share, as ``analysis.compare`` does.
 ``--oracle`` gives the planner the true rates instead of estimates.
 
-What it leaves out, and why it is only a model: politeness (host caps, delays), fetch times
-and failures, the frontier's priority queues, and the discovery of pages. It is the tool for
-asking "which estimator, prior, exploration share or run length would change the outcome?"
+What it leaves out, and why it is only a model: politeness (host caps, delays, one back queue
+per host), fetch times and failures, and the discovery of pages. The front queues order only
+what reaches them at once: with fewer hosts than back queues (``workers`` × 3) the selector
+empties them at every pass, so between re-plans the daemon fetches in the order pages come
+due; the pages overdue when a re-plan re-reads the store reach them together. It is the tool
+for asking "which estimator, prior, exploration share or run length would change the outcome?"
 before spending half an hour of real runs on it; ``analysis.compare`` gives the verdict.
 """
 
@@ -37,7 +42,14 @@ from analysis.compare import disallowed
 from refresher import policies
 from refresher._errors import RefresherError
 from refresher.crawl._frontier import Pacer
-from refresher.refresh._allocate import Plan, PolicyInputs, plan, uncertainty, within_caps
+from refresher.refresh._allocate import (
+    Plan,
+    PolicyInputs,
+    plan,
+    reported_rates,
+    uncertainty,
+    within_caps,
+)
 from refresher.refresh._estimate import MODELS, estimate_pages
 from refresher.sim._simweb import SimwebConfig, plan_web
 from refresher.store import due_after, due_interval, next_due
@@ -78,6 +90,11 @@ class ModelSettings:
     # as the daemon's frontier.work_conserving: a token nothing is due for goes to the page due
     # soonest; False: a page only once due (the frontier before, for comparison)
     work_conserving: bool = True
+    # as the daemon's frontier at a re-plan (Frontier.reset): the pages overdue under the new
+    # plan reach the host queues in one pass of the biased selector over this many front
+    # queues (priority_level); between plans, pages are fetched in the order they come due.
+    # 0: earliest due first at every moment (the model before)
+    front_queues: int = 8
 
     def __post_init__(self) -> None:
         if not (self.seconds > 0 and self.budget > 0 and self.resolve_interval > 0):
@@ -203,11 +220,13 @@ def replay(
     from the start; change times drawn from ``seed``). ``on_plan(now, inputs, plan)`` sees
     every plan as it is made.
 
-    As the daemon's frontier: a page is fetched once it is due, the page due earliest first,
-    each fetch taking a token of a pacer of ``budget`` per second with :data:`BURST` seconds
-    of saved credit (so a moment with nothing due leaves tokens unused); due times by the
-    store's rule (:func:`refresher.store.due_after` after a fetch, :func:`next_due` with a
-    new plan), or one interval after the last fetch (``catch_up=False``, the rule before)."""
+    As the daemon's frontier: a page is fetched once it is due, in the order pages come due
+    (the pages overdue at a re-plan first, by the front queues' biased selector; see
+    :func:`_reorder`), each fetch taking a token of a pacer of ``budget`` per second with
+    :data:`BURST` seconds of saved credit (so a moment with nothing due leaves tokens unused);
+    due times by the store's rule (:func:`refresher.store.due_after` after a fetch,
+    :func:`next_due` with a new plan), or one interval after the last fetch
+    (``catch_up=False``, the rule before)."""
     rng = np.random.default_rng(seed)
     n = web.rates.size
     changes = _changes(web.rates, settings.seconds, rng)
@@ -216,15 +235,17 @@ def replay(
     target = np.full(n, settings.budget / n)
     planned = np.full(n, np.nan)  # the plan each due time was set under (NaN: none yet)
     step, clock, tokens = 1.0 / settings.budget, 0.0, -np.inf
+    order = due.copy()  # the order pages are handed out in (_reorder): due, overdue ones first
+    select = np.random.default_rng((seed, 1))  # the biased selector's draws
     next_plan = settings.resolve_interval
     while True:
-        i = int(np.argmin(due))
+        i = int(np.argmin(order))
         asked = clock if settings.work_conserving else max(clock, float(due[i]))
         token = max(tokens, asked - BURST)  # the pacer's next token (Pacer.reserve)
         at = max(asked, token)
         if next_plan <= min(at, settings.seconds):  # re-plan first, at its time
             clock, next_plan = next_plan, next_plan + settings.resolve_interval
-            made = _plan(policy, web, settings, fetches, changes, clock, on_plan)
+            inputs, made = _plan(policy, web, settings, fetches, changes, clock, on_plan)
             last = np.array([t[-1] if t else np.nan for t in fetches])
             if settings.catch_up:
                 due = next_due(last, made.target, due_at=due, planned=planned, now=clock)
@@ -234,6 +255,7 @@ def replay(
                         np.float64
                     )
             target, planned = made.target, made.target
+            order = _reorder(due, clock, inputs, target, last, settings.front_queues, select)
             continue
         if at >= settings.seconds:
             return fetches, changes
@@ -242,6 +264,55 @@ def replay(
         late = at - float(due[i]) if fetches[i] and settings.catch_up else 0.0
         fetches[i].append(at)
         due[i] = due_after(at, due_interval(float(target[i]), step * n), late)
+        order[i] = due[i]
+
+
+def priority_levels(
+    inputs: PolicyInputs, target: Float, fetched: NDArray[np.bool_], levels: int
+) -> NDArray[np.intp]:
+    """:func:`refresher.refresh._allocate.priority_level` of every page, vectorised, with the
+    rate the store holds after the plan (:func:`reported_rates`): a page never fetched, or
+    planned nothing, first."""
+    rate = reported_rates(inputs, target)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        value = inputs.weights * -np.expm1(-rate / target)
+        level = np.where(value > 0, np.floor(-np.log2(np.where(value > 0, value, 1.0))), levels)
+    level = np.clip(level, 0, levels - 1).astype(np.intp)
+    return np.where(~fetched | ~(target > 0), 0, level)
+
+
+def _reorder(
+    due: Float,
+    now: float,
+    inputs: PolicyInputs,
+    target: Float,
+    last: Float,
+    levels: int,
+    rng: np.random.Generator,
+) -> Float:
+    """The order pages are handed out in after a plan made at ``now``: the pages overdue go
+    first, in the order the daemon's biased selector takes them from ``levels`` front queues
+    (level i with weight 2^−i among the non-empty ones, each queue earliest due first); the
+    rest by due time. ``levels`` 0: by due time alone."""
+    order = due.copy()
+    overdue = np.flatnonzero(due <= now)
+    if levels < 1 or overdue.size < 2:
+        return order
+    overdue = overdue[np.argsort(due[overdue], kind="stable")]
+    level = priority_levels(inputs, target, np.isfinite(last), levels)[overdue]
+    queues = [list(overdue[level == k][::-1]) for k in range(levels)]
+    first = now - overdue.size  # keys first … now − 1: before every page not overdue (due > now)
+    weight = np.exp2(-np.arange(levels, dtype=np.float64))
+    for position in range(overdue.size):
+        nonempty = [k for k in range(levels) if queues[k]]
+        if len(nonempty) == 1:  # one queue left: the rest in its order
+            rest = queues[nonempty[0]][::-1]
+            order[rest] = first + position + np.arange(len(rest))
+            break
+        cumulative = np.cumsum(weight[nonempty])
+        k = nonempty[int(np.searchsorted(cumulative, rng.random() * cumulative[-1], "right"))]
+        order[queues[k].pop()] = first + position
+    return order
 
 
 def _plan(
@@ -252,12 +323,13 @@ def _plan(
     changes: list[Float],
     now: float,
     on_plan: Callable[[float, PolicyInputs, Plan], None] | None,
-) -> Plan:
-    """The daemon's plan at ``now``, fitted to the host caps as the allocator fits it."""
+) -> tuple[PolicyInputs, Plan]:
+    """The daemon's plan at ``now``, fitted to the host caps as the allocator fits it, with
+    what it read."""
     inputs, made = plan_at(policy, web, settings, fetches, changes)
     if on_plan is not None:
         on_plan(now, inputs, made)
-    return made
+    return inputs, made
 
 
 def plan_at(

@@ -20,7 +20,13 @@ if _ROOT not in sys.path:
 from conftest import cli  # noqa: E402
 
 from analysis import age_bound, compare, model, plots  # noqa: E402
+from refresher.refresh._allocate import (  # noqa: E402
+    PolicyInputs,
+    priority_level,
+    reported_rates,
+)
 from refresher.sim._simweb import SimwebConfig, parse_rate_mix, plan_web, site_of  # noqa: E402
+from refresher.store import PageRow  # noqa: E402
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -445,3 +451,54 @@ def test_rate_errors_leave_the_quiet_pages_alike_and_cost_age_where_changes_were
     sure = age_bound.noisy_plan(rates, np.where(quiet, 0, 10**12), alike, 3.0, hosts, caps, rng)
     assert age_bound.plan_age(rates, sure) == pytest.approx(age_bound.plan_age(rates, alike))
     assert age_bound.plan_age(rates, noisy) > age_bound.plan_age(rates, alike)
+
+
+def _inputs(rates: np.ndarray, weights: np.ndarray, static_p: np.ndarray) -> PolicyInputs:
+    n = rates.size
+    return PolicyInputs(
+        page_ids=np.arange(n, dtype=np.int64),
+        host_index=np.zeros(n, dtype=np.intp),
+        host_caps=np.array([np.inf]),
+        last_fetch=np.full(n, np.nan),
+        rates=rates,
+        rate_n=np.zeros(n),
+        weights=weights,
+        static_p=static_p,
+    )
+
+
+def test_the_models_front_queue_levels_are_the_daemons_priority_level_of_each_page() -> None:
+    rng = np.random.default_rng(5)
+    n = 400
+    rates = np.exp(rng.normal(-4.0, 2.5, n))
+    target = np.where(rng.random(n) < 0.1, 0.0, np.exp(rng.normal(-3.0, 1.5, n)))
+    inputs = _inputs(rates, np.exp(rng.normal(0.0, 1.0, n)), rng.random(n) ** 4)
+    fetched = rng.random(n) < 0.9
+    levels = model.priority_levels(inputs, target, fetched, 8)
+    stored = reported_rates(inputs, target)  # the rate the store holds after the plan
+    for i in range(n):
+        page = PageRow(
+            id=i, url=f"http://h.test/{i}", host_id=0, host="h.test", due_at=0.0, etag=None,
+            last_modified=None, digest=b"d" if fetched[i] else None,
+            target_rate=float(target[i]), rate=float(stored[i]), weight=float(inputs.weights[i]),
+        )  # fmt: skip
+        assert levels[i] == priority_level(page, 0.0, 8), i
+    assert len(set(levels.tolist())) > 4  # the pages spread over the queues
+
+
+def test_a_replans_overdue_pages_go_first_the_likelier_changed_before_the_static_ones() -> None:
+    n = 200
+    due = np.concatenate([np.linspace(1.0, 9.0, 100), np.linspace(11.0, 20.0, 100)])
+    static = np.arange(n) % 2 == 0  # every other page all but surely never changes
+    inputs = _inputs(np.full(n, 0.1), np.ones(n), np.where(static, 0.999, 0.0))
+    target, last = np.full(n, 0.05), np.zeros(n)
+    rng = np.random.default_rng(1)
+    order = model._reorder(due, 10.0, inputs, target, last, 8, rng)
+    first = np.argsort(order, kind="stable")
+    assert set(first[:100].tolist()) == set(range(100))  # the overdue ones, then by due time
+    assert first[100:].tolist() == list(range(100, n))
+    # the changing overdue pages mostly before the static ones: by value, not by due time
+    assert static[first[:50]].mean() < 0.2
+    assert np.all(np.diff(due[first[:100]][~static[first[:100]]]) > 0)  # each queue by due
+    # no front queues: earliest due first, the model before
+    assert np.array_equal(model._reorder(due, 10.0, inputs, target, last, 0, rng), due)
