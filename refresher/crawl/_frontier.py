@@ -80,7 +80,7 @@ LOOK_AHEAD = 1e9
 
 #: Rows read from the store at a time: a load, and a re-plan's rescan, hold at most this many
 #: rows (with DuckDB's copy of them) beyond the pages held.
-READ_CHUNK = 8192
+READ_CHUNK = 32768
 
 #: Seconds a released page's next due time is remembered against a stale row of it.
 RELEASE_MEMORY = 10.0
