@@ -158,6 +158,7 @@ def load_inputs(
     raw: EstimatorInputs,
     *,
     min_delay: float,
+    max_delay: float = math.inf,
     weights: str = "pagerank",
     model: str = MODELS[0],
     spread: float = DEFAULT_SPREAD,
@@ -170,8 +171,9 @@ def load_inputs(
     gives every page weight 1. ``model`` and ``spread``: the estimator's prior; ``history``:
     the observations a page's estimate is worth at most
     (:func:`refresher.refresh._estimate_stats.estimate_statistics`). A host's cap is one
-    fetch per politeness delay (at least ``min_delay``) plus its mean response time where
-    ``raw`` has one (:attr:`EstimatorInputs.host_response`)."""
+    fetch per politeness delay (within [``min_delay``, ``max_delay``], seconds, as the
+    frontier bounds it) plus its mean response time where ``raw`` has one
+    (:attr:`EstimatorInputs.host_response`)."""
     if weights not in ("pagerank", "none"):
         raise ValueError(f"weights must be 'pagerank' or 'none', not {weights!r}")
     ids = raw.page_ids
@@ -179,7 +181,8 @@ def load_inputs(
     hosts, host_index = _dense_hosts(raw.page_host)
     # politeness waits the delay from the end of each response: a host does at most one
     # fetch per delay + response time, and a cap of 1/delay would plan what it cannot do
-    delay = np.maximum(raw.host_delay, min_delay)
+    # a delay stored before a reload lowered max_delay is waited no longer than the new one
+    delay = np.clip(raw.host_delay, min_delay, max(min_delay, max_delay))
     if raw.host_response is not None:
         delay = delay + raw.host_response
     host_delay = np.zeros(hosts.size)
@@ -576,6 +579,7 @@ class InputSettings:
     that the daemon's allocator and ``refresher policy`` on a stopped store read alike."""
 
     min_delay: float = 1.0
+    max_delay: float = math.inf
     meaningful: bool = False
     history: int = 32
     weights: str = "pagerank"
@@ -586,6 +590,7 @@ class InputSettings:
     def from_config(cls, config: Config) -> InputSettings:
         return cls(
             min_delay=config.politeness.min_delay,
+            max_delay=config.politeness.max_delay,
             meaningful=config.estimate.change == "meaningful",
             history=config.estimate.history,
             weights=config.policy.weights,
@@ -609,6 +614,7 @@ class InputSettings:
         return load_inputs(
             raw,
             min_delay=self.min_delay,
+            max_delay=self.max_delay,
             weights=self.weights,
             model=self.model,
             spread=self.spread,

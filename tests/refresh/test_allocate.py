@@ -250,6 +250,9 @@ def test_a_hosts_cap_counts_its_mean_response_time_as_politeness_does(tmp_path: 
     g = next(r for r in rows if r.url == "http://g.example/")
     assert caps[h.id] == pytest.approx(1 / (0.4 + 0.1))
     assert caps[g.id] == pytest.approx(1 / 0.2)  # no response yet: min_delay alone
+    # a delay stored before a reload lowered max_delay: planned as the frontier now waits
+    low = load_inputs(raw, min_delay=0.2, max_delay=0.3, weights="none")
+    assert low.host_caps[low.host_index][low.page_ids == h.id][0] == pytest.approx(1 / 0.4)
     # read without response times, the cap is 1/delay: a plan the frontier cannot deliver
     old = load_inputs(before, min_delay=0.2, weights="none")
     assert old.host_caps[old.host_index].tolist() == pytest.approx(
