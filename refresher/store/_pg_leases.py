@@ -66,8 +66,10 @@ class HoldOff:
     to them. Each such host may be asked no sooner than ``lapse`` before the old lease's
     expiry (the holder's last possible contact: its stop, and the cut of its requests) plus
     its delay (``min_delay`` when none is stored), when that is later than both its stored
-    next-allowed time and the claim. No stored delay is longer than ``max_delay``: the hosts
-    of a lease that expired longer ago than that are not read."""
+    next-allowed time and the claim. A host waits no longer than ``max_delay`` after that
+    contact (a longer stored delay, left by a reload that lowered ``max_delay``, is bounded by
+    the node's frontier when it reads the host), so the hosts of a lease that expired longer
+    ago than that are not read."""
 
     lapse: float  # seconds
     min_delay: float = 0.0  # seconds
