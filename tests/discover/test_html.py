@@ -6,6 +6,7 @@ The fixtures are in tests/data/html (see its README for what each covers).
 from __future__ import annotations
 
 import random
+import threading
 import tracemalloc
 from collections import Counter
 from typing import Any
@@ -413,3 +414,39 @@ def test_the_tree_path_agrees_with_the_streaming_parser_on_tag_soup(parts: list[
     body = "".join(parts).encode()
     tree, stream = _both_paths(body)
     assert tree is None or tree == stream
+
+
+def test_two_parse_threads_never_stream_pages_at_the_same_time(monkeypatch: Any) -> None:
+    # each call waits (up to a deadline) for the other to enter: they meet only if both stream
+    # at once, which makes every callback of the two a GIL hand-off
+    entered = [threading.Event(), threading.Event()]
+    inside = 0
+    most = 0
+    guard = threading.Lock()
+    stream = _html._stream
+
+    def watched(body: bytes, charset: Any, target: Any) -> None:
+        nonlocal inside, most
+        with guard:
+            inside += 1
+            most = max(most, inside)
+            mine = entered[0] if not entered[0].is_set() else entered[1]
+            mine.set()
+        (entered[1] if mine is entered[0] else entered[0]).wait(timeout=2.0)
+        stream(body, charset, target)
+        with guard:
+            inside -= 1
+
+    monkeypatch.setattr(_html, "_TREE_MAX", 1)  # every page streams
+    monkeypatch.setattr(_html, "_stream", watched)
+    body = fixture("messy.html")
+    results: list[Any] = []
+    threads = [
+        threading.Thread(target=lambda: results.append(html(body, url=STORY))) for _ in range(2)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(results) == 2 and results[0].links == results[1].links
+    assert most == 1
