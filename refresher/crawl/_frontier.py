@@ -442,9 +442,9 @@ class Frontier:
         """``page`` due no earlier than its release said, when released in the last
         :data:`RELEASE_MEMORY` seconds (its row may predate the fetch's record)."""
         memo = self._released.pop(page.id, None)
-        if memo is None or memo[1] < self._wall() - RELEASE_MEMORY or memo[0] <= page.due_at:
+        if memo is None or memo[1] < self._wall() - RELEASE_MEMORY:
             return page
-        return _with_due(page, memo[0])
+        return _due_no_earlier(page, memo[0])
 
     def reset(self) -> None:
         """Take every held page's due time anew from the store: they changed there (a new
@@ -853,13 +853,7 @@ class Frontier:
             return 0
         taken = self._take_replanned(replanned, fresh)
         rows.reverse()  # a page read twice (moved on between two reads): its later row wins
-        taken += self.add(
-            [
-                _with_due(p, fresh[p.id]) if fresh.get(p.id, -math.inf) > p.due_at else p
-                for p in rows
-            ],
-            hosts,
-        )
+        taken += self.add([_due_no_earlier(p, fresh.get(p.id)) for p in rows], hosts)
         for host in list(self._hosts.values()):
             if host.in_memory == 0 and not host.leased:
                 self._forget_host(host)
@@ -905,9 +899,8 @@ class Frontier:
                     self._paged.discard(page.id)
                     self._hosts[page.host_id].in_memory -= 1
                     continue
-                due = max(page.due_at, fresh.get(page.id, -math.inf))
-                entry = page if due == page.due_at else _with_due(page, due)
-                self._due.append((due, page.id, entry))
+                page = _due_no_earlier(page, fresh.get(page.id))
+                self._due.append((page.due_at, page.id, page))
         heapq.heapify(self._due)
         self._ready = [e for e in self._ready if e[3].queue]
         heapq.heapify(self._ready)
@@ -1055,3 +1048,9 @@ def _replace(page: PageRow, **changes: Any) -> PageRow:
 
 def _with_due(page: PageRow, due: float) -> PageRow:
     return dataclasses.replace(page, due_at=due)
+
+
+def _due_no_earlier(page: PageRow, due: float | None) -> PageRow:
+    """``page`` due no earlier than ``due`` (unix s; None: as it is): a release's due time
+    wins over an older row of the page read meanwhile."""
+    return page if due is None or due <= page.due_at else _with_due(page, due)
