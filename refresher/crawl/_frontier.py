@@ -142,6 +142,11 @@ class DelayLimits:
     max_delay: float = math.inf
     max_backoff: float = math.inf
 
+    def delay_range(self) -> tuple[float, float]:
+        """(lowest, highest) delay in force, seconds: the one range every stored delay is
+        taken within, by the frontier here and by the plan's host caps."""
+        return self.min_delay, max(self.max_delay, self.min_delay)
+
     def bounded(self, timing: Timing) -> Timing:
         """``(next_allowed, delay, backoff)`` as the last request would have left them under
         these limits (a delay or backoff stored under others: before a reload, or by another
@@ -150,7 +155,8 @@ class DelayLimits:
         next_allowed, delay, backoff = timing
         if delay is None:
             return timing
-        bounded = min(max(delay, self.min_delay), max(self.max_delay, self.min_delay))
+        low, high = self.delay_range()
+        bounded = min(max(delay, low), high)
         capped = min(backoff, self.max_backoff)
         if (bounded, capped) == (delay, backoff):
             return timing  # exactly as it was: no rounding through the request's end

@@ -41,7 +41,7 @@ import trio
 from numpy.typing import NDArray
 
 from refresher import policies
-from refresher.crawl._frontier import Frontier
+from refresher.crawl._frontier import DelayLimits, Frontier
 from refresher.ops._logging import get_logger
 from refresher.refresh._estimate import DEFAULT_SPREAD, MODELS, Estimate
 from refresher.refresh._estimate_stats import estimate_statistics
@@ -182,7 +182,8 @@ def load_inputs(
     # politeness waits the delay from the end of each response: a host does at most one
     # fetch per delay + response time, and a cap of 1/delay would plan what it cannot do
     # a delay stored before a reload lowered max_delay is waited no longer than the new one
-    delay = np.clip(raw.host_delay, min_delay, max(min_delay, max_delay))
+    limits = DelayLimits(min_delay=min_delay, max_delay=max_delay)
+    delay = np.clip(raw.host_delay, *limits.delay_range())
     if raw.host_response is not None:
         delay = delay + raw.host_response
     host_delay = np.zeros(hosts.size)
