@@ -736,7 +736,11 @@ class Fetcher:
                 "(fetch.max_body_bytes); raise the cap to fetch this page"
             )
         decoder = _Decoder(encodings) if encodings else None
-        hasher = hashlib.sha1()  # body_digest, as the body arrives
+        # body_digest: of the joined body when it is kept (one call, so the event loop gives
+        # up the GIL once per body: hashlib releases it for every update of 2 KiB or more,
+        # and each time a parse thread may keep it for up to the switch interval), else as
+        # the body arrives
+        hasher = hashlib.sha1()
         parts: list[bytes] = []
         raw_count = count = 0
         complete = True
@@ -758,10 +762,10 @@ class Fetcher:
             count += len(data)
             progress.bytes = count
             self._bytes += len(data)
-            if success:
+            if keep:
+                parts.append(data)
+            elif success:
                 hasher.update(data)
-                if keep:
-                    parts.append(data)
 
         try:
             while raw := await response.read():
@@ -780,11 +784,14 @@ class Fetcher:
         except zlib.error as e:
             raise ProtocolFailure(f"the body could not be decoded ({e})") from e
         payload = b"".join(parts) if keep and (complete or truncate) else None
+        digest = None
+        if success and complete:
+            digest = body_digest(payload) if payload is not None else hasher.digest()
         reply = _Reply(
             status=status,
             headers=headers,
             size=count,
-            digest=hasher.digest() if success and complete else None,
+            digest=digest,
             body=payload if parseable else None,
             payload=payload,
         )

@@ -99,6 +99,34 @@ async def test_a_non_html_body_is_digested_but_not_kept() -> None:
     assert result.digest == body_digest(b"\x89PNG....")
 
 
+async def test_a_body_received_in_many_pieces_is_digested_whole() -> None:
+    pieces = [bytes([65 + i % 26]) * 40_000 + b"\n" for i in range(12)]  # ~480 KB
+
+    async def handler(conn: Connection) -> None:
+        await conn.read_request()
+        await conn.send(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nTransfer-Encoding: chunked\r\n\r\n"
+        )
+        for piece in pieces:
+            await conn.send(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
+        await conn.send(b"0\r\n\r\n")
+
+    async with site(handler) as (_server, f):
+        result = await f.fetch("http://a.fetch.test/")
+    whole = b"".join(pieces)
+    assert result.error_kind is None and result.body == whole
+    assert result.digest == body_digest(whole) == hashlib.sha1(whole).digest()
+
+
+async def test_a_body_of_an_encoding_not_decoded_is_digested_as_it_came() -> None:
+    raw = b"\x00\x01packed" * 10_000
+    reply = html(raw, ("Content-Encoding", "x-unknown"))
+    async with site(http_handler(app_of({"/": reply}))) as (_server, f):
+        result = await f.fetch("http://a.fetch.test/")
+    assert result.status == 200 and result.body is None
+    assert result.digest == hashlib.sha1(raw).digest()
+
+
 async def test_an_error_status_is_a_response_not_a_fetch_error() -> None:
     async with site(http_handler(app_of({}))) as (_server, f):
         result = await f.fetch("http://a.fetch.test/missing")
