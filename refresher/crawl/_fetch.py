@@ -736,11 +736,7 @@ class Fetcher:
                 "(fetch.max_body_bytes); raise the cap to fetch this page"
             )
         decoder = _Decoder(encodings) if encodings else None
-        # body_digest: of the joined body when it is kept (one call, so the event loop gives
-        # up the GIL once per body: hashlib releases it for every update of 2 KiB or more,
-        # and each time a parse thread may keep it for up to the switch interval), else as
-        # the body arrives
-        hasher = hashlib.sha1()
+        hasher = hashlib.sha1()  # body_digest, as the body arrives
         parts: list[bytes] = []
         raw_count = count = 0
         complete = True
@@ -762,10 +758,10 @@ class Fetcher:
             count += len(data)
             progress.bytes = count
             self._bytes += len(data)
-            if keep:
-                parts.append(data)
-            elif success:
+            if success:
                 hasher.update(data)
+                if keep:
+                    parts.append(data)
 
         try:
             while raw := await response.read():
@@ -784,14 +780,11 @@ class Fetcher:
         except zlib.error as e:
             raise ProtocolFailure(f"the body could not be decoded ({e})") from e
         payload = b"".join(parts) if keep and (complete or truncate) else None
-        digest = None
-        if success and complete:
-            digest = body_digest(payload) if payload is not None else hasher.digest()
         reply = _Reply(
             status=status,
             headers=headers,
             size=count,
-            digest=digest,
+            digest=hasher.digest() if success and complete else None,
             body=payload if parseable else None,
             payload=payload,
         )
