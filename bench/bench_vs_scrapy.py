@@ -40,7 +40,10 @@ file). "starved" is how long the crawler's threads were runnable but waiting for
 second (schedstat: other work on the machine). ``--stages`` prints where refresher's refreshes
 spent their time in the window (``stage_seconds`` from its control socket: a host held, on the
 wire, in the parse with its queue, waiting for the store's queue), ``--py-spy DIR`` profiles it.
-Prints; asserts nothing.
+``--load N`` runs competitor processes beside the crawlers (``--load-kind``: a busy loop, or
+numpy copying a 200 MB array), started with each round and killed after; ``--load 0,1`` runs
+every round quiet and loaded in turns. ``--complete`` also prints context switches per page
+and the machine's steal time. Prints; asserts nothing.
 """
 
 from __future__ import annotations
