@@ -40,7 +40,10 @@ file). "starved" is how long the crawler's threads were runnable but waiting for
 second (schedstat: other work on the machine). ``--stages`` prints where refresher's refreshes
 spent their time in the window (``stage_seconds`` from its control socket: a host held, on the
 wire, in the parse with its queue, waiting for the store's queue), ``--py-spy DIR`` profiles it.
-Prints; asserts nothing.
+``--load N`` runs competitor processes beside the crawlers (``--load-kind``: a busy loop, or
+numpy copying a 200 MB array), started with each round and killed after; ``--load 0,1`` runs
+every round quiet and loaded in turns. ``--complete`` also prints context switches per page
+and the machine's steal time. Prints; asserts nothing.
 """
 
 from __future__ import annotations
@@ -196,6 +199,9 @@ class Run:
     rss: int
     fetches: int = 0  # refresher: every response in the window, 304s included
     starved: float = 0.0  # seconds its threads were runnable but waiting for a CPU
+    #: its threads' voluntary and involuntary context switches (--complete only)
+    switches: tuple[int, int] = (0, 0)
+    steal: float = 0.0  # share of the machine's CPU time the hypervisor took (--complete)
 
     def line(self) -> str:
         rate = self.pages / self.seconds
@@ -206,11 +212,17 @@ class Run:
             if self.fetches
             else ""
         )
+        switches = (
+            f"  switches/page {self.switches[0] / self.pages:.1f} vol "
+            f"{self.switches[1] / self.pages:.1f} invol  steal {100 * self.steal:.1f} %"
+            if self.pages and any(self.switches)
+            else ""
+        )
         return (
             f"  {self.crawler:<10} {rate:8.1f} pages/s  {cpu_ms:6.2f} CPU ms/page  "
             f"{self.cpu / self.seconds:4.2f} cores  "
             f"starved {self.starved / self.seconds:4.2f} s/s  "
-            f"RSS {self.rss / 2**20:6.0f} MiB{per_fetch}"
+            f"RSS {self.rss / 2**20:6.0f} MiB{per_fetch}{switches}"
         )
 
 
@@ -284,7 +296,7 @@ def refresher_config(directory: Path, web: Web, args: argparse.Namespace) -> Pat
         directory,
         store={"flush_interval": 0.5, "batch_size": 5000},
         crawl={"workers": args.workers, "seeds_file": str(seeds_file)},
-        budget={"fetches_per_second": 5000.0},
+        budget={"fetches_per_second": args.budget},
         policy={"resolve_interval": 3600.0},
         politeness={"min_delay": 0.0, "response_time_factor": 0.0, "max_delay": 5.0},
         fetch={"timeout": 10.0},
@@ -293,6 +305,86 @@ def refresher_config(directory: Path, web: Web, args: argparse.Namespace) -> Pat
         frontier={"window": 5.0},
         archive={"enabled": args.archive == "on"},
     )
+
+
+#: what a competitor process runs (``--load-kind``): a busy loop, or numpy copying one
+#: 200 MB array into another over and over (memory bandwidth and the shared cache, as a
+#: test suite or a build beside the crawler would take them)
+LOAD_PROGRAMS = {
+    "spin": "while True:\n    pass\n",
+    "memory": (
+        "import numpy as np\n"
+        "a = np.ones(25_000_000)\n"
+        "b = np.empty_like(a)\n"
+        "while True:\n"
+        "    np.copyto(b, a)\n"
+    ),
+}
+
+
+@contextlib.contextmanager
+def competitors(count: int, kind: str, nice: int | None = None) -> Iterator[list[int]]:
+    """``count`` processes running ``LOAD_PROGRAMS[kind]`` for the duration, on no particular
+    core (the scheduler places them), at the nice value ``nice`` (None: the bench's own, as
+    the crawlers'); yields their pids. Killed afterwards."""
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-c", LOAD_PROGRAMS[kind]],
+            stdin=subprocess.DEVNULL,
+            preexec_fn=None if nice is None else lambda: set_nice(nice),
+        )
+        for _ in range(count)
+    ]
+    try:
+        time.sleep(0.5 if kind == "spin" else 1.0)  # under way (the arrays allocated)
+        yield [p.pid for p in processes]
+    finally:
+        for process in processes:
+            process.kill()
+            process.wait()
+
+
+def set_nice(value: int) -> None:
+    """This process's nice value (a lower one than the bench's needs root: else kept)."""
+    with contextlib.suppress(PermissionError):
+        os.setpriority(os.PRIO_PROCESS, 0, value)
+
+
+def steal_ticks() -> tuple[int, int]:
+    """The machine's CPU ticks stolen by the hypervisor and all its ticks (/proc/stat)."""
+    fields = [int(f) for f in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return fields[7], sum(fields)
+
+
+def thread_switches(pid: int) -> dict[int, tuple[float, float]]:
+    """Per thread of a process (by its OS thread id): voluntary and involuntary context
+    switches so far, from /proc, shaped as :func:`bench_daemon.thread_cpu_seconds`."""
+    out = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            lines = (task / "status").read_text().splitlines()
+            counts = dict(line.split(":") for line in lines if "ctxt_switches" in line)
+            out[int(task.name)] = (
+                float(counts["voluntary_ctxt_switches"]),
+                float(counts["nonvoluntary_ctxt_switches"]),
+            )
+    return out
+
+
+def context_switches(pid: int) -> tuple[int, int]:
+    """Voluntary and involuntary context switches of a process's threads (and its children's)
+    so far, from /proc: a thread blocking (a lock, the GIL, I/O) and a thread preempted."""
+    total = [0, 0]
+    for proc in [pid, *descendants(pid)]:
+        with contextlib.suppress(OSError):
+            for task in Path(f"/proc/{proc}/task").iterdir():
+                with contextlib.suppress(OSError):
+                    for line in (task / "status").read_text().splitlines():
+                        if line.startswith("voluntary_ctxt_switches:"):
+                            total[0] += int(line.split()[1])
+                        elif line.startswith("nonvoluntary_ctxt_switches:"):
+                            total[1] += int(line.split()[1])
+    return total[0], total[1]
 
 
 _OK = "status BETWEEN 200 AND 299"
@@ -576,18 +668,39 @@ def run_complete(directory: Path, web: Web, args: argparse.Namespace, crawler: s
             pid = daemon.pid
         else:
             pid = stack.enter_context(scrapy_process(directory, web, args, complete=True))[0].pid
-        first: tuple[float, float, float] | None = None  # time, CPU, CPU wait at the start
+        # at the start: time, CPU, CPU wait, context switches, the machine's stolen ticks
+        first: tuple[float, float, float, tuple[int, int], tuple[int, int]] | None = None
         while True:
             log.poll()
             now, cpu, wait = time.time(), tree_cpu_seconds(pid), tree_cpu_wait_seconds(pid)
             if first is None and log.requests:
-                first = (now, cpu, wait)
+                first = (now, cpu, wait, context_switches(pid), steal_ticks())
+                threads0, switches0 = thread_cpu_seconds(pid), thread_switches(pid)
             if first is not None and (log.complete or now - first[0] > args.limit):
                 break
             time.sleep(0.2)
         rss = tree_rss_bytes(pid)
-    t0, c0, w0 = first
-    run = Run(crawler, len(log.served), now - t0, cpu - c0, rss, starved=wait - w0)
+        switches, steal = context_switches(pid), steal_ticks()
+        if args.stages and crawler == "refresher":  # the pass's CPU by kind of thread
+            names = thread_names(pid)
+            print_threads(threads0, thread_cpu_seconds(pid), names, len(log.served))
+            kinds = cpu_by_thread_kind(switches0, thread_switches(pid), names)
+            per = "  ".join(
+                f"{k} {v / len(log.served):.1f}/{i / len(log.served):.1f}"
+                for k, (v, i) in kinds.items()
+            )
+            print(f"  context switches per page by thread (voluntary/involuntary): {per}")
+    t0, c0, w0, s0, st0 = first
+    run = Run(
+        crawler,
+        len(log.served),
+        now - t0,
+        cpu - c0,
+        rss,
+        starved=wait - w0,
+        switches=(switches[0] - s0[0], switches[1] - s0[1]),
+        steal=(steal[0] - st0[0]) / max(1, steal[1] - st0[1]),
+    )
     return Complete(run, t0 - started, c0, log.requests, log.complete)
 
 
@@ -736,27 +849,46 @@ def both(web: Web, args: argparse.Namespace) -> None:
     if args.complete:
         window = f"every page of {len(web.seeds or ())} once, both seeded with all of them"
     print(f"{web.name}: {len(web.starts)} hosts, {window}")
-    ratios = []
+    ratios: list[float] = []
     for round_ in range(args.rounds):
-        runs = one_round(round_, web, args)
-        if len(runs) == 2 and runs["scrapy"].pages:
-            mine, theirs = runs["refresher"], runs["scrapy"]
-            ratio = (mine.pages / mine.seconds) / (theirs.pages / theirs.seconds)
-            ratios.append(ratio)
-            answered = (
-                f"; by responses, 304s counted: "
-                f"{(mine.fetches / mine.seconds) / (theirs.pages / theirs.seconds):.2f}"
-                if mine.fetches
-                else ""
-            )
-            cpu = (theirs.cpu / theirs.pages) / (mine.cpu / mine.pages) if mine.pages else 0.0
-            print(
-                f"  round {round_ + 1}: ratio refresher/Scrapy {ratio:.2f}{answered}; "
-                f"CPU per page Scrapy/refresher {cpu:.2f}"
-            )
+        # quiet and loaded in turns, the order alternating as the crawlers' does
+        for load in args.load if round_ % 2 == 0 else args.load[::-1]:
+            ratio = loaded_round(round_, load, web, args)
+            if ratio is not None:
+                ratios.append(ratio)
     if len(ratios) > 1:
         listed = ", ".join(f"{r:.2f}" for r in ratios)
         print(f"  ratios {listed}; median {statistics.median(ratios):.2f}")
+
+
+def loaded_round(round_: int, load: int, web: Web, args: argparse.Namespace) -> float | None:
+    """:func:`one_round` with ``load`` competitor processes running (``--load``); the ratio
+    of refresher's pages/s to Scrapy's where both ran."""
+    if len(args.load) > 1 or load:
+        nice = os.getpriority(os.PRIO_PROCESS, 0) if args.load_nice is None else args.load_nice
+        print(f"  load: {load} {args.load_kind} process(es) at nice {nice}")
+    with competitors(load, args.load_kind, args.load_nice) as pids:
+        t0, c0 = time.time(), sum(cpu_seconds(pid) for pid in pids)
+        runs = one_round(round_, web, args)
+        used = sum(cpu_seconds(pid) for pid in pids) - c0
+    if load:
+        print(f"  the competitors used {used / (time.time() - t0):.2f} cores")
+    ratio = None
+    if len(runs) == 2 and runs["scrapy"].pages:
+        mine, theirs = runs["refresher"], runs["scrapy"]
+        ratio = (mine.pages / mine.seconds) / (theirs.pages / theirs.seconds)
+        answered = (
+            f"; by responses, 304s counted: "
+            f"{(mine.fetches / mine.seconds) / (theirs.pages / theirs.seconds):.2f}"
+            if mine.fetches
+            else ""
+        )
+        cpu = (theirs.cpu / theirs.pages) / (mine.cpu / mine.pages) if mine.pages else 0.0
+        print(
+            f"  round {round_ + 1}: ratio refresher/Scrapy {ratio:.2f}{answered}; "
+            f"CPU per page Scrapy/refresher {cpu:.2f}"
+        )
+    return ratio
 
 
 def main() -> None:
@@ -806,6 +938,35 @@ def main() -> None:
         choices=PARSERS,
         default=None,
         help="refresher's discovery.html_parser (default: the daemon's default, lexbor)",
+    )
+    parser.add_argument(
+        "--load",
+        type=lambda text: [int(n) for n in text.split(",")],
+        default=[0],
+        metavar="N[,N...]",
+        help="competitor processes at nice 0 running beside the crawlers (started before "
+        "each round, killed after): a reproducible busy machine. A list, e.g. 0,1, runs "
+        "every round at each load in turns (default 0: none)",
+    )
+    parser.add_argument(
+        "--load-kind",
+        choices=tuple(LOAD_PROGRAMS),
+        default="spin",
+        help="what each competitor runs: a busy loop (spin) or numpy copying a 200 MB array "
+        "into another (memory: bandwidth and the shared cache)",
+    )
+    parser.add_argument(
+        "--load-nice",
+        type=int,
+        default=None,
+        help="the competitors' nice value (default: the bench's own, as the crawlers'; 0 "
+        "under nice -n 10 is other people's work beside a niced bench)",
+    )
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=5000.0,
+        help="refresher's budget.fetches_per_second (default 5000: not the limit)",
     )
     parser.add_argument("--tmp", default=None)
     parser.add_argument(

@@ -14,8 +14,16 @@ _BENCH = str(Path(__file__).resolve().parent.parent / "bench")
 if _BENCH not in sys.path:
     sys.path.insert(0, _BENCH)
 
-from bench_daemon import thread_cpu_seconds  # noqa: E402
-from bench_vs_scrapy import AccessLog, by_turns, cpu_by_thread_kind  # noqa: E402
+from bench_daemon import cpu_seconds, thread_cpu_seconds  # noqa: E402
+from bench_vs_scrapy import (  # noqa: E402
+    AccessLog,
+    by_turns,
+    competitors,
+    context_switches,
+    cpu_by_thread_kind,
+    steal_ticks,
+    thread_switches,
+)
 
 PAGES = {("h0.docs.test", "/index.html"), ("h0.docs.test", "/a.html"), ("h1.docs.test", "/a.html")}
 
@@ -114,3 +122,45 @@ def test_a_threads_cpu_is_read_from_proc_while_it_runs() -> None:
     finally:
         stop.set()
         thread.join()
+
+
+def test_a_competitor_runs_at_the_nice_value_given_and_is_gone_afterwards() -> None:
+    with competitors(1, "spin", nice=19) as pids:
+        assert len(pids) == 1
+        assert os.getpriority(os.PRIO_PROCESS, pids[0]) == 19
+        deadline = time.monotonic() + 10
+        while cpu_seconds(pids[0]) == 0.0:  # it spins: its CPU shows
+            assert time.monotonic() < deadline, "the competitor never used a CPU"
+            time.sleep(0.01)
+    assert not Path(f"/proc/{pids[0]}").exists()
+
+
+def test_no_competitors_start_nothing() -> None:
+    with competitors(0, "memory") as pids:
+        assert pids == []
+
+
+def test_a_thread_that_blocks_adds_voluntary_switches() -> None:
+    woken = threading.Event()
+    ids: list[int] = []
+
+    def wait() -> None:
+        ids.append(threading.get_native_id())
+        woken.wait(10)
+
+    before = context_switches(os.getpid())
+    thread = threading.Thread(target=wait)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not ids or thread_switches(os.getpid()).get(ids[0], (0.0, 0.0))[0] == 0.0:
+        assert time.monotonic() < deadline, "the blocked thread's switch never showed"
+        time.sleep(0.01)
+    woken.set()
+    thread.join()
+    assert context_switches(os.getpid())[0] > before[0]
+
+
+def test_the_stolen_ticks_are_a_part_of_all_ticks() -> None:
+    stolen, total = steal_ticks()
+    assert 0 <= stolen <= total
+    assert total > 0
