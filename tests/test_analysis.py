@@ -548,3 +548,9 @@ def test_past_history_the_models_estimate_rests_on_every_interval_weighed_down()
     assert daemon.rate_sd[2] == pytest.approx(window.rate_sd[2], rel=0.5)
     wide = model.plan_at("optimal", web, replace(settings, history=64), fetches, changes)[0]
     assert wide.rate_sd is not None and wide.rate_sd[2] < daemon.rate_sd[2]
+
+
+def test_the_model_weighs_a_pages_evidence_down_as_far_as_the_daemon_does() -> None:
+    from refresher._config import EstimateConfig
+
+    assert model.ModelSettings().history == model.HISTORY == EstimateConfig().history
