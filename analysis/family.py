@@ -45,7 +45,7 @@ from numpy.typing import NDArray
 
 from analysis import compare
 from analysis._db import open_history, rows
-from analysis.model import ModelSettings, ModelWeb, model_web, replay
+from analysis.model import HISTORY, ModelSettings, ModelWeb, model_web, replay
 from refresher.refresh._allocate import Plan, PolicyInputs, page_freshness
 from refresher.sim._simweb import RateClass, SimwebConfig
 
@@ -236,6 +236,8 @@ def run_web(
     informed: bool = False,
     work_conserving: bool = True,
     front_queues: int = 8,
+    history: int = HISTORY,
+    statistics: bool = True,
 ) -> dict[str, Any]:
     """Every policy of ``RUNS`` on ``web``: per label, freshness and age per horizon per run.
     ``steady``: one more horizon, :func:`steady_horizon` (when ``horizon`` reaches the last
@@ -257,6 +259,8 @@ def run_web(
         fit_spread=fit_spread,
         work_conserving=work_conserving,
         front_queues=front_queues,
+        history=history,
+        statistics=statistics,
     )
     out: dict[str, Any] = {"seed": web.seed, "label": web.label, "pages": int(mweb.rates.size)}
     out["horizons"] = horizons
@@ -615,6 +619,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         "(frontier.front_queues); 0: earliest due first, the model before",
     )
     parser.add_argument(
+        "--history",
+        type=int,
+        default=HISTORY,
+        help="observations a page's estimate is worth at most (estimate.history)",
+    )
+    parser.add_argument(
+        "--window",
+        action="store_true",
+        help="estimate from each page's last --history intervals, not the daemon's per-page "
+        "statistics of all of them (the model before)",
+    )
+    parser.add_argument(
         "--honesty",
         action="store_true",
         help="instead: optimal's estimated against true freshness, last quarter of 15 minutes",
@@ -688,6 +704,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             informed=args.informed,
             work_conserving=not args.no_work_conserving,
             front_queues=args.front_queues,
+            history=args.history,
+            statistics=not args.window,
         )
 
     for seed in seeds:

@@ -12,8 +12,9 @@ give them (by value, :func:`priority_levels`), through a pacer of ``--budget`` t
 (one second of saved credit), due times by the store's own rule
 (:func:`refresher.store.due_after`, :func:`refresher.store.next_due`); every
 ``--resolve-interval`` seconds the daemon's own estimator
-(:func:`refresher.refresh._estimate.estimate_pages` on the last ``history`` intervals of each
-page, with Last-Modified change times from the hosts that send honest ones) and its own plan
+(:func:`refresher.refresh._estimate_stats.estimate_statistics` on the per-page statistics the
+store keeps of every interval, weighed down to ``history`` observations, with Last-Modified
+from the hosts that send honest ones) and its own plan
 (:func:`refresher.refresh._allocate.plan`: the policy, the exploration share) set each page's
 interval 1/f. True mean freshness is measured exactly over the window
 after the warm-up share, as ``analysis.compare`` does.
@@ -40,24 +41,39 @@ from numpy.typing import NDArray
 
 from analysis.compare import disallowed
 from refresher import policies
+from refresher._config import EstimateConfig
 from refresher._errors import RefresherError
 from refresher.crawl._frontier import Pacer
 from refresher.refresh._allocate import (
     Plan,
     PolicyInputs,
     plan,
+    posterior_sd,
     reported_rates,
     uncertainty,
     within_caps,
 )
 from refresher.refresh._estimate import MODELS, estimate_pages
+from refresher.refresh._estimate_stats import estimate_statistics
 from refresher.sim._simweb import SimwebConfig, plan_web
-from refresher.store import due_after, due_interval, next_due
+from refresher.store import due_after, due_interval, fold_observations, next_due
+from refresher.store._change_stats import empty_state, read_statistics
 
-__all__ = ["ModelSettings", "ModelWeb", "main", "model_web", "plan_at", "replay", "run_model"]
+__all__ = [
+    "HISTORY",
+    "ModelSettings",
+    "ModelWeb",
+    "main",
+    "model_web",
+    "plan_at",
+    "replay",
+    "run_model",
+]
 
 Float = NDArray[np.float64]
 
+#: the daemon's ``estimate.history``: observations a page's estimate is worth at most
+HISTORY = EstimateConfig().history
 #: seconds of saved credit of the budget's pacer, as the frontier makes it
 BURST = Pacer(1.0).burst
 
@@ -76,7 +92,7 @@ class ModelSettings:
     warmup: float = 0.2
     resolve_interval: float = 5.0
     explore: float = 0.05
-    history: int = 32
+    history: int = HISTORY
     model: str = "log-normal"
     spread: float = 2.0
     oracle: bool = False
@@ -95,6 +111,10 @@ class ModelSettings:
     # queues (priority_level); between plans, pages are fetched in the order they come due.
     # 0: earliest due first at every moment (the model before)
     front_queues: int = 8
+    # as the daemon's allocator: the estimate from the store's per-page statistics of every
+    # observation, weighed down to ``history`` (estimate_statistics); False: from the last
+    # ``history`` intervals of each page (estimate_pages, the model before)
+    statistics: bool = True
 
     def __post_init__(self) -> None:
         if not (self.seconds > 0 and self.budget > 0 and self.resolve_interval > 0):
@@ -363,33 +383,14 @@ def _plan_inputs(
     n = web.rates.size
     cap = 1.0 / settings.min_delay if settings.min_delay > 0 else np.inf
     host_caps = np.full(int(web.hosts.max()) + 1 if n else 0, cap)
-    page, interval, changed, since, first = _observations(
-        fetches, changes, web.honest[web.hosts], settings.history
-    )
-    sd, static_p = None, None
+    sd: Float | None
+    static_p: Float | None
     if settings.oracle or policy == "uniform":  # uniform's plan reads no rates
-        rates = web.rates
-    elif page.size:
-        est = estimate_pages(
-            page,
-            interval,
-            changed,
-            n,
-            page_host=web.hosts,
-            n_hosts=host_caps.size,
-            since_change=since,
-            trusted_hosts=web.honest,
-            model=settings.model,
-            spread=settings.spread,
-            mixture=settings.mixture and settings.static,
-            fit_spread=settings.fit_spread,
-            first_copy=first,
-        )
-        rates = est.rate
-        sd, static_p = uncertainty(est, page, interval, changed, settings.spread, first)
+        rates, sd, static_p = web.rates, None, None
+    elif settings.statistics:
+        rates, sd, static_p = _estimate_statistics(web, settings, fetches, changes)
     else:
-        rates = np.full(n, 1.0 / settings.seconds)
-        sd = np.full(n, settings.spread)
+        rates, sd, static_p = _estimate_history(web, settings, fetches, changes)
     if settings.reveal and not settings.oracle and policy != "uniform":
         rates, sd, static_p = _revealed(web, fetches, rates, sd, static_p)
     return PolicyInputs(
@@ -403,6 +404,76 @@ def _plan_inputs(
         rate_sd=sd,
         static_p=static_p if settings.static else None,
     )
+
+
+def _estimate_history(
+    web: ModelWeb, settings: ModelSettings, fetches: list[list[float]], changes: list[Float]
+) -> tuple[Float, Float | None, Float | None]:
+    """λ̂, the sd of ln λ and P₀ per page from the last ``history`` intervals of each page
+    (:func:`estimate_pages`; the model before it read the daemon's statistics); the
+    prior's rate and sd before any observation."""
+    n = web.rates.size
+    page, interval, changed, since, first = _observations(
+        fetches, changes, web.honest[web.hosts], settings.history
+    )
+    if not page.size:
+        return np.full(n, 1.0 / settings.seconds), np.full(n, settings.spread), None
+    est = estimate_pages(
+        page,
+        interval,
+        changed,
+        n,
+        page_host=web.hosts,
+        n_hosts=int(web.hosts.max()) + 1,
+        since_change=since,
+        trusted_hosts=web.honest,
+        model=settings.model,
+        spread=settings.spread,
+        mixture=settings.mixture and settings.static,
+        fit_spread=settings.fit_spread,
+        first_copy=first,
+    )
+    sd, static_p = uncertainty(est, page, interval, changed, settings.spread, first)
+    return np.asarray(est.rate, dtype=np.float64), sd, static_p
+
+
+def _estimate_statistics(
+    web: ModelWeb, settings: ModelSettings, fetches: list[list[float]], changes: list[Float]
+) -> tuple[Float, Float | None, Float | None]:
+    """λ̂, the sd of ln λ and P₀ per page as the daemon's allocator reads them
+    (:func:`refresher.refresh._allocate.load_inputs`): the store's per-page statistics of
+    every fetch so far (:func:`refresher.store.fold_observations`, Last-Modified from the
+    hosts that send honest ones: the page's last change, or the web's start), estimated
+    with :func:`estimate_statistics`; the prior's rate and sd before any observation."""
+    n = web.rates.size
+    counts = np.array([len(t) for t in fetches], dtype=np.intp)
+    if not (counts >= 2).any():
+        return np.full(n, 1.0 / settings.seconds), np.full(n, settings.spread), None
+    page = np.repeat(np.arange(n, dtype=np.int64), counts)
+    at = np.concatenate([np.asarray(t, dtype=np.float64) for t in fetches if t])
+    seen_parts, last_parts = [], []
+    for i in np.flatnonzero(counts):
+        k = np.searchsorted(changes[i], fetches[i], side="right")  # changes up to each fetch
+        seen_parts.append(k)
+        last_parts.append(np.concatenate(([0.0], changes[i]))[k])  # the last one, or the start
+    seen, last = np.concatenate(seen_parts), np.concatenate(last_parts)
+    changed = np.zeros(at.size, dtype=bool)  # a fetch saw a change when the count moved
+    changed[1:] = (seen[1:] > seen[:-1]) & (page[1:] == page[:-1])
+    lm = np.where(web.honest[web.hosts][page], last, np.nan)
+    ids = np.arange(n, dtype=np.int64)
+    state = fold_observations(empty_state(n), ids, page, at, lm, changed, changed)
+    est, static_p = estimate_statistics(
+        read_statistics(state, meaningful=False),
+        web.hosts,
+        int(web.hosts.max()) + 1,
+        history=settings.history,
+        model=settings.model,
+        spread=settings.spread,
+        mixture=settings.mixture and settings.static,
+        fit_spread=settings.fit_spread,
+    )
+    sd = posterior_sd(est) if est.prior_mean is not None else None
+    return np.asarray(est.rate, dtype=np.float64), sd, static_p
 
 
 def _revealed(

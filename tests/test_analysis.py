@@ -502,3 +502,55 @@ def test_a_replans_overdue_pages_go_first_the_likelier_changed_before_the_static
     assert np.all(np.diff(due[first[:100]][~static[first[:100]]]) > 0)  # each queue by due
     # no front queues: earliest due first, the model before
     assert np.array_equal(model._reorder(due, 10.0, inputs, target, last, 0, rng), due)
+
+
+def _regular_web() -> tuple[model.ModelWeb, list[list[float]], list[np.ndarray]]:
+    """Two hosts of three pages (the second host's Last-Modified honest), each page fetched
+    every 2 s for 80 s; page 0 changed only in the first half, page 1 never, the others about
+    every 3 s."""
+    rng = np.random.default_rng(7)
+    web = model.ModelWeb(
+        rates=np.array([0.5, 0.0, 0.3, 0.3, 0.3, 0.3]),
+        hosts=np.array([0, 0, 0, 1, 1, 1], dtype=np.intp),
+        honest=np.array([False, True]),
+    )
+    fetches = [list(np.arange(1.0, 81.0, 2.0) + 0.1 * i) for i in range(6)]
+    changes = [np.arange(0.5, 40.0, 2.0), np.zeros(0)]
+    changes += [np.sort(rng.uniform(0.0, 80.0, 27)) for _ in range(4)]
+    return web, fetches, changes
+
+
+def test_the_model_reads_the_daemons_statistics_which_match_the_window_within_history() -> None:
+    web, fetches, changes = _regular_web()
+    settings = model.ModelSettings(seconds=80.0, budget=3.0, decide="expected")
+    short = [t[:20] for t in fetches]  # 19 intervals each, within the history of 32
+    daemon = model.plan_at("optimal", web, settings, short, changes)[0]
+    window = model.plan_at("optimal", web, replace(settings, statistics=False), short, changes)[0]
+    assert model.ModelSettings().statistics  # the default, as the daemon's allocator
+    # regular intervals: the statistics' two-point rule is exact, so the estimates agree
+    np.testing.assert_allclose(daemon.rates, window.rates, rtol=1e-4)
+    assert daemon.rate_sd is not None and window.rate_sd is not None
+    np.testing.assert_allclose(daemon.rate_sd, window.rate_sd, rtol=1e-4)
+    assert daemon.static_p is not None and window.static_p is not None
+    np.testing.assert_allclose(daemon.static_p, window.static_p, atol=1e-4)
+
+
+def test_past_history_the_models_estimate_rests_on_every_interval_weighed_down() -> None:
+    web, fetches, changes = _regular_web()
+    settings = model.ModelSettings(seconds=80.0, budget=3.0, decide="expected", history=8)
+    daemon = model.plan_at("optimal", web, settings, fetches, changes)[0]
+    window = model.plan_at("optimal", web, replace(settings, statistics=False), fetches, changes)[0]
+    # page 0 changed in every interval of its first 40 s and in none of its last 8: the last
+    # intervals alone read it as slow, the statistics of all 39 as changing about half of them
+    assert daemon.rates[0] > 4 * window.rates[0]
+    # weighed down to 8 observations, not 39: the posterior stays as wide as the window's
+    assert daemon.rate_sd is not None and window.rate_sd is not None
+    assert daemon.rate_sd[2] == pytest.approx(window.rate_sd[2], rel=0.5)
+    wide = model.plan_at("optimal", web, replace(settings, history=64), fetches, changes)[0]
+    assert wide.rate_sd is not None and wide.rate_sd[2] < daemon.rate_sd[2]
+
+
+def test_the_model_weighs_a_pages_evidence_down_as_far_as_the_daemon_does() -> None:
+    from refresher._config import EstimateConfig
+
+    assert model.ModelSettings().history == model.HISTORY == EstimateConfig().history
