@@ -46,11 +46,12 @@ _TREE_MAX = 4 * 1024 * 1024  # bytes: larger pages are huge, and take a tree one
 #: peak RSS; 10 MiB of "<a href=x>y</a>" +513 MiB), so parse threads building several would
 #: add up. Its parse runs in C without the GIL: the other threads' smaller pages go on.
 _HUGE_TREE = threading.Lock()
-#: Huge pages beyond either bound stream, whose memory does not grow with the page: a tree
-#: then takes at most ~500 bytes per "<" and 2 per byte (~290 MiB). The Python and Node.js
-#: docs have ~45,000 "<" per MiB: pages up to the fetch's body cap (10 MiB by default) of
-#: such density take a tree.
-_HUGE_TREE_MAX = 16 * 1024 * 1024  # bytes
+#: Huge pages beyond either bound stream, whose memory does not grow with the page. A tree
+#: takes ~500 bytes per "<" at most (10 MiB of "<p>x": +814 MiB), hence the bound on tags
+#: (~250 MiB); attributes cost ~110 bytes each without a "<" (10 MiB of "<i a0 a1 ...>":
+#: ~400 MiB), hence the bound on bytes: the fetch's default body cap. The Python and Node.js
+#: docs have ~45,000 "<" per MiB: such pages up to that cap take a tree.
+_HUGE_TREE_MAX = 10 * 1024 * 1024  # bytes
 _HUGE_TREE_TAGS = 512 * 1024  # "<" bytes
 #: One page streams at a time in a process: the streaming parser calls back into Python for
 #: every tag and text, and two such pages in two parse threads pass the GIL back and forth at
