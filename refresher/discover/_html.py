@@ -41,16 +41,16 @@ PARSERS = ("lexbor", "lxml")
 
 _MAX_DEPTH = 512  # elements deeper than this are noted ("too_deep"); browsers flatten there
 _TREE_MAX = 4 * 1024 * 1024  # bytes: larger pages are huge, and take a tree one at a time
-#: One huge page's tree at a time in a process: a tree takes up to ~400 bytes per tag (Lexbor
+#: One huge page's tree at a time in a process: a tree takes up to ~500 bytes per tag (Lexbor
 #: and libxml2 alike: the Node.js API docs' all.html, 8.0 MiB and 363,653 "<", +132 MiB of
 #: peak RSS; 10 MiB of "<a href=x>y</a>" +513 MiB), so parse threads building several would
 #: add up. Its parse runs in C without the GIL: the other threads' smaller pages go on.
 _HUGE_TREE = threading.Lock()
 #: Huge pages beyond either bound stream, whose memory does not grow with the page. A tree
 #: takes ~500 bytes per "<" at most (10 MiB of "<p>x": +814 MiB), hence the bound on tags
-#: (~250 MiB); attributes cost ~110 bytes each without a "<" (10 MiB of "<i a0 a1 ...>":
-#: ~400 MiB), hence the bound on bytes: the fetch's default body cap. The Python and Node.js
-#: docs have ~45,000 "<" per MiB: such pages up to that cap take a tree.
+#: (~250 MiB); attributes cost ~110 bytes each without a "<" (5 MiB of "<i a0 a1 ...>":
+#: +201 MiB, so ~400 at 10), hence the bound on bytes: the fetch's default body cap. The
+#: Python and Node.js docs have ~45,000 "<" per MiB: such pages up to that cap take a tree.
 _HUGE_TREE_MAX = 10 * 1024 * 1024  # bytes
 _HUGE_TREE_TAGS = 512 * 1024  # "<" bytes
 #: One page streams at a time in a process: the streaming parser calls back into Python for
