@@ -167,12 +167,13 @@ def tree_cpu_wait_seconds(pid: int) -> float:
     return _tree_sum(pid, cpu_wait_seconds)
 
 
-def rss_bytes(pid: int) -> int:
-    """Resident set size of a process in bytes (VmRSS from /proc)."""
+def rss_bytes(pid: int, field: str = "VmRSS") -> int:
+    """Resident set size of a process in bytes (VmRSS from /proc; ``field="VmHWM"``: its
+    peak so far)."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(f"{field}:"):
             return int(line.split()[1]) * 1024
-    raise RuntimeError(f"no VmRSS in /proc/{pid}/status; is the process a zombie?")
+    raise RuntimeError(f"no {field} in /proc/{pid}/status; is the process a zombie?")
 
 
 def stop(process: subprocess.Popen[bytes], timeout: float = STOP_TIMEOUT) -> int | None:

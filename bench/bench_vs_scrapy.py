@@ -34,10 +34,11 @@ crawler re-fetch them rather than go on) and only each page's first fetch counts
 ending where the first pass does if it is sooner. On the sim web refresher also prints its
 responses per second with the 304s to its conditional GETs (Scrapy asks unconditionally) and
 CPU ms per response. CPU ms/page is the crawler's user + system CPU (its child processes
-included) in the window per page; RSS at the end of the window. Both crawlers resolve the
-hosts to 127.0.0.1 themselves (refresher: ``dns.static``; Scrapy: a resolver in the spider
-file). "starved" is how long the crawler's threads were runnable but waiting for a CPU, per
-second (schedstat: other work on the machine). ``--stages`` prints where refresher's refreshes
+included) in the window per page; RSS at the end of the window (with ``--complete`` also the
+main process's peak, VmHWM). Both crawlers resolve the hosts to 127.0.0.1 themselves
+(refresher: ``dns.static``; Scrapy: a resolver in the spider file). "starved" is how long
+the crawler's threads were runnable but waiting for a CPU, per second (schedstat: other work
+on the machine). ``--stages`` prints where refresher's refreshes
 spent their time in the window (``stage_seconds`` from its control socket: a host held, on the
 wire, in the parse with its queue, waiting for the store's queue), ``--py-spy DIR`` profiles it.
 ``--load N`` runs competitor processes beside the crawlers (``--load-kind``: a busy loop, or
@@ -202,9 +203,11 @@ class Run:
     #: its threads' voluntary and involuntary context switches (--complete only)
     switches: tuple[int, int] = (0, 0)
     steal: float = 0.0  # share of the machine's CPU time the hypervisor took (--complete)
+    peak: int = 0  # the main process's peak RSS (VmHWM), bytes; 0: not taken
 
     def line(self) -> str:
         rate = self.pages / self.seconds
+        peak = f" (peak {self.peak / 2**20:.0f})" if self.peak else ""
         cpu_ms = 1e3 * self.cpu / self.pages if self.pages else float("nan")
         per_fetch = (
             f"  ({self.fetches / self.seconds:6.0f} fetches/s, "
@@ -222,7 +225,7 @@ class Run:
             f"  {self.crawler:<10} {rate:8.1f} pages/s  {cpu_ms:6.2f} CPU ms/page  "
             f"{self.cpu / self.seconds:4.2f} cores  "
             f"starved {self.starved / self.seconds:4.2f} s/s  "
-            f"RSS {self.rss / 2**20:6.0f} MiB{per_fetch}{switches}"
+            f"RSS {self.rss / 2**20:6.0f} MiB{peak}{per_fetch}{switches}"
         )
 
 
@@ -679,7 +682,7 @@ def run_complete(directory: Path, web: Web, args: argparse.Namespace, crawler: s
             if first is not None and (log.complete or now - first[0] > args.limit):
                 break
             time.sleep(0.2)
-        rss = tree_rss_bytes(pid)
+        rss, peak = tree_rss_bytes(pid), rss_bytes(pid, "VmHWM")
         switches, steal = context_switches(pid), steal_ticks()
         if args.stages and crawler == "refresher":  # the pass's CPU by kind of thread
             names = thread_names(pid)
@@ -700,6 +703,7 @@ def run_complete(directory: Path, web: Web, args: argparse.Namespace, crawler: s
         starved=wait - w0,
         switches=(switches[0] - s0[0], switches[1] - s0[1]),
         steal=(steal[0] - st0[0]) / max(1, steal[1] - st0[1]),
+        peak=peak,
     )
     return Complete(run, t0 - started, c0, log.requests, log.complete)
 

@@ -11,9 +11,11 @@ Both trees feed the same :class:`_Links` rules and the same text rules.
 
 Pages Lexbor refuses (nesting that would make its tree builder slow,
 :mod:`refresher.discover._lexbor`) go to libxml2; pages libxml2 will not build a tree for
-(nesting deeper than its limit, markup after the end of the document) and huge pages
-(``_TREE_MAX`` bytes and more) go through the streaming parser: a parser target that keeps
-only links and text statistics, so memory stays bounded however large or deep the page is.
+(nesting deeper than its limit, markup after the end of the document) go through the
+streaming parser: a parser target that keeps only links and text statistics, so memory stays
+bounded however large or deep the page is. Huge pages (``_TREE_MAX`` bytes and more) take the
+same trees one at a time in a process (``_HUGE_TREE``), and stream beyond ``_HUGE_TREE_MAX``
+bytes or ``_HUGE_TREE_TAGS`` tags, where a tree's memory would pass its bound.
 """
 
 from __future__ import annotations
@@ -38,7 +40,19 @@ __all__ = ["PARSERS", "HtmlLinks"]
 PARSERS = ("lexbor", "lxml")
 
 _MAX_DEPTH = 512  # elements deeper than this are noted ("too_deep"); browsers flatten there
-_TREE_MAX = 4 * 1024 * 1024  # bytes: larger pages stream (a tree would take ~10× the body)
+_TREE_MAX = 4 * 1024 * 1024  # bytes: larger pages are huge, and take a tree one at a time
+#: One huge page's tree at a time in a process: a tree takes up to ~500 bytes per tag (Lexbor
+#: and libxml2 alike: the Node.js API docs' all.html, 8.0 MiB and 363,653 "<", +132 MiB of
+#: peak RSS; 10 MiB of "<a href=x>y</a>" +513 MiB), so parse threads building several would
+#: add up. Its parse runs in C without the GIL: the other threads' smaller pages go on.
+_HUGE_TREE = threading.Lock()
+#: Huge pages beyond either bound stream, whose memory does not grow with the page. A tree
+#: takes ~500 bytes per "<" at most (10 MiB of "<p>x": +814 MiB), hence the bound on tags
+#: (~250 MiB); attributes cost ~110 bytes each without a "<" (5 MiB of "<i a0 a1 ...>":
+#: +201 MiB, so ~400 at 10), hence the bound on bytes: the fetch's default body cap. The
+#: Python and Node.js docs have ~45,000 "<" per MiB: such pages up to that cap take a tree.
+_HUGE_TREE_MAX = 10 * 1024 * 1024  # bytes
+_HUGE_TREE_TAGS = 512 * 1024  # "<" bytes
 #: One page streams at a time in a process: the streaming parser calls back into Python for
 #: every tag and text, and two such pages in two parse threads pass the GIL back and forth at
 #: every callback (two 8.2 MB pages at once: 891-904 CPU ms, one after the other 527-531).
@@ -488,20 +502,32 @@ class HtmlLinks:
         """The page's links and text, from the first of Lexbor (when chosen), libxml2's
         tree and the streaming parser that takes the page."""
         found, text = _Links(self, doc.url, skipped), _Simhash()
-        if len(doc.body) < _TREE_MAX:
-            data = _utf8(doc.body, *charset)
-            if self.parser == "lexbor":
-                try:
-                    _from_lexbor(data, found, text)
-                    return found, text
-                except NoTree:
-                    pass
-            try:
-                _from_tree(_tree(data), found, text)
+        size = len(doc.body)
+        if size < _TREE_MAX:
+            if self._from_a_tree(_utf8(doc.body, *charset), found, text):
                 return found, text
-            except _NoTree:
-                found = _Links(self, doc.url, skipped)  # what the tree gave is thrown away
+        elif size <= _HUGE_TREE_MAX:
+            with _HUGE_TREE:  # the tree is freed before the lock is released
+                data = _utf8(doc.body, *charset)
+                if data.count(b"<") <= _HUGE_TREE_TAGS and self._from_a_tree(data, found, text):
+                    return found, text
+        found = _Links(self, doc.url, skipped)  # nothing of a refused tree is kept
         target = _HtmlTarget(found, skipped)
         with _STREAMING:
             _stream(doc.body, charset, target)
         return found, target.text
+
+    def _from_a_tree(self, data: bytes, found: _Links, text: _Simhash) -> bool:
+        """Whether the first of Lexbor (when chosen) and libxml2 that builds a tree of
+        ``data`` (UTF-8) gave ``found`` and ``text`` its links and text."""
+        if self.parser == "lexbor":
+            try:
+                _from_lexbor(data, found, text)
+                return True
+            except NoTree:
+                pass
+        try:
+            _from_tree(_tree(data), found, text)
+        except _NoTree:
+            return False
+        return True

@@ -340,11 +340,14 @@ def test_100000_nested_divs_are_noted_and_their_links_still_found() -> None:
     assert result.skipped == {"too_deep": 1}
 
 
-def test_a_10_mb_page_with_100000_links_stays_within_bounded_memory() -> None:
+def _many_links(count: int = 100_000) -> bytes:
     item = b'<a href="/catalogue/section-%02d/item-%06d-%s.html">Item %d</a>\n'
     slug = b"with-a-long-descriptive-slug-for-readers"
-    body = b"<html><body>" + b"".join(item % (i % 100, i, slug, i) for i in range(100_000))
-    assert len(body) > 10_000_000
+    return b"<html><body>" + b"".join(item % (i % 100, i, slug, i) for i in range(count))
+
+
+def _traced(body: bytes) -> tuple[Extracted, int]:
+    """The page's result and the peak of Python's (and Lexbor's) allocations, bytes."""
     doc = Document(url="http://example.com/", content_type="text/html", body=body)
     tracemalloc.start()
     try:
@@ -353,10 +356,25 @@ def test_a_10_mb_page_with_100000_links_stays_within_bounded_memory() -> None:
     finally:
         tracemalloc.stop()
     assert len(result.links) == 10_000
-    assert result.skipped == {"too_many_links": 90_000}
+    assert result.skipped == {"too_many_links": body.count(b"<a ") - 10_000}
     assert result.fingerprint is not None
+    return result, peak
+
+
+def test_a_10_mb_page_with_100000_links_past_the_tree_bound_streams_in_bounded_memory() -> None:
+    body = _many_links()
+    assert len(body) > _html._HUGE_TREE_MAX
+    _, peak = _traced(body)
     # Decoding the body or building a tree would each take more than the body's size.
     assert peak < 8_000_000, f"peak {peak / 1e6:.1f} MB of Python memory"
+
+
+def test_a_10_mb_page_with_99000_links_takes_a_tree_within_its_memory_bound() -> None:
+    body = _many_links(99_000)
+    assert 10_000_000 < len(body) <= _html._HUGE_TREE_MAX
+    _, peak = _traced(body)  # Lexbor allocates its tree through Python's allocator
+    bound = 500 * body.count(b"<") + 2 * len(body)  # what _html's huge-tree bounds assume
+    assert peak < bound, f"peak {peak / 1e6:.1f} MB against {bound / 1e6:.1f} MB"
 
 
 # --------------------------------------------------------------------------- tree vs stream
@@ -416,16 +434,99 @@ def test_the_tree_path_agrees_with_the_streaming_parser_on_tag_soup(parts: list[
     assert tree is None or tree == stream
 
 
-def test_two_parse_threads_never_stream_pages_at_the_same_time(monkeypatch: Any) -> None:
-    # each call waits (up to a deadline) for the other to enter: they meet only if both stream
-    # at once, which makes every callback of the two a GIL hand-off
+def _huge_page(size: int, seed: int = 12) -> bytes:
+    """A documentation-like page of about ``size`` bytes: sections of words and links
+    (relative, absolute, fragments, nofollow, images), scripts and styles."""
+    rng = random.Random(seed)
+    words = [rng.choice(["api", "Node", "stream", "buffer", "café", "2024", "x"]) + str(i % 97)
+             for i in range(400)]  # fmt: skip
+    head = (
+        b'<!DOCTYPE html><html><head><title>Huge</title><base href="/docs/">'
+        b'<link rel=canonical href="/docs/all.html"><link rel=stylesheet href="s.css">'
+        b"<style>p { color: red }</style></head><body>"
+    )
+    parts, total = [head], len(head)
+    while total < size:
+        n = rng.randrange(10_000)
+        text = " ".join(rng.choice(words) for _ in range(rng.randrange(5, 60)))
+        part = (
+            f'<section id="s{n}"><h2><a href="#s{n}">§</a> Section {n}</h2><p>{text} '
+            f'<a href="page-{n % 700}.html">page {n}</a>, <code>{rng.choice(words)}</code> '
+            f'<a rel=nofollow href="https://other.example/{n % 50}">out</a></p>'
+            f'<img src="i{n % 30}.png"><script>if (x{n} < 2) y = "/no";</script></section>\n'
+        ).encode()
+        parts.append(part)
+        total += len(part)
+    return b"".join(parts) + b"</body></html>"
+
+
+def _path_taken(monkeypatch: Any, body: bytes, processor: HtmlLinks) -> tuple[Extracted, set[str]]:
+    """The page's result, and which of the tree and streaming steps ran for it."""
+    ran: set[str] = set()
+
+    def spied(name: str) -> Any:
+        step = getattr(_html, name)
+
+        def spy(*args: Any) -> None:
+            ran.add(name)
+            step(*args)
+
+        return spy
+
+    for name in ("_from_lexbor", "_from_tree", "_stream"):
+        monkeypatch.setattr(_html, name, spied(name))
+    result = html(body, url="http://example.com/docs/all.html", processor=processor)
+    monkeypatch.undo()
+    return result, ran
+
+
+@pytest.mark.parametrize(("parser", "step"), [("lexbor", "_from_lexbor"), ("lxml", "_from_tree")])
+def test_a_page_over_4_mib_takes_a_tree_and_finds_what_the_streaming_parser_finds(
+    monkeypatch: Any, parser: str, step: str
+) -> None:
+    body = _huge_page(5 * 1024 * 1024)
+    assert _html._TREE_MAX < len(body) <= _html._HUGE_TREE_MAX
+    processor = HtmlLinks(include_media=True, parser=parser)
+    tree, ran = _path_taken(monkeypatch, body, processor)
+    assert ran == {step}
+    monkeypatch.setattr(_html, "_HUGE_TREE_MAX", 0)  # huge pages stream, as they did before
+    stream, ran = _path_taken(monkeypatch, body, processor)
+    assert ran == {"_stream"}
+    assert tree == stream
+    assert len(tree.links) > 700 and tree.canonical == "http://example.com/docs/all.html"
+
+
+def test_a_huge_page_nested_too_deep_for_either_tree_streams(monkeypatch: Any) -> None:
+    body = _deep(100_000) + _huge_page(4 * 1024 * 1024)
+    result, ran = _path_taken(monkeypatch, body, HtmlLinks())
+    # Lexbor's nesting guard refuses it before parsing (in _from_lexbor), and libxml2 stops
+    # at its depth limit (before _from_tree)
+    assert ran == {"_from_lexbor", "_stream"}
+    assert result.skipped["too_deep"] == 1
+    assert "http://example.com/deep.html" in urls(result)
+
+
+def test_a_huge_page_with_more_tags_than_a_tree_may_hold_streams(monkeypatch: Any) -> None:
+    body = b"<html><body>" + b"<p>words" * (_html._HUGE_TREE_TAGS + 1) + b'<a href="/last">'
+    assert _html._TREE_MAX < len(body) < _html._HUGE_TREE_MAX
+    result, ran = _path_taken(monkeypatch, body, HtmlLinks())
+    assert ran == {"_stream"}
+    assert urls(result) == ["http://example.com/last"]
+
+
+def _most_at_once(
+    monkeypatch: Any, name: str, body: bytes, processor: HtmlLinks | None = None
+) -> int:
+    """How many of two parse threads given ``body`` were inside ``_html.<name>`` at once.
+    Each call waits (up to a deadline) for the other to enter: they meet only if the two
+    can be inside at once."""
     entered = [threading.Event(), threading.Event()]
     inside = 0
     most = 0
     guard = threading.Lock()
-    stream = _html._stream
+    step = getattr(_html, name)
 
-    def watched(body: bytes, charset: Any, target: Any) -> None:
+    def watched(*args: Any) -> None:
         nonlocal inside, most
         with guard:
             inside += 1
@@ -433,20 +534,42 @@ def test_two_parse_threads_never_stream_pages_at_the_same_time(monkeypatch: Any)
             mine = entered[0] if not entered[0].is_set() else entered[1]
             mine.set()
         (entered[1] if mine is entered[0] else entered[0]).wait(timeout=2.0)
-        stream(body, charset, target)
+        step(*args)
         with guard:
             inside -= 1
 
-    monkeypatch.setattr(_html, "_TREE_MAX", 1)  # every page streams
-    monkeypatch.setattr(_html, "_stream", watched)
-    body = fixture("messy.html")
+    monkeypatch.setattr(_html, name, watched)
     results: list[Any] = []
     threads = [
-        threading.Thread(target=lambda: results.append(html(body, url=STORY))) for _ in range(2)
+        threading.Thread(target=lambda: results.append(html(body, url=STORY, processor=processor)))
+        for _ in range(2)
     ]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     assert len(results) == 2 and results[0].links == results[1].links
-    assert most == 1
+    return most
+
+
+def test_two_parse_threads_never_stream_pages_at_the_same_time(monkeypatch: Any) -> None:
+    # two streaming pages at once make every callback of the two a GIL hand-off
+    monkeypatch.setattr(_html, "_TREE_MAX", 1)  # every page is huge,
+    monkeypatch.setattr(_html, "_HUGE_TREE_MAX", 0)  # and streams
+    assert _most_at_once(monkeypatch, "_stream", fixture("messy.html")) == 1
+
+
+@pytest.mark.parametrize(("parser", "step"), [("lexbor", "_from_lexbor"), ("lxml", "_from_tree")])
+def test_two_parse_threads_never_build_huge_trees_at_the_same_time(
+    monkeypatch: Any, parser: str, step: str
+) -> None:
+    monkeypatch.setattr(_html, "_TREE_MAX", 1)  # every page is huge, and takes a tree
+    body = fixture("article_river.html")
+    assert _most_at_once(monkeypatch, step, body, HtmlLinks(parser=parser)) == 1
+
+
+def test_two_parse_threads_build_trees_of_pages_below_the_huge_bound_at_once(
+    monkeypatch: Any,
+) -> None:
+    # what the test above would see without the lock: it can fail
+    assert _most_at_once(monkeypatch, "_from_lexbor", fixture("article_river.html")) == 2
