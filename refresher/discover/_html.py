@@ -40,7 +40,11 @@ __all__ = ["PARSERS", "HtmlLinks"]
 PARSERS = ("lexbor", "lxml")
 
 _MAX_DEPTH = 512  # elements deeper than this are noted ("too_deep"); browsers flatten there
-_TREE_MAX = 4 * 1024 * 1024  # bytes: larger pages are huge, and take a tree one at a time
+#: Pages of this many bytes and more are huge, and take a tree one at a time: below it every
+#: parse thread (one per core) may hold a tree at once, each up to ~85 bytes per byte of
+#: tag-dense markup (1 MiB of "<p>x": +85 MiB; 3.9 MiB, the bound before: +316 MiB per
+#: thread). Real pages this large are few (Python docs 2 of 530, Rust std 18 of 2,475).
+_TREE_MAX = 1024 * 1024
 #: One huge page's tree at a time in a process: a tree takes up to ~500 bytes per tag (Lexbor
 #: and libxml2 alike: the Node.js API docs' all.html, 8.0 MiB and 363,653 "<", +132 MiB of
 #: peak RSS; 10 MiB of "<a href=x>y</a>" +513 MiB), so parse threads building several would

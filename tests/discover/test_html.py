@@ -573,3 +573,13 @@ def test_two_parse_threads_build_trees_of_pages_below_the_huge_bound_at_once(
 ) -> None:
     # what the test above would see without the lock: it can fail
     assert _most_at_once(monkeypatch, "_from_lexbor", fixture("article_river.html")) == 2
+
+
+def test_a_page_of_a_mebibyte_is_huge_so_two_threads_never_build_its_tree_at_once(
+    monkeypatch: Any,
+) -> None:
+    # below the bound every parse thread (one per core) may hold a tree at once, each up to
+    # ~85 bytes per byte of tag-dense markup: the bound is what keeps that sum small
+    assert _html._TREE_MAX <= 1024 * 1024
+    body = _huge_page(_html._TREE_MAX)
+    assert _most_at_once(monkeypatch, "_from_lexbor", body) == 1
