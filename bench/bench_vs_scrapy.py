@@ -377,17 +377,13 @@ def thread_switches(pid: int) -> dict[int, tuple[float, float]]:
 def context_switches(pid: int) -> tuple[int, int]:
     """Voluntary and involuntary context switches of a process's threads (and its children's)
     so far, from /proc: a thread blocking (a lock, the GIL, I/O) and a thread preempted."""
-    total = [0, 0]
+    total = [0.0, 0.0]
     for proc in [pid, *descendants(pid)]:
-        with contextlib.suppress(OSError):
-            for task in Path(f"/proc/{proc}/task").iterdir():
-                with contextlib.suppress(OSError):
-                    for line in (task / "status").read_text().splitlines():
-                        if line.startswith("voluntary_ctxt_switches:"):
-                            total[0] += int(line.split()[1])
-                        elif line.startswith("nonvoluntary_ctxt_switches:"):
-                            total[1] += int(line.split()[1])
-    return total[0], total[1]
+        with contextlib.suppress(OSError):  # a child gone meanwhile
+            for voluntary, involuntary in thread_switches(proc).values():
+                total[0] += voluntary
+                total[1] += involuntary
+    return int(total[0]), int(total[1])
 
 
 _OK = "status BETWEEN 200 AND 299"
