@@ -247,8 +247,6 @@ SCHEMA_VERSION = len(_MIGRATIONS)
 _PLAN_SLICE = 1 << 20
 #: the one definition of a due time over a new plan (:func:`next_due`), in SQL
 _PLAN_DUE = next_due_sql("_plan.target", "?")
-#: the next free id of ``warc_records``
-_NEXT_CAPTURE = "SELECT coalesce(max(id), 0) + 1 FROM warc_records"
 
 
 def first_row(result: Any) -> tuple[Any, ...] | None:
@@ -297,7 +295,7 @@ class DuckDBStore:
         self._next_page = self._scalar("SELECT coalesce(max(id), 0) + 1 FROM pages")
         self._next_host = self._scalar("SELECT coalesce(max(id), 0) + 1 FROM hosts")
         self._next_fetch = self._scalar("SELECT coalesce(max(id), 0) + 1 FROM fetches")
-        self._next_capture = self._scalar(_NEXT_CAPTURE)
+        self._next_capture = self._scalar("SELECT coalesce(max(id), 0) + 1 FROM warc_records")
 
     def _scalar(self, sql: str, params: Sequence[Any] = ()) -> int:
         row = first_row(self._con.execute(sql, list(params)))
