@@ -847,3 +847,86 @@ def test_a_first_copys_quiet_time_does_not_make_a_page_look_static():
     assert share == pytest.approx(0.5, abs=0.05)
     assert p0[80:] == pytest.approx(share, abs=0.01)
     assert (counted[80:] > share + 0.1).all()  # 3 quiet seconds at a 5 s centre: "static"
+
+
+async def test_each_policy_plans_from_its_own_evidence_horizon_unless_the_config_sets_one(
+    tmp_path: Path, nursery
+) -> None:
+    from refresher.refresh._allocate import Allocator, InputSettings
+
+    store = DuckDBStore(tmp_path / "h.duckdb")
+    rows, ids = _three_pages(store)
+    # page 0 fetched 100 times a minute apart, changed in every other interval
+    times = [NOW + 60 * k for k in range(101)]
+    _history(store, ids[0], rows[0].host_id, times, [k % 2 == 1 for k in range(101)])
+    for i in ids[1:]:
+        _history(store, i, rows[0].host_id, times[:3], [False] * 3)
+    service = StoreService(store)
+    await nursery.start(service.run)
+    evidence = {}
+
+    async def solve(policy: str, history: int | None) -> None:
+        allocator = Allocator(
+            store=service,
+            frontier=_NoFrontier(),  # type: ignore[arg-type]
+            budget=1.0,
+            policy="optimal",
+            inputs=InputSettings(weights="none", history=history),
+            wall_clock=lambda: NOW + 6001,
+        )
+        allocator.configure(budget=1.0, policy=policy)  # a live switch: nothing refolded
+        await allocator.solve()
+        got = store._con.execute("SELECT rate_n FROM pages WHERE id = ?", [ids[0]])
+        evidence[policy, history] = got.fetchone()[0]
+
+    for policy in ("optimal", "optimal-age", "uniform"):
+        for history in (None, 32):
+            await solve(policy, history)
+    # the daemon's policy table scores each policy on its own horizon's estimate, too
+    settings = InputSettings(weights="none")
+    daemon = Allocator(
+        store=service,
+        frontier=_NoFrontier(),  # type: ignore[arg-type]
+        budget=1.0,
+        policy="optimal",
+        inputs=settings,
+        wall_clock=lambda: NOW + 6001,
+    )
+    shown = await daemon.table()
+    raw = await settings.read(service, now=NOW + 6001)
+    service.close()
+    each = settings.estimate_each(raw, policies.available())
+    assert shown == policy_table(each, 1.0, decide="expected")
+    assert shown != policy_table(settings.estimate(raw, "optimal"), 1.0, decide="expected")
+    # 100 observations: weighed down to 32 for the freshness policies, 128 (all of them) for
+    # optimal-age, whose posterior is the narrower for it
+    assert evidence["optimal-age", None] > 2.5 * evidence["optimal", None]
+    assert evidence["uniform", None] == pytest.approx(evidence["optimal", None])
+    # estimate.history set: every policy takes it
+    assert evidence["optimal-age", 32] == pytest.approx(evidence["optimal", None])
+    assert evidence["optimal", 32] == pytest.approx(evidence["optimal", None])
+
+
+def test_the_policy_table_scores_each_policy_on_the_estimate_its_horizon_gives(
+    tmp_path: Path,
+) -> None:
+    from refresher.refresh._allocate import InputSettings
+
+    store = DuckDBStore(tmp_path / "t.duckdb")
+    try:
+        rows, ids = _three_pages(store)
+        times = [NOW + 60 * k for k in range(101)]
+        _history(store, ids[0], rows[0].host_id, times, [k % 2 == 1 for k in range(101)])
+        raw = store.estimator_inputs(meaningful=False, links=False)
+    finally:
+        store.close()
+    settings = InputSettings(weights="none")
+    each = settings.estimate_each(raw, policies.available())
+    assert each["uniform"] is each["optimal"]  # one estimate per distinct horizon
+    assert each["optimal-age"].rate_n[0] > 2.5 * each["optimal"].rate_n[0]
+    table = policy_table(each, 0.1)
+    alike = policy_table(each["optimal"], 0.1)  # one estimate for all, as before
+    assert table["policies"]["optimal"] == alike["policies"]["optimal"]
+    assert table["policies"]["optimal-age"]["age"] != alike["policies"]["optimal-age"]["age"]
+    pinned = replace(settings, history=32).estimate_each(raw, policies.available())
+    assert pinned["optimal-age"] is pinned["optimal"]
