@@ -75,12 +75,11 @@ Float = NDArray[np.float64]
 
 HORIZONS = (60.0, 300.0, 1800.0)  # seconds from a cold start
 #: the steady state is measured over (h/2, h] for h = this many of uniform's rounds (each page
-#: fetched once per round; at least the last of ``HORIZONS``): the freshness policies'
-#: evidence horizon of 32 intervals, as many as their estimate ever rests on (optimal-age's
-#: 128 is not waited for, so that its figures compare with those before it). On TUNE web 7
-#: (0.38 rounds a minute) optimal's share of clairvoyant freshness stays within 0.5 % from 11
-#: rounds to 90, its age share, noisier (the clairvoyant age is small), is 72 % at 11 rounds
-#: and 84–116 % from 23 on (2 draws). 30 minutes is 10 rounds on REPORT web 110.
+#: fetched once per round; at least the last of ``HORIZONS``): ``estimate.history``'s 32
+#: intervals, as many as a page's estimate ever rests on. On TUNE web 7 (0.38 rounds a
+#: minute) optimal's share of clairvoyant freshness stays within 0.5 % from 11 rounds to 90,
+#: its age share, noisier (the clairvoyant age is small), is 72 % at 11 rounds and 84–116 % from
+#: 23 on (2 draws). 30 minutes is 10 rounds on REPORT web 110.
 STEADY_ROUNDS = 32
 #: what learning can reach: optimal and optimal-age planning with the true rate of each page
 #: fetched twice (:class:`analysis.model.ModelSettings` ``reveal``), against the clairvoyant
@@ -237,7 +236,7 @@ def run_web(
     informed: bool = False,
     work_conserving: bool = True,
     front_queues: int = 8,
-    history: int | None = HISTORY,
+    history: int = HISTORY,
     statistics: bool = True,
 ) -> dict[str, Any]:
     """Every policy of ``RUNS`` on ``web``: per label, freshness and age per horizon per run.
@@ -623,8 +622,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--history",
         type=int,
         default=HISTORY,
-        help="observations a page's estimate is worth at most (estimate.history) for every "
-        "policy; default: each policy's own (optimal-age 128, the others 32)",
+        help="observations a page's estimate is worth at most (estimate.history)",
     )
     parser.add_argument(
         "--window",

@@ -72,8 +72,7 @@ __all__ = [
 
 Float = NDArray[np.float64]
 
-#: the daemon's ``estimate.history``: observations a page's estimate is worth at most, or
-#: None for each policy's own (:func:`refresher.policies.evidence_horizon`)
+#: the daemon's ``estimate.history``: observations a page's estimate is worth at most
 HISTORY = EstimateConfig().history
 #: seconds of saved credit of the budget's pacer, as the frontier makes it
 BURST = Pacer(1.0).burst
@@ -93,7 +92,7 @@ class ModelSettings:
     warmup: float = 0.2
     resolve_interval: float = 5.0
     explore: float = 0.05
-    history: int | None = HISTORY
+    history: int = HISTORY
     model: str = "log-normal"
     spread: float = 2.0
     oracle: bool = False
@@ -388,10 +387,10 @@ def _plan_inputs(
     static_p: Float | None
     if settings.oracle or policy == "uniform":  # uniform's plan reads no rates
         rates, sd, static_p = web.rates, None, None
+    elif settings.statistics:
+        rates, sd, static_p = _estimate_statistics(web, settings, fetches, changes)
     else:
-        history = policies.evidence_horizon(policy, settings.history)
-        estimate = _estimate_statistics if settings.statistics else _estimate_history
-        rates, sd, static_p = estimate(web, settings, fetches, changes, history)
+        rates, sd, static_p = _estimate_history(web, settings, fetches, changes)
     if settings.reveal and not settings.oracle and policy != "uniform":
         rates, sd, static_p = _revealed(web, fetches, rates, sd, static_p)
     return PolicyInputs(
@@ -408,18 +407,14 @@ def _plan_inputs(
 
 
 def _estimate_history(
-    web: ModelWeb,
-    settings: ModelSettings,
-    fetches: list[list[float]],
-    changes: list[Float],
-    history: int,
+    web: ModelWeb, settings: ModelSettings, fetches: list[list[float]], changes: list[Float]
 ) -> tuple[Float, Float | None, Float | None]:
     """λ̂, the sd of ln λ and P₀ per page from the last ``history`` intervals of each page
     (:func:`estimate_pages`; the model before it read the daemon's statistics); the
     prior's rate and sd before any observation."""
     n = web.rates.size
     page, interval, changed, since, first = _observations(
-        fetches, changes, web.honest[web.hosts], history
+        fetches, changes, web.honest[web.hosts], settings.history
     )
     if not page.size:
         return np.full(n, 1.0 / settings.seconds), np.full(n, settings.spread), None
@@ -443,11 +438,7 @@ def _estimate_history(
 
 
 def _estimate_statistics(
-    web: ModelWeb,
-    settings: ModelSettings,
-    fetches: list[list[float]],
-    changes: list[Float],
-    history: int,
+    web: ModelWeb, settings: ModelSettings, fetches: list[list[float]], changes: list[Float]
 ) -> tuple[Float, Float | None, Float | None]:
     """λ̂, the sd of ln λ and P₀ per page as the daemon's allocator reads them
     (:func:`refresher.refresh._allocate.load_inputs`): the store's per-page statistics of
@@ -475,7 +466,7 @@ def _estimate_statistics(
         read_statistics(state, meaningful=False),
         web.hosts,
         int(web.hosts.max()) + 1,
-        history=history,
+        history=settings.history,
         model=settings.model,
         spread=settings.spread,
         mixture=settings.mixture and settings.static,

@@ -250,15 +250,15 @@ def planned(db: Path, budget: float | None, *, decide: str = "expected") -> dict
         raw = store.estimator_inputs(meaningful=settings.meaningful, links=True)
     finally:
         store.close()
-    each = settings.estimate_each(raw, policies.available())
+    inputs = settings.estimate(raw)
     b = budget if budget is not None else _run_budget(db)
     targets = {
-        name: np.asarray(plan(each[name], name, b, explore=0.0, decide=decide).target)
+        name: np.asarray(plan(inputs, name, b, explore=0.0, decide=decide).target)
         for name in ALLOCATION_POLICIES
     }
     return {
-        "rates": each[policies.DEFAULT].rates,
-        "table": policy_table(each, b, decide=decide),
+        "rates": inputs.rates,
+        "table": policy_table(inputs, b, decide=decide),
         "targets": targets,
     }
 

@@ -10,35 +10,17 @@ plug in through the entry-point group ``refresher.policies``.
 
 from __future__ import annotations
 
-from ._builtin import (
-    AGE_HISTORY,
-    DEFAULT,
-    HISTORY,
-    OptimalAge,
-    OptimalFreshness,
-    Proportional,
-    Uniform,
-)
+from ._builtin import DEFAULT, OptimalAge, OptimalFreshness, Proportional, Uniform
 from ._demand import WATER_FILL, Demand, Level, Point
 from ._expected import EXPECTED_POLICIES, expected_value, solve_expected
 from ._model import age, freshness, marginal_age, marginal_freshness, mean_age, mean_freshness
-from ._registry import (
-    ENTRY_POINT_GROUP,
-    Policy,
-    available,
-    evidence_horizon,
-    get,
-    register,
-    solve,
-)
+from ._registry import ENTRY_POINT_GROUP, Policy, available, get, register, solve
 from ._solve import Allocation
 
 __all__ = [
-    "AGE_HISTORY",
     "DEFAULT",
     "ENTRY_POINT_GROUP",
     "EXPECTED_POLICIES",
-    "HISTORY",
     "WATER_FILL",
     "Allocation",
     "Demand",
@@ -51,7 +33,6 @@ __all__ = [
     "Uniform",
     "age",
     "available",
-    "evidence_horizon",
     "expected_value",
     "freshness",
     "get",

@@ -8,33 +8,13 @@ from numpy.typing import ArrayLike, NDArray
 from ._solve import Allocation, Problem, optimal, water_fill
 from ._table import age_response, freshness_response
 
-__all__ = [
-    "AGE_HISTORY",
-    "BUILTIN",
-    "DEFAULT",
-    "HISTORY",
-    "OptimalAge",
-    "OptimalFreshness",
-    "Proportional",
-    "Uniform",
-]
-
-#: observations a page's estimate is worth at most (``estimate.history`` when the config
-#: leaves it unset) under a policy that names no horizon of its own
-HISTORY = 32
-#: optimal-age's own horizon: age, linear in λ for a page fetched often beside its rate, pays
-#: for every rate error and gains from the narrower posteriors of more observations, where
-#: freshness lost beyond 2 s.e. on three REPORT webs of the offline model with 128 for all
-AGE_HISTORY = 128
+__all__ = ["BUILTIN", "DEFAULT", "OptimalAge", "OptimalFreshness", "Proportional", "Uniform"]
 
 
 class _Builtin:
-    """``allocate`` returns the rates; ``solve`` the whole :class:`Allocation`. ``history``:
-    the evidence horizon, observations a page's estimate is worth at most under this policy
-    (the default of ``estimate.history``)."""
+    """``allocate`` returns the rates; ``solve`` the whole :class:`Allocation`."""
 
     name = ""
-    history = HISTORY
 
     def allocate(
         self,
@@ -104,7 +84,6 @@ class OptimalAge(_Builtin):
     """Minimise Σ w_i·Ā(λ_i, f_i). Every page that changes and has weight gets some budget."""
 
     name = "optimal-age"
-    history = AGE_HISTORY
 
     def _solve(self, problem: Problem) -> Allocation:
         return optimal(self.name, age_response(), problem)

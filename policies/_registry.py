@@ -21,19 +21,10 @@ from numpy.typing import ArrayLike, NDArray
 
 from refresher._errors import ConfigError
 
-from ._builtin import BUILTIN, DEFAULT, HISTORY
+from ._builtin import BUILTIN, DEFAULT
 from ._solve import Allocation, Problem, group_sum
 
-__all__ = [
-    "DEFAULT",
-    "ENTRY_POINT_GROUP",
-    "Policy",
-    "available",
-    "evidence_horizon",
-    "get",
-    "register",
-    "solve",
-]
+__all__ = ["DEFAULT", "ENTRY_POINT_GROUP", "Policy", "available", "get", "register", "solve"]
 
 ENTRY_POINT_GROUP = "refresher.policies"
 
@@ -122,18 +113,6 @@ def get(name: str) -> Policy:
     policy = _load(ep)
     _registered[name] = policy
     return policy
-
-
-def evidence_horizon(name: str, history: int | None = None) -> int:
-    """Observations a page's estimate is worth at most when planning with policy ``name``:
-    ``history`` (``estimate.history``) when set, else the policy's own ``history`` attribute
-    (optimal-age :data:`AGE_HISTORY`, the other built-ins :data:`HISTORY`), :data:`HISTORY`
-    for a plug-in without one. Applied when the store's statistics are read, so a policy
-    switch takes its horizon at the next plan with nothing to refold."""
-    if history is not None:
-        return history
-    own = getattr(get(name), "history", None)
-    return own if isinstance(own, int) and own > 0 else HISTORY
 
 
 def solve(

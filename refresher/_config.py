@@ -203,9 +203,8 @@ class DiscoveryConfig(FilterConfig):
 class EstimateConfig:
     #: which change the estimator counts: "raw" (any byte) or "meaningful" (simhash moved)
     change: str = "raw"
-    #: observations a page's estimate is worth at most (its evidence horizon); unset: the
-    #: policy's own (optimal-age 128, the other built-ins 32; policies.evidence_horizon)
-    history: int | None = None
+    #: most recent observations per page the estimator reads
+    history: int = 32
     #: the prior on each page's rate: "log-normal" (on ln λ, centred per host by empirical
     #: Bayes) or "gamma" (pseudo-changes at the host's pooled rate)
     model: str = MODELS[0]

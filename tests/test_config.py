@@ -35,20 +35,6 @@ def test_without_any_file_the_defaults_apply(tmp_path: Path) -> None:
     assert config.crawl.seeds == ()
 
 
-def test_the_evidence_horizon_is_each_policys_own_until_the_config_sets_one(
-    tmp_path: Path,
-) -> None:
-    from refresher.archive._retention import HistoryRetention
-
-    unset = load(tmp_path, '[policy]\nname = "optimal"\n')
-    assert unset.estimate.history is None
-    # retention keeps what a live switch to optimal-age would weigh
-    assert HistoryRetention.from_config(unset).keep_per_page == 128
-    pinned = load(tmp_path, "[estimate]\nhistory = 48\n")
-    assert pinned.estimate.history == 48
-    assert HistoryRetention.from_config(pinned).keep_per_page == 48
-
-
 def test_the_default_file_is_read_when_it_exists(tmp_path: Path) -> None:
     default = tmp_path / "etc.toml"
     default.write_text("[budget]\nfetches_per_second = 3\n", encoding="utf-8")

@@ -27,7 +27,6 @@ from typing import Any, Protocol
 
 import trio
 
-from refresher import policies
 from refresher._config import Config
 from refresher.archive._warc import WARC_SUFFIX, first_record_end, held_files, lock_for_writing
 from refresher.ops._logging import get_logger
@@ -198,16 +197,6 @@ def prune_now(
     return dataclasses.replace(report, history_rows=rows, history_export=exported)
 
 
-def longest_horizon(config: Config) -> int:
-    """Each page's latest fetches that history retention keeps: ``estimate.history`` when
-    set, else the longest evidence horizon the policy in force can take after a live switch
-    (the built-ins' and the configured policy's; :func:`refresher.policies.evidence_horizon`)."""
-    if config.estimate.history is not None:
-        return config.estimate.history
-    own = policies.evidence_horizon(config.policy.name)
-    return max(policies.HISTORY, policies.AGE_HISTORY, own)
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class HistoryRetention:
     """``store.history_retention``: fetches older than ``seconds`` go (each page's latest
@@ -221,7 +210,7 @@ class HistoryRetention:
     def from_config(cls, config: Config) -> HistoryRetention:
         return cls(
             seconds=config.store.history_retention,
-            keep_per_page=longest_horizon(config),
+            keep_per_page=config.estimate.history,
             export_dir=config.store.history_export_dir,
         )
 

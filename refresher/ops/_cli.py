@@ -461,12 +461,9 @@ def _cmd_policy(args: argparse.Namespace) -> int:
         table = request(config.control_socket, payload)
         table.pop("ok", None)
     except ControlError:
-        settings = InputSettings.from_config(config)
-        raw = _offline(config, settings.read, existing=True)
+        inputs = _offline(config, InputSettings.from_config(config).load, existing=True)
         table = policy_table(
-            settings.estimate_each(raw, policies.available()),
-            args.budget or config.budget.fetches_per_second,
-            decide=config.policy.decide,
+            inputs, args.budget or config.budget.fetches_per_second, decide=config.policy.decide
         )
     if args.json:
         _print_json(table)

@@ -6,8 +6,7 @@ the allocator
 1. reads each page's change statistics from the store (sums over the intervals between
    successful fetches, :func:`refresher.store.is_success`, and whether the body changed: raw
    or meaningful, as ``estimate.change`` says; kept as fetches are recorded, worth at most
-   the policy's evidence horizon of observations per page, ``estimate.history`` when set:
-   :func:`refresher.policies.evidence_horizon`) and estimates λ̂ with a prior pooled per host,
+   ``estimate.history`` observations per page) and estimates λ̂ with a prior pooled per host,
    then globally (:mod:`refresher.refresh._estimate_stats`);
 2. weights pages by PageRank over the stored link edges (mean weight 1), or not at all when
    ``policy.weights = "none"``;
@@ -33,7 +32,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -532,31 +531,24 @@ DEFINITION = (
 )
 
 
-def policy_table(
-    inputs: PolicyInputs | Mapping[str, PolicyInputs], budget: float, *, decide: str = "plug-in"
-) -> dict[str, Any]:
+def policy_table(inputs: PolicyInputs, budget: float, *, decide: str = "plug-in") -> dict[str, Any]:
     """Expected mean freshness and age (seconds) of the page set under every policy, planned
-    as the daemon plans (``decide``, host caps, weights); see :data:`DEFINITION`. ``inputs``:
-    one estimate for all, or one per policy name (each weighed down to its policy's evidence
-    horizon, as :meth:`InputSettings.estimate_each` makes them)."""
-    if isinstance(inputs, PolicyInputs):
-        inputs = dict.fromkeys(policies.available(), inputs)
+    as the daemon plans (``decide``, host caps, weights); see :data:`DEFINITION`."""
     table: dict[str, Any] = {}
-    pages = 0
-    for name, each in inputs.items():
-        p = plan(each, name, budget, explore=0.0, decide=decide)
-        fresh = page_freshness(each, p.target)
-        age = float(np.mean(page_age(each, p.target)))
-        pages = int(each.page_ids.size)
+    weights = inputs.weights
+    for name in policies.available():
+        p = plan(inputs, name, budget, explore=0.0, decide=decide)
+        fresh = page_freshness(inputs, p.target)
+        age = float(np.mean(page_age(inputs, p.target)))
         table[name] = {
             "freshness": float(np.mean(fresh)),
-            "weighted": float(np.average(fresh, weights=each.weights)),
+            "weighted": float(np.average(fresh, weights=weights)),
             "age": age if math.isfinite(age) else None,  # None: a changing page never fetched
             "unplaced": p.allocation.unplaced,
         }
     return {
         "budget": budget,
-        "pages": pages,
+        "pages": int(inputs.page_ids.size),
         "decide": decide,
         "definition": DEFINITION,
         "policies": table,
@@ -585,15 +577,12 @@ def priority_level(page: PageRow, now: float, levels: int) -> int:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class InputSettings:
     """How :func:`load_inputs` reads and estimates: its keyword arguments, kept together so
-    that the daemon's allocator and ``refresher policy`` on a stopped store read alike.
-    ``history``: ``estimate.history``, None for each policy's own evidence horizon
-    (:func:`refresher.policies.evidence_horizon`; the one setting that depends on the policy,
-    applied as the statistics are read, so a switch needs no refold)."""
+    that the daemon's allocator and ``refresher policy`` on a stopped store read alike."""
 
     min_delay: float = 1.0
     max_delay: float = math.inf
     meaningful: bool = False
-    history: int | None = None
+    history: int = 32
     weights: str = "pagerank"
     model: str = MODELS[0]
     spread: float = DEFAULT_SPREAD
@@ -610,24 +599,19 @@ class InputSettings:
             spread=config.estimate.spread,
         )
 
-    async def read(self, store: Store, *, now: float | None = None) -> EstimatorInputs:
-        """The store's per-page statistics as these settings read them; with ``now`` (unix
-        seconds), each host's mean response time over the last :data:`RESPONSE_WINDOW`
-        seconds (:func:`load_inputs`)."""
-        return await store.estimator_inputs(
+    async def load(self, store: Store, *, now: float | None = None) -> PolicyInputs:
+        """The store's history, estimated with these settings (the estimate in a thread);
+        with ``now`` (unix seconds), each host's cap counts its mean response time over the
+        last :data:`RESPONSE_WINDOW` seconds (:func:`load_inputs`)."""
+        raw = await store.estimator_inputs(
             meaningful=self.meaningful,
             links=self.weights == "pagerank",
             responses_since=None if now is None else now - RESPONSE_WINDOW,
         )
+        return await trio.to_thread.run_sync(self.estimate, raw)
 
-    async def load(self, store: Store, policy: str, *, now: float | None = None) -> PolicyInputs:
-        """The store's statistics (:meth:`read`), estimated for ``policy`` (in a thread)."""
-        raw = await self.read(store, now=now)
-        return await trio.to_thread.run_sync(self.estimate, raw, policy)
-
-    def estimate(self, raw: EstimatorInputs, policy: str) -> PolicyInputs:
-        """:func:`load_inputs` with these settings, weighed down to ``policy``'s evidence
-        horizon (``history`` when set)."""
+    def estimate(self, raw: EstimatorInputs) -> PolicyInputs:
+        """:func:`load_inputs` with these settings."""
         return load_inputs(
             raw,
             min_delay=self.min_delay,
@@ -635,19 +619,8 @@ class InputSettings:
             weights=self.weights,
             model=self.model,
             spread=self.spread,
-            history=policies.evidence_horizon(policy, self.history),
+            history=self.history,
         )
-
-    def estimate_each(self, raw: EstimatorInputs, names: Sequence[str]) -> dict[str, PolicyInputs]:
-        """:meth:`estimate` for every policy of ``names``, once per distinct horizon."""
-        by_horizon: dict[int, PolicyInputs] = {}
-        out: dict[str, PolicyInputs] = {}
-        for name in names:
-            horizon = policies.evidence_horizon(name, self.history)
-            if horizon not in by_horizon:
-                by_horizon[horizon] = self.estimate(raw, name)
-            out[name] = by_horizon[horizon]
-        return out
 
 
 class Allocator:
@@ -751,7 +724,7 @@ class Allocator:
         policy, budget, explore, now = self.policy, self.budget, self.explore, self._wall()
         decide = self.decide
         await self._store.record_policy(policy, budget, now=now)
-        inputs = await self.inputs.load(self._store, policy, now=now)
+        inputs = await self.inputs.load(self._store, now=now)
         planner = self._planner
         result = await trio.to_thread.run_sync(
             lambda: planner(inputs, policy, budget, explore=explore, decide=decide)
@@ -799,13 +772,10 @@ class Allocator:
 
     async def table(self, budget: float | None = None) -> dict[str, Any]:
         """:func:`policy_table` of the current page set, at ``budget`` (default: B)."""
-        settings, names = self.inputs, policies.available()
-        raw = await settings.read(self._store, now=self._wall())
+        inputs = await self.inputs.load(self._store, now=self._wall())
         b = self.budget if budget is None else budget
         decide = self.decide
-        return await trio.to_thread.run_sync(
-            lambda: policy_table(settings.estimate_each(raw, names), b, decide=decide)
-        )
+        return await trio.to_thread.run_sync(lambda: policy_table(inputs, b, decide=decide))
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         await self.solve()

@@ -491,26 +491,6 @@ def test_a_registered_policy_is_found_and_its_unplaced_budget_computed() -> None
     assert math.isnan(result.multiplier)
 
 
-def test_optimal_age_weighs_more_evidence_than_the_freshness_policies_unless_told() -> None:
-    assert policies.evidence_horizon("optimal-age") == policies.AGE_HISTORY == 128
-    for name in ("uniform", "proportional", "optimal"):
-        assert policies.evidence_horizon(name) == policies.HISTORY == 32
-    # estimate.history set: every policy takes it
-    assert policies.evidence_horizon("optimal-age", 16) == policies.evidence_horizon("optimal", 16)
-    # a plug-in names its own horizon, or takes the default
-    policies.register(Half())
-    assert policies.evidence_horizon("half") == policies.HISTORY
-
-    class Patient(Half):
-        name = "patient"
-        history = 1000
-
-    policies.register(Patient())
-    assert policies.evidence_horizon("patient") == 1000
-    with pytest.raises(ConfigError, match="unknown policy"):
-        policies.evidence_horizon("fastest")
-
-
 def test_the_builtin_names_cannot_be_taken() -> None:
     class Impostor(Half):
         name = "optimal"
