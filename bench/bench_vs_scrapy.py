@@ -383,6 +383,16 @@ def cpu_affinity(cpus: frozenset[int] | None) -> Iterator[None]:
         os.sched_setaffinity(0, before)
 
 
+def autogroup() -> str:
+    """Whether the kernel groups processes by session for CPU shares (sched_autogroup): when
+    on, a process of another session gets an even share against the bench's whatever the two
+    nice values (a nice 19 loop in another session took half a CPU from one at nice 10)."""
+    path = Path("/proc/sys/kernel/sched_autogroup_enabled")
+    if not path.exists():
+        return "absent"
+    return "on" if path.read_text().strip() == "1" else "off"
+
+
 def start_daemon(directory: Path, web: Web, args: argparse.Namespace) -> Daemon:
     """refresher's daemon for ``web`` in ``directory``, on ``--refresher-cpus`` if given
     (only it: nginx, Scrapy, the competitors and the bench itself run where they would)."""
@@ -1065,7 +1075,7 @@ def main() -> None:
     )
     print(
         f"{os.cpu_count()} cores, load average {load_average()}, refresher archive {args.archive}"
-        f", refresher on {pinned}"
+        f", refresher on {pinned}, sched_autogroup {autogroup()}"
     )
     webs = args.web.split(",")
     if args.complete and (args.discover or args.interleave or webs != ["docs"]):

@@ -20,6 +20,7 @@ if _BENCH not in sys.path:
 from bench_daemon import cpu_seconds, thread_cpu_seconds  # noqa: E402
 from bench_vs_scrapy import (  # noqa: E402
     AccessLog,
+    autogroup,
     by_turns,
     competitors,
     context_switches,
@@ -211,3 +212,9 @@ def test_cpus_that_are_not_numbers_or_not_the_machines_are_refused_in_one_line(t
     with pytest.raises(SystemExit, match="--refresher-cpus") as caught:
         parse_cpus(text)
     assert "\n" not in str(caught.value)
+
+
+def test_the_header_reads_the_kernels_autogroup_setting() -> None:
+    path = Path("/proc/sys/kernel/sched_autogroup_enabled")
+    expected = ("on" if path.read_text().strip() == "1" else "off") if path.exists() else "absent"
+    assert autogroup() == expected
