@@ -41,6 +41,8 @@ the crawler's threads were runnable but waiting for a CPU, per second (schedstat
 on the machine). ``--stages`` prints where refresher's refreshes
 spent their time in the window (``stage_seconds`` from its control socket: a host held, on the
 wire, in the parse with its queue, waiting for the store's queue), ``--py-spy DIR`` profiles it.
+``--refresher-cpus 0`` pins refresher's daemon alone (its threads and children with it) to
+CPU 0 (``sched_setaffinity``); nginx, Scrapy and the bench run where the scheduler puts them.
 ``--load N`` runs competitor processes beside the crawlers (``--load-kind``: a busy loop, or
 numpy copying a 200 MB array), started with each round and killed after; ``--load 0,1`` runs
 every round quiet and loaded in turns. ``--complete`` also prints context switches per page
@@ -347,6 +349,57 @@ def competitors(count: int, kind: str, nice: int | None = None) -> Iterator[list
             process.wait()
 
 
+def parse_cpus(text: str) -> frozenset[int]:
+    """``--refresher-cpus``: CPU numbers and ranges, e.g. ``0`` or ``0,1`` or ``0-1``, each
+    one this process may run on; a one-line error (SystemExit) otherwise."""
+    allowed = os.sched_getaffinity(0)
+    cpus: set[int] = set()
+    for part in text.split(","):
+        match = re.fullmatch(r"(\d+)(?:-(\d+))?", part.strip())
+        if match is None:
+            raise SystemExit(f"--refresher-cpus {text!r}: give CPU numbers, e.g. 0 or 0,1 or 0-1")
+        cpus.update(range(int(match[1]), int(match[2] or match[1]) + 1))
+    if not cpus or not cpus <= allowed:
+        raise SystemExit(
+            f"--refresher-cpus {text!r}: this machine lets the bench run on CPUs "
+            f"{','.join(map(str, sorted(allowed)))}; give some of those"
+        )
+    return frozenset(cpus)
+
+
+@contextlib.contextmanager
+def cpu_affinity(cpus: frozenset[int] | None) -> Iterator[None]:
+    """Processes started inside run on ``cpus`` only (None: wherever the scheduler puts
+    them): the bench's own thread takes that affinity for the while, a child inherits it at
+    fork, with every thread it starts later, and the bench gets its own set back after."""
+    if cpus is None:
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cpus)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
+
+
+def autogroup() -> str:
+    """Whether the kernel groups processes by session for CPU shares (sched_autogroup): when
+    on, a process of another session gets an even share against the bench's whatever the two
+    nice values (a nice 19 loop in another session took half a CPU from one at nice 10)."""
+    path = Path("/proc/sys/kernel/sched_autogroup_enabled")
+    if not path.exists():
+        return "absent"
+    return "on" if path.read_text().strip() == "1" else "off"
+
+
+def start_daemon(directory: Path, web: Web, args: argparse.Namespace) -> Daemon:
+    """refresher's daemon for ``web`` in ``directory``, on ``--refresher-cpus`` if given
+    (only it: nginx, Scrapy, the competitors and the bench itself run where they would)."""
+    with cpu_affinity(args.refresher_cpus):
+        return Daemon(refresher_config(directory, web, args))
+
+
 def set_nice(value: int) -> None:
     """This process's nice value (a lower one than the bench's needs root: else kept)."""
     with contextlib.suppress(PermissionError):
@@ -403,7 +456,7 @@ def run_refresher(directory: Path, web: Web, args: argparse.Namespace) -> Run:
     """The daemon on ``web``. Seeded with every page (the docs web), only each page's first
     fetch counts (as Scrapy crawls the docs web once), and the window ends where the first
     pass does, if sooner."""
-    daemon = Daemon(refresher_config(directory, web, args))
+    daemon = start_daemon(directory, web, args)
     samples: list[tuple[float, float]] = []  # (unix time, CPU seconds of the daemon's tree)
     try:
         daemon.wait_ready()
@@ -662,7 +715,7 @@ def run_complete(directory: Path, web: Web, args: argparse.Namespace, crawler: s
     with contextlib.ExitStack() as stack:
         started = time.time()
         if crawler == "refresher":
-            daemon = Daemon(refresher_config(directory, web, args))
+            daemon = start_daemon(directory, web, args)
             stack.callback(daemon.stop)
             pid = daemon.pid
         else:
@@ -751,7 +804,7 @@ def run_interleaved(directory: Path, web: Web, args: argparse.Namespace) -> tupl
     its turns; Scrapy's, those its spider parsed in its turns."""
     (directory / "r").mkdir()
     (directory / "s").mkdir()
-    daemon = Daemon(refresher_config(directory / "r", web, args))
+    daemon = start_daemon(directory / "r", web, args)
     try:
         daemon.wait_ready()
         with scrapy_process(directory / "s", web, args) as (scrapy, pages):
@@ -940,6 +993,14 @@ def main() -> None:
         help="refresher's discovery.html_parser (default: the daemon's default, lexbor)",
     )
     parser.add_argument(
+        "--refresher-cpus",
+        type=parse_cpus,
+        default=None,
+        metavar="CPUS",
+        help="pin refresher's daemon (only it, with its threads and children) to these CPUs, "
+        "e.g. 0 or 0-1 (sched_setaffinity; default: wherever the scheduler puts it)",
+    )
+    parser.add_argument(
         "--load",
         type=lambda text: [int(n) for n in text.split(",")],
         default=[0],
@@ -1007,8 +1068,14 @@ def main() -> None:
     args = parser.parse_args()
     if "scrapy" in args.crawlers and not Path(args.scrapy).exists():
         sys.exit(f"no Scrapy python at {args.scrapy}: make the venv (see the docstring)")
+    pinned = (
+        "CPUs " + ",".join(map(str, sorted(args.refresher_cpus)))
+        if args.refresher_cpus is not None
+        else "every CPU"
+    )
     print(
         f"{os.cpu_count()} cores, load average {load_average()}, refresher archive {args.archive}"
+        f", refresher on {pinned}, sched_autogroup {autogroup()}"
     )
     webs = args.web.split(",")
     if args.complete and (args.discover or args.interleave or webs != ["docs"]):

@@ -5,10 +5,13 @@ thread."""
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
+
+import pytest
 
 _BENCH = str(Path(__file__).resolve().parent.parent / "bench")
 if _BENCH not in sys.path:
@@ -17,10 +20,13 @@ if _BENCH not in sys.path:
 from bench_daemon import cpu_seconds, thread_cpu_seconds  # noqa: E402
 from bench_vs_scrapy import (  # noqa: E402
     AccessLog,
+    autogroup,
     by_turns,
     competitors,
     context_switches,
+    cpu_affinity,
     cpu_by_thread_kind,
+    parse_cpus,
     steal_ticks,
     thread_switches,
 )
@@ -164,3 +170,51 @@ def test_the_stolen_ticks_are_a_part_of_all_ticks() -> None:
     stolen, total = steal_ticks()
     assert 0 <= stolen <= total
     assert total > 0
+
+
+def allowed_cpus(pid: int) -> str:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return next(
+        line.split()[1] for line in status.splitlines() if line.startswith("Cpus_allowed_list")
+    )
+
+
+def test_a_process_started_while_pinned_runs_on_those_cpus_and_the_bench_gets_its_own_back() -> (
+    None
+):
+    own = os.sched_getaffinity(0)
+    cpu = min(own)
+    with cpu_affinity(frozenset({cpu})):
+        child = subprocess.Popen(
+            [sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE
+        )
+    try:
+        assert allowed_cpus(child.pid) == str(cpu)
+        assert os.sched_getaffinity(0) == own
+    finally:
+        child.communicate(b"")
+
+
+def test_no_cpus_given_leave_the_affinity_alone() -> None:
+    own = os.sched_getaffinity(0)
+    with cpu_affinity(None):
+        assert os.sched_getaffinity(0) == own
+
+
+def test_cpus_are_read_as_numbers_and_ranges() -> None:
+    cpu = min(os.sched_getaffinity(0))
+    assert parse_cpus(str(cpu)) == {cpu}
+    assert parse_cpus(f"{cpu}-{cpu}") == {cpu}
+
+
+@pytest.mark.parametrize("text", ["x", "", "0-", "9999"])
+def test_cpus_that_are_not_numbers_or_not_the_machines_are_refused_in_one_line(text: str) -> None:
+    with pytest.raises(SystemExit, match="--refresher-cpus") as caught:
+        parse_cpus(text)
+    assert "\n" not in str(caught.value)
+
+
+def test_the_header_reads_the_kernels_autogroup_setting() -> None:
+    path = Path("/proc/sys/kernel/sched_autogroup_enabled")
+    expected = ("on" if path.read_text().strip() == "1" else "off") if path.exists() else "absent"
+    assert autogroup() == expected
