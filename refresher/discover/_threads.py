@@ -74,15 +74,25 @@ async def _outcome(executor: Executor, fn: Callable[[], T]) -> T:
     return future.result()
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may run on: its affinity mask (systemd's ``CPUAffinity=``,
+    ``taskset``, a container's cpuset), not every CPU of the machine."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except AttributeError:  # no affinity masks on this platform (macOS)
+        return os.cpu_count() or 1
+
+
 class ParseThreads:
-    """Runs blocking calls on ``threads`` dedicated threads (default: one per core).
+    """Runs blocking calls on ``threads`` dedicated threads (default: one per CPU the process
+    may run on, :func:`usable_cpus`).
 
     :meth:`run` waits for its call without being cancellable, as ``trio.to_thread.run_sync``
     does by default: the thread cannot be stopped half-way, so its caller waits it out.
     """
 
     def __init__(self, threads: int | None = None) -> None:
-        count = threads if threads is not None else (os.cpu_count() or 1)
+        count = threads if threads is not None else usable_cpus()
         if count < 1:
             raise ValueError(f"threads={count}: give at least 1")
         self.threads = count

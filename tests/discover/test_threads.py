@@ -6,6 +6,8 @@ import functools
 import os
 import pickle
 import signal
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -72,6 +74,27 @@ async def test_a_cancelled_caller_waits_for_its_call_to_finish() -> None:
     finally:
         pool.close()
     assert finished == ["call", "caller"]
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity here")
+def test_a_process_pinned_to_one_cpu_starts_one_parse_thread() -> None:
+    # a real child process under a one-CPU mask, as systemd's CPUAffinity= or taskset sets
+    # it: one thread per CPU of the machine would fight for that one CPU
+    code = "from refresher.discover._threads import ParseThreads; print(ParseThreads().threads)"
+    cpu = min(os.sched_getaffinity(0))
+    child = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        preexec_fn=lambda: os.sched_setaffinity(0, {cpu}),
+    )
+    assert child.stdout.strip() == "1"
+    pool = ParseThreads()
+    try:
+        assert pool.threads == len(os.sched_getaffinity(0))
+    finally:
+        pool.close()
 
 
 def test_zero_threads_are_refused() -> None:
