@@ -42,11 +42,13 @@ from refresher.ops._logging import get_logger
 
 __all__ = [
     "HEADER",
+    "MIN_PARSE_THREADS",
     "PROCESS_MIN_BYTES",
     "ParseCrashed",
     "ParseProcesses",
     "ParseThreads",
     "Parsers",
+    "usable_cpus",
 ]
 
 T = TypeVar("T")
@@ -83,16 +85,23 @@ def usable_cpus() -> int:
         return os.cpu_count() or 1
 
 
+#: parse threads even on one CPU: a daemon pinned to one CPU parsed the Python docs at
+#: 4.06-5.23 CPU ms and 197-224 pages/s with two threads, 5.31-7.16 and 134-182 with one (a
+#: lone thread idles while the event loop hands it the next page; bench/README.md, "One CPU,
+#: one parse thread, a longer switch interval")
+MIN_PARSE_THREADS = 2
+
+
 class ParseThreads:
     """Runs blocking calls on ``threads`` dedicated threads (default: one per CPU the process
-    may run on, :func:`usable_cpus`).
+    may run on, :func:`usable_cpus`, and at least :data:`MIN_PARSE_THREADS`).
 
     :meth:`run` waits for its call without being cancellable, as ``trio.to_thread.run_sync``
     does by default: the thread cannot be stopped half-way, so its caller waits it out.
     """
 
     def __init__(self, threads: int | None = None) -> None:
-        count = threads if threads is not None else usable_cpus()
+        count = threads if threads is not None else max(MIN_PARSE_THREADS, usable_cpus())
         if count < 1:
             raise ValueError(f"threads={count}: give at least 1")
         self.threads = count

@@ -17,6 +17,7 @@ from _pages import DATA
 
 from refresher.discover._parse import Document, Extracted, HtmlLinks, Link, process
 from refresher.discover._threads import (
+    MIN_PARSE_THREADS,
     PROCESS_MIN_BYTES,
     ParseCrashed,
     ParseProcesses,
@@ -77,10 +78,13 @@ async def test_a_cancelled_caller_waits_for_its_call_to_finish() -> None:
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity here")
-def test_a_process_pinned_to_one_cpu_starts_one_parse_thread() -> None:
+def test_the_parse_threads_follow_the_cpus_the_process_may_run_on_but_are_at_least_two() -> None:
     # a real child process under a one-CPU mask, as systemd's CPUAffinity= or taskset sets
     # it: one thread per CPU of the machine would fight for that one CPU
-    code = "from refresher.discover._threads import ParseThreads; print(ParseThreads().threads)"
+    code = (
+        "from refresher.discover._threads import ParseThreads, usable_cpus; "
+        "print(usable_cpus(), ParseThreads().threads)"
+    )
     cpu = min(os.sched_getaffinity(0))
     child = subprocess.run(
         [sys.executable, "-c", code],
@@ -89,10 +93,10 @@ def test_a_process_pinned_to_one_cpu_starts_one_parse_thread() -> None:
         check=True,
         preexec_fn=lambda: os.sched_setaffinity(0, {cpu}),
     )
-    assert child.stdout.strip() == "1"
+    assert child.stdout.split() == ["1", str(MIN_PARSE_THREADS)]
     pool = ParseThreads()
     try:
-        assert pool.threads == len(os.sched_getaffinity(0))
+        assert pool.threads == max(MIN_PARSE_THREADS, len(os.sched_getaffinity(0)))
     finally:
         pool.close()
 
