@@ -103,7 +103,7 @@ def main() -> None:
                 for part, fn in PARTS.items():
                     timed.setdefault((part, condition), []).append(one_thread(fn, docs))
                 key = ("refresher's processor in two threads", condition)
-                timed.setdefault(key, []).append(two_threads(PARTS[next(iter(PARTS))], docs))
+                timed.setdefault(key, []).append(two_threads(PROCESSORS["lexbor"].process, docs))
         print(f"turn {turn + 1} done", file=sys.stderr)
     print(f"{len(docs)} pages of {args.dir}; CPU ms per page, median of {args.turns} turns")
     print(f"{'part':<54}" + "".join(f"{c:>10}" for c in conditions) + "   rise")

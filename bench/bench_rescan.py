@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import resource
 import shutil
 import subprocess
@@ -34,6 +35,8 @@ import duckdb  # sql-ok: builds the synthetic store
 import trio
 
 sys.path.insert(0, str(Path.cwd()))
+
+from bench_daemon import rss_bytes
 
 from refresher.crawl._frontier import Frontier
 from refresher.store import DuckDBStore
@@ -71,14 +74,6 @@ def build(path: Path, pages: int, window: int) -> None:
         con.close()
 
 
-def _status(field: str) -> int:
-    """A /proc/self/status field in bytes."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) * 1024
-    raise RuntimeError(f"no {field} in /proc/self/status")
-
-
 def _cpu() -> float:
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
@@ -109,13 +104,13 @@ async def measure(path: Path, window: int, scenario: str) -> dict[str, float]:
     values = {"now": NOW, "w": window} if "$w" in change else {"now": NOW}
     store._con.execute(change, values)  # sql-ok: the re-plan's save
     gc.collect()
-    steady = _status("VmRSS")
+    steady = rss_bytes(os.getpid())
     Path("/proc/self/clear_refs").write_text("5")  # VmHWM from here
     cpu, wall = _cpu(), time.perf_counter()
     frontier.reset()
     await frontier.load()
     cpu, wall = _cpu() - cpu, time.perf_counter() - wall
-    peak = _status("VmHWM")
+    peak = rss_bytes(os.getpid(), "VmHWM")
     after = frontier.statistics().in_memory
     store.close()
     return {

@@ -1005,9 +1005,9 @@ def main() -> None:
         type=lambda text: [int(n) for n in text.split(",")],
         default=[0],
         metavar="N[,N...]",
-        help="competitor processes at nice 0 running beside the crawlers (started before "
-        "each round, killed after): a reproducible busy machine. A list, e.g. 0,1, runs "
-        "every round at each load in turns (default 0: none)",
+        help="competitor processes running beside the crawlers (started before each round, "
+        "killed after; at the bench's nice value unless --load-nice): a reproducible busy "
+        "machine. A list, e.g. 0,1, runs every round at each load in turns (default 0: none)",
     )
     parser.add_argument(
         "--load-kind",
