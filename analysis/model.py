@@ -8,7 +8,7 @@ It takes the simulated web's pages (those a crawler may fetch: robots.txt ``Disa
 respected) with their true rates, draws each page's Poisson change times, and replays a
 crawler against them as the daemon's frontier fetches: a page once it is due, in the order
 pages come due, the pages overdue at a re-plan first in the order the frontier's front queues
-give them (by value, :func:`priority_levels`), through a pacer of ``--budget`` tokens a second
+give them (by value, :func:`front_queues`), through a pacer of ``--budget`` tokens a second
 (one second of saved credit), due times by the store's own rule
 (:func:`refresher.store.due_after`, :func:`refresher.store.next_due`); every
 ``--resolve-interval`` seconds the daemon's own estimator
@@ -49,6 +49,7 @@ from refresher.refresh._allocate import (
     PolicyInputs,
     plan,
     posterior_sd,
+    priority_levels,
     reported_rates,
     uncertainty,
     within_caps,
@@ -287,18 +288,15 @@ def replay(
         order[i] = due[i]
 
 
-def priority_levels(
-    inputs: PolicyInputs, target: Float, fetched: NDArray[np.bool_], levels: int
+def front_queues(
+    inputs: PolicyInputs, target: Float, last: Float, rows: NDArray[np.intp], levels: int
 ) -> NDArray[np.intp]:
-    """:func:`refresher.refresh._allocate.priority_level` of every page, vectorised, with the
-    rate the store holds after the plan (:func:`reported_rates`): a page never fetched, or
-    planned nothing, first."""
-    rate = reported_rates(inputs, target)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        value = inputs.weights * -np.expm1(-rate / target)
-        level = np.where(value > 0, np.floor(-np.log2(np.where(value > 0, value, 1.0))), levels)
-    level = np.clip(level, 0, levels - 1).astype(np.intp)
-    return np.where(~fetched | ~(target > 0), 0, level)
+    """The daemon's front queue (:func:`priority_levels`, its own rule) of the pages ``rows``
+    under the plan ``target``, with the rate the store holds after the plan
+    (:func:`reported_rates`): a page never fetched (``last`` NaN), or planned nothing, first."""
+    rate = reported_rates(inputs, target)[rows]
+    new = ~np.isfinite(last[rows])
+    return priority_levels(new, inputs.weights[rows], rate, target[rows], levels)
 
 
 def _reorder(
@@ -319,7 +317,7 @@ def _reorder(
     if levels < 1 or overdue.size < 2:
         return order
     overdue = overdue[np.argsort(due[overdue], kind="stable")]
-    level = priority_levels(inputs, target, np.isfinite(last), levels)[overdue]
+    level = front_queues(inputs, target, last, overdue, levels)
     queues = [list(overdue[level == k][::-1]) for k in range(levels)]
     first = now - overdue.size  # keys first … now − 1: before every page not overdue (due > now)
     weight = np.exp2(-np.arange(levels, dtype=np.float64))

@@ -474,7 +474,8 @@ def test_the_models_front_queue_levels_are_the_daemons_priority_level_of_each_pa
     target = np.where(rng.random(n) < 0.1, 0.0, np.exp(rng.normal(-3.0, 1.5, n)))
     inputs = _inputs(rates, np.exp(rng.normal(0.0, 1.0, n)), rng.random(n) ** 4)
     fetched = rng.random(n) < 0.9
-    levels = model.priority_levels(inputs, target, fetched, 8)
+    last = np.where(fetched, 0.0, np.nan)
+    levels = model.front_queues(inputs, target, last, np.arange(n), 8)
     stored = reported_rates(inputs, target)  # the rate the store holds after the plan
     for i in range(n):
         page = PageRow(

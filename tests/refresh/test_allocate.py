@@ -28,6 +28,7 @@ from refresher.refresh._allocate import (
     plan,
     policy_table,
     priority_level,
+    priority_levels,
     reported_rates,
     uncertainty,
     within_caps,
@@ -278,6 +279,54 @@ def test_priority_puts_new_and_likely_stale_pages_first():
     assert priority_level(row(0.5, 1.0, weight=0.01), NOW, 8) > priority_level(
         row(0.5, 1.0), NOW, 8
     )
+
+
+_SIZES = st.one_of(
+    st.just(0.0),
+    st.floats(min_value=0.0, max_value=1e-300),  # subnormal and tiny
+    st.floats(min_value=0.0, max_value=1e300),
+    st.sampled_from([1e-12, 0.5, 1.0, 2.0, 1e12, math.inf]),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.booleans(),  # new: never tried
+            _SIZES,  # weight
+            st.one_of(st.none(), st.just(math.nan), _SIZES),  # λ̂
+            st.one_of(st.none(), st.just(math.nan), _SIZES),  # f
+        ),
+        min_size=1,
+        max_size=30,
+    ),
+    st.integers(min_value=1, max_value=12),
+)
+def test_the_front_queue_of_every_page_of_arrays_is_the_frontiers_level_of_each(pages, levels):
+    new, weight, rate, target = zip(*pages, strict=True)
+    nan = [math.nan if v is None else v for v in (*rate, *target)]
+    got = priority_levels(
+        np.array(new), np.array(weight), np.array(nan[: len(pages)]), np.array(nan[len(pages) :]),
+        levels,
+    )  # fmt: skip
+    assert got.dtype == np.intp
+    for i, (is_new, w, r, f) in enumerate(pages):
+        row = _page(weight=w, rate=r, target_rate=f, digest=None if is_new else b"copy")
+        level = priority_level(row, NOW, levels)
+        assert 0 <= level < levels
+        assert got[i] == level, pages[i]
+
+
+def test_a_page_without_an_estimate_or_a_plan_goes_first_and_one_with_no_value_last():
+    assert priority_level(_page(rate=math.nan, target_rate=1.0, digest=b"c"), NOW, 8) == 0
+    assert priority_level(_page(rate=0.1, target_rate=math.nan, digest=b"c"), NOW, 8) == 0
+    assert priority_level(_page(rate=0.1, target_rate=0.0, digest=b"c"), NOW, 8) == 0
+    assert priority_level(_page(rate=0.1, target_rate=1.0, weight=0.0, digest=b"c"), NOW, 8) == 7
+    # an infinite weight or rate is surely worth a fetch, not a crash of the frontier
+    heavy = _page(rate=0.1, target_rate=1.0, weight=math.inf, digest=b"c")
+    assert priority_level(heavy, NOW, 8) == 0
+    assert priority_level(replace(heavy, rate=math.inf, weight=1.0), NOW, 8) == 0
 
 
 def test_a_page_without_a_copy_stays_first_once_a_solve_has_planned_it():
