@@ -52,12 +52,15 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, Container, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import trio
 
 from refresher.store._interface import HostRow, PageRow
+
+if TYPE_CHECKING:
+    from refresher._config import PolitenessConfig
 
 __all__ = [
     "DelayLimits",
@@ -141,6 +144,15 @@ class DelayLimits:
     min_delay: float = 0.0
     max_delay: float = math.inf
     max_backoff: float = math.inf
+
+    @classmethod
+    def from_config(cls, politeness: PolitenessConfig) -> DelayLimits:
+        """The limits ``[politeness]`` sets (at the start and at each reload)."""
+        return cls(
+            min_delay=politeness.min_delay,
+            max_delay=politeness.max_delay,
+            max_backoff=politeness.max_backoff,
+        )
 
     def delay_range(self) -> tuple[float, float]:
         """(lowest, highest) delay in force, seconds: the one range every stored delay is

@@ -334,7 +334,7 @@ class Daemon:
         configure_logging(format=new.log.format, level=new.log.level)
         self._crawler.configure(new)
         if self._frontier is not None:  # hosts already known wait no longer than now allowed
-            self._frontier.set_limits(_delay_limits(new))
+            self._frontier.set_limits(DelayLimits.from_config(new.politeness))
         if self._fleet is not None:
             self._fleet.configure(new)
         if self._discovery is not None:
@@ -618,7 +618,7 @@ class Daemon:
             max_pages_in_memory=c.frontier.max_pages_in_memory,
             wall_clock=self._wall,
             work_conserving=c.frontier.work_conserving,
-            limits=_delay_limits(c),
+            limits=DelayLimits.from_config(c.politeness),
         )
         self._frontier = frontier
         policy = await self._store.policy_in_force(c.policy.name)
@@ -857,9 +857,3 @@ def _refresher_error(group: BaseExceptionGroup[Any]) -> RefresherError | None:
     walk(group)
     errors = [e for e in leaves if isinstance(e, RefresherError)]
     return errors[0] if errors and len(errors) == len(leaves) else None
-
-
-def _delay_limits(config: Config) -> DelayLimits:
-    """The politeness settings the frontier bounds every host's stored timing by."""
-    p = config.politeness
-    return DelayLimits(min_delay=p.min_delay, max_delay=p.max_delay, max_backoff=p.max_backoff)

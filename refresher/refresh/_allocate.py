@@ -182,7 +182,9 @@ def load_inputs(
     hosts, host_index = _dense_hosts(raw.page_host)
     # politeness waits the delay from the end of each response: a host does at most one
     # fetch per delay + response time, and a cap of 1/delay would plan what it cannot do
-    # a delay stored before a reload lowered max_delay is waited no longer than the new one
+    # a delay stored before a reload lowered max_delay is waited no longer than the new one:
+    # the frontier's range (DelayLimits.delay_range). Not its max_backoff: a backoff holds a
+    # failing host off for a while, the caps are the rate a host takes in the steady state
     limits = DelayLimits(min_delay=min_delay, max_delay=max_delay)
     delay = np.clip(raw.host_delay, *limits.delay_range())
     if raw.host_response is not None:

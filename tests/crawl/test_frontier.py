@@ -579,6 +579,15 @@ async def test_a_host_read_from_the_store_waits_no_longer_than_the_limits_in_for
     assert EPOCH + 30.0 <= at < EPOCH + 31.0  # the backoff capped anew, then the delay
 
 
+def test_the_limits_in_force_are_the_politeness_sections_delays_and_backoff():
+    from refresher._config import PolitenessConfig
+
+    p = PolitenessConfig(min_delay=2.0, max_delay=7.0, max_backoff=90.0, backoff_base=3.0)
+    limits = DelayLimits.from_config(p)
+    assert limits == DelayLimits(min_delay=2.0, max_delay=7.0, max_backoff=90.0)
+    assert limits.delay_range() == (2.0, 7.0)
+
+
 async def test_a_higher_min_delay_set_at_a_reload_holds_a_known_host_longer(autojump_clock):
     frontier = Frontier(
         source=StoredTiming([page(1, 1, EPOCH)], delay=1.0), budget=10.0, wall_clock=wall
