@@ -12,7 +12,7 @@ give them (by value, :func:`front_queues`), through a pacer of ``--budget`` toke
 (one second of saved credit), due times by the store's own rule
 (:func:`refresher.store.due_after`, :func:`refresher.store.next_due`); every
 ``--resolve-interval`` seconds the daemon's own estimator
-(:func:`refresher.refresh._estimate_stats.estimate_statistics` on the per-page statistics the
+(:func:`refresher.refresh._allocate.posterior` on the per-page statistics the
 store keeps of every interval, weighed down to ``history`` observations, with Last-Modified
 from the hosts that send honest ones) and its own plan
 (:func:`refresher.refresh._allocate.plan`: the policy, the exploration share) set each page's
@@ -48,14 +48,13 @@ from refresher.refresh._allocate import (
     Plan,
     PolicyInputs,
     plan,
-    posterior_sd,
+    posterior,
     priority_levels,
     reported_rates,
     uncertainty,
     within_caps,
 )
 from refresher.refresh._estimate import MODELS, estimate_pages
-from refresher.refresh._estimate_stats import estimate_statistics
 from refresher.sim._simweb import SimwebConfig, plan_web
 from refresher.store import due_after, due_interval, fold_observations, next_due
 from refresher.store._change_stats import empty_state, read_statistics
@@ -442,7 +441,9 @@ def _estimate_statistics(
     (:func:`refresher.refresh._allocate.load_inputs`): the store's per-page statistics of
     every fetch so far (:func:`refresher.store.fold_observations`, Last-Modified from the
     hosts that send honest ones: the page's last change, or the web's start), estimated
-    with :func:`estimate_statistics`; the prior's rate and sd before any observation."""
+    with the allocator's :func:`posterior`; until some page is fetched twice, the rate of one
+    change per run and the prior's sd for every page (the daemon's estimate starts at its
+    first observation, one change a day before it)."""
     n = web.rates.size
     counts = np.array([len(t) for t in fetches], dtype=np.intp)
     if not (counts >= 2).any():
@@ -460,7 +461,7 @@ def _estimate_statistics(
     lm = np.where(web.honest[web.hosts][page], last, np.nan)
     ids = np.arange(n, dtype=np.int64)
     state = fold_observations(empty_state(n), ids, page, at, lm, changed, changed)
-    est, static_p = estimate_statistics(
+    rates, _, sd, static_p = posterior(
         read_statistics(state, meaningful=False),
         web.hosts,
         int(web.hosts.max()) + 1,
@@ -470,8 +471,7 @@ def _estimate_statistics(
         mixture=settings.mixture and settings.static,
         fit_spread=settings.fit_spread,
     )
-    sd = posterior_sd(est) if est.prior_mean is not None else None
-    return np.asarray(est.rate, dtype=np.float64), sd, static_p
+    return rates, sd, static_p
 
 
 def _revealed(

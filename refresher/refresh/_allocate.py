@@ -47,6 +47,7 @@ from refresher.refresh._estimate import DEFAULT_SPREAD, MODELS, Estimate
 from refresher.refresh._estimate_stats import estimate_statistics
 from refresher.refresh._static import static_probability
 from refresher.store._interface import (
+    ChangeStatistics,
     EstimatorInputs,
     PageRow,
     PlanUpdate,
@@ -196,18 +197,9 @@ def load_inputs(
     with np.errstate(divide="ignore"):
         caps = np.where(host_delay > 0, 1.0 / host_delay, np.inf)
     if n and bool((raw.stats.observations > 0).any()):
-        est, static_p = estimate_statistics(
-            raw.stats,
-            host_index,
-            hosts.size,
-            history=history,
-            model=model,
-            spread=spread,
-            mixture=True,
-            fit_spread=True,
+        rates, rate_n, rate_sd, static_p = posterior(
+            raw.stats, host_index, hosts.size, history=history, model=model, spread=spread
         )
-        rates, rate_n = np.asarray(est.rate), np.asarray(est.n_eff)
-        rate_sd = posterior_sd(est) if est.prior_mean is not None else None
     else:
         rates, rate_n = np.full(n, DEFAULT_PRIOR_RATE), np.zeros(n)
         rate_sd = np.full(n, spread) if model == "log-normal" else None
@@ -223,6 +215,41 @@ def load_inputs(
         rate_sd=rate_sd,
         static_p=static_p,
     )
+
+
+Posterior = tuple[
+    NDArray[np.float64], NDArray[np.float64], NDArray[np.float64] | None, NDArray[np.float64] | None
+]
+
+
+def posterior(
+    stats: ChangeStatistics,
+    host_index: NDArray[np.intp],
+    n_hosts: int,
+    *,
+    history: int,
+    model: str,
+    spread: float,
+    mixture: bool = True,
+    fit_spread: bool = True,
+) -> Posterior:
+    """What a plan reads of the pages' change statistics, per page: λ̂ (changes per second),
+    its evidence (effective observed changes), the posterior sd of ln λ (None for the gamma
+    prior) and the probability of never changing (None for the gamma prior), by
+    :func:`estimate_statistics`. ``mixture`` and ``fit_spread`` as there; the daemon plans
+    with both, the offline model (:mod:`analysis.model`) also without them."""
+    est, static_p = estimate_statistics(
+        stats,
+        host_index,
+        n_hosts,
+        history=history,
+        model=model,
+        spread=spread,
+        mixture=mixture,
+        fit_spread=fit_spread,
+    )
+    rate_sd = posterior_sd(est) if est.prior_mean is not None else None
+    return np.asarray(est.rate, np.float64), np.asarray(est.n_eff, np.float64), rate_sd, static_p
 
 
 def _dense_hosts(page_host: NDArray[np.int64]) -> tuple[NDArray[np.int64], NDArray[np.intp]]:
