@@ -20,8 +20,8 @@ the allocator
    page was due, lateness made up to half an interval), and has the frontier reload its
    window.
 
-Budget that the host caps leave unplaced is reported (``statistics().unplaced``), never
-silently dropped.
+Budget that the host caps leave unplaced, the exploration share included, is reported
+(``statistics().unplaced``, :func:`unplaced`), never silently dropped.
 
 Step 3 is the allocator's :class:`Planner` (default :func:`plan`). In a fleet it is
 :class:`refresher.fleet.FleetBudget`, which allocates the node's pages at the fleet's one level
@@ -72,6 +72,7 @@ __all__ = [
     "policy_table",
     "priority_level",
     "priority_levels",
+    "unplaced",
     "within_caps",
 ]
 
@@ -445,6 +446,18 @@ def within_caps(inputs: PolicyInputs, target: NDArray[np.float64]) -> NDArray[np
     return out
 
 
+def unplaced(result: Plan, budget: float) -> float:
+    """Fetches per second of ``budget`` that ``result`` (fitted to the host caps,
+    :func:`within_caps`) leaves unplaced: one node's B less Σf, the exploration share
+    included (the policy's split reports what the caps leave of B·(1 − explore) only, and
+    when the caps bind everywhere the exploration share finds no room either); a fleet node's,
+    the fleet's (:attr:`refresher.fleet.Solution.unplaced`), of the policy's share."""
+    if result.pace is not None:
+        return float(result.allocation.unplaced)
+    left = budget - float(result.target.sum())
+    return left if left > 1e-9 * budget else 0.0
+
+
 class Planner(Protocol):
     """How the allocator turns its inputs into a plan: :func:`plan` (one node's own solve) or
     a fleet's one budget (:class:`refresher.fleet.FleetBudget`)."""
@@ -801,7 +814,7 @@ class Allocator:
         )
         await self._store.save_plan(update, now=now)
         self._pages = int(inputs.page_ids.size)
-        self._unplaced = float(result.allocation.unplaced)
+        self._unplaced = unplaced(result, budget)
         self._explored = result.explored
         if self._pages:
             # F̄ at λ̂ (with P₀), not the posterior mean: in the offline model over the family

@@ -31,6 +31,7 @@ from refresher.refresh._allocate import (
     priority_levels,
     reported_rates,
     uncertainty,
+    unplaced,
     within_caps,
 )
 from refresher.refresh._estimate import estimate_pages
@@ -99,6 +100,20 @@ def test_host_caps_bind_and_the_rest_is_reported_unplaced():
     )
     assert p.target[:2].sum() == pytest.approx(0.5) and p.target[2] == pytest.approx(0.25)
     assert p.allocation.unplaced == pytest.approx(2.25)
+
+
+@pytest.mark.parametrize("policy", ["uniform", "proportional", "optimal", "optimal-age"])
+@pytest.mark.parametrize("explore", [0.0, 0.05, 0.5])
+def test_the_budget_reported_unplaced_counts_the_exploration_share(policy, explore):
+    rates = [0.001, 0.01, 0.1, 1.0, 10.0, 0.001]
+    capped = inputs(rates, hosts=[0, 0, 0, 1, 1, 2], caps=[0.5, 0.25, 0.01])
+    p = plan(capped, policy, 3.0, explore=explore)
+    fitted = replace(p, target=within_caps(capped, p.target))
+    assert fitted.target.sum() == pytest.approx(0.76)  # every host at its cap
+    assert unplaced(fitted, 3.0) == pytest.approx(3.0 - 0.76)
+    roomy = inputs(rates, hosts=[0, 0, 0, 1, 1, 2], caps=[5.0, 5.0, 5.0])
+    p = plan(roomy, policy, 3.0, explore=explore)
+    assert unplaced(replace(p, target=within_caps(roomy, p.target)), 3.0) == 0.0
 
 
 def test_the_allocator_keeps_a_capped_host_at_its_cap_after_exploration():
@@ -754,8 +769,9 @@ async def test_an_empty_store_is_reported_as_no_pages_not_as_unplaced_budget(
     service.close()
 
 
+@pytest.mark.parametrize("explore", [0.0, 0.05])
 async def test_the_allocator_plans_a_host_at_what_its_responses_leave_room_for(
-    tmp_path: Path, nursery
+    tmp_path: Path, nursery, explore: float
 ) -> None:
     from refresher.refresh._allocate import RESPONSE_WINDOW, Allocator, InputSettings
 
@@ -775,7 +791,7 @@ async def test_the_allocator_plans_a_host_at_what_its_responses_leave_room_for(
             frontier=_NoFrontier(),  # type: ignore[arg-type]
             budget=10.0,
             policy="uniform",
-            explore=0.0,  # all of B through the policy's split, so all of it counted
+            explore=explore,  # the exploration share is unplaced too where the caps bind
             inputs=InputSettings(min_delay=0.4, weights="none"),
             wall_clock=lambda late=late: NOW + 120 + late,
         )
