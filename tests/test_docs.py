@@ -1,0 +1,121 @@
+"""README.md against the code: the configuration reference and the reload table say what
+``refresher/_config.py`` and ``refresher/ops/_reload.py`` do, and its links lead somewhere."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import tomllib
+import typing
+from pathlib import Path
+
+from refresher._config import Config, load_config
+from refresher.ops._reload import RELOAD, config_keys
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+
+#: a key the block shows commented out, ``# key = example  # why``: unset by default
+_COMMENTED = re.compile(r"^# (\w+ = .*)$")
+
+
+def _config_block() -> str:
+    """The TOML block of README's section "Configuration"."""
+    section = README.split("\n## Configuration\n", 1)[1].split("\n## ", 1)[0]
+    return section.split("```toml\n", 1)[1].split("\n```", 1)[0]
+
+
+def _commented_keys() -> list[str]:
+    """The dotted keys the block shows commented out (optional, unset by default)."""
+    section, keys = "", []
+    for line in _config_block().splitlines():
+        if line.startswith("["):
+            section = line[1 : line.index("]")]
+        elif m := _COMMENTED.match(line):
+            keys.append(f"{section}.{m.group(1).partition(' = ')[0]}")
+    return keys
+
+
+def test_the_readme_config_block_names_every_key_the_config_takes_and_no_other() -> None:
+    shown = [f"{s}.{k}" for s, table in tomllib.loads(_config_block()).items() for k in table]
+    assert sorted(shown + _commented_keys()) == sorted(config_keys())
+
+
+def test_the_readme_config_block_loads_as_the_defaults(tmp_path: Path) -> None:
+    # every key written out holds its default: a copy of the block changes nothing
+    (tmp_path / "refresher.toml").write_text(_config_block(), encoding="utf-8")
+    loaded = load_config(tmp_path / "refresher.toml", default_file=tmp_path / "none.toml")
+    default = Config()
+    for key in config_keys():
+        section, _, name = key.partition(".")
+        got, want = (
+            getattr(getattr(loaded, section), name),
+            getattr(getattr(default, section), name),
+        )
+        if isinstance(want, Path):  # relative paths are taken relative to the file
+            want = tmp_path / want
+        assert (key, got) == (key, want)
+
+
+def test_a_key_the_readme_config_block_leaves_commented_out_is_unset_by_default() -> None:
+    hints = typing.get_type_hints(Config)
+    factories = {
+        f"{s.name}.{f.name}"
+        for s in dataclasses.fields(Config)
+        for f in dataclasses.fields(hints[s.name])
+        if f.default_factory is not dataclasses.MISSING  # fleet.node_id: the host name
+    }
+    commented = _commented_keys()
+    assert commented, "the block shows its optional keys commented out"
+    for key in commented:
+        section, _, name = key.partition(".")
+        value = getattr(getattr(Config(), section), name)
+        assert (key, value is None or key in factories) == (key, True)
+
+
+def _reload_table() -> dict[str, str]:
+    """README's "What a reload changes" table, as dotted key → live or restart."""
+    section = README.split("\n### What a reload changes\n", 1)[1].split("\n## ", 1)[0]
+    keys_of = {
+        s: {k.partition(".")[2] for k in config_keys() if k.startswith(f"{s}.")}
+        for s in {k.partition(".")[0] for k in config_keys()}
+    }
+    out: dict[str, str] = {}
+    for row in section.splitlines():
+        if not row.startswith("| `["):
+            continue
+        names, live, restart = (cell.strip() for cell in row.strip("|").split("|"))
+        for name in re.findall(r"`\[(\w+)\]`", names):
+            named_live = set(re.findall(r"`(\w+)`", live))
+            named_restart = set(re.findall(r"`(\w+)`", restart))
+            for key in keys_of[name]:
+                if live == "all" or key in named_live:
+                    out[f"{name}.{key}"] = "live"
+                elif restart in ("all", "the rest") or key in named_restart:
+                    out[f"{name}.{key}"] = "restart"
+    return out
+
+
+def test_the_readme_reload_table_says_of_every_key_what_reload_does() -> None:
+    assert _reload_table() == dict(RELOAD)
+
+
+def _anchor(heading: str) -> str:
+    """GitHub's anchor of a heading: lower case, punctuation but '-' and '_' dropped,
+    spaces as '-'."""
+    text = re.sub(r"[`*]", "", heading.strip().lower())
+    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+
+
+def test_every_link_to_a_heading_of_the_readme_finds_it() -> None:
+    outside_code = re.sub(r"```.*?```", "", README, flags=re.DOTALL)
+    anchors = {_anchor(h) for h in re.findall(r"^#+ (.*)$", outside_code, flags=re.MULTILINE)}
+    links = set(re.findall(r"\]\(#([^)]+)\)", outside_code))
+    assert sorted(links - anchors) == []
+
+
+def test_every_file_the_readme_links_to_is_in_the_project() -> None:
+    targets = set(re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", README))
+    assert targets, "the pattern finds the README's file links"
+    missing = sorted(t for t in targets if not (ROOT / t).exists())
+    assert missing == []
