@@ -240,8 +240,8 @@ def _parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="run the daemon against the local demo web (make run)")
     _common(demo)
-    demo.add_argument("--hosts", type=int, default=5)
-    demo.add_argument("--pages", type=int, default=20, help="pages per host")
+    demo.add_argument("--hosts", type=int, default=10, help="hosts of the simulated web (10)")
+    demo.add_argument("--pages", type=int, default=30, help="pages per host at the start (30)")
     demo.add_argument("--duration", type=float, help="stop after this many seconds")
     # `refresher CMD --help` opens with what CMD does, its one-line help, when no longer text
     for action in sub._choices_actions:

@@ -119,7 +119,7 @@ def start_fresh(config: Config) -> list[Path]:
 
 
 async def _demo(args: argparse.Namespace, overrides: dict[str, Any]) -> int:
-    sim = SimwebConfig()
+    sim = SimwebConfig(hosts=args.hosts, pages_per_host=args.pages)
     site = build_site(sim)
     async with trio.open_nursery() as nursery:
         port = await nursery.start(

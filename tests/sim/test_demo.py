@@ -46,6 +46,27 @@ def test_the_demo_shows_live_freshness_and_leaves_the_history_and_the_truth(tmp_
         con.close()
 
 
+def test_the_demo_serves_as_many_hosts_and_pages_as_asked(tmp_path: Path) -> None:
+    # --hosts and --pages were parsed and then ignored: the demo served 10 × 30 whatever given
+    store = tmp_path / "demo.duckdb"
+    argv = ["demo", "--hosts", "2", "--pages", "4", "--duration", "3", "--store", str(store)]
+    result = subprocess.run(
+        [sys.executable, "-m", "refresher", *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "a simulated web of 2 hosts × 4 pages" in result.stdout
+    con = duckdb.connect(str(store.parent / "demo-truth.duckdb"), read_only=True)
+    try:
+        hosts = con.execute("SELECT DISTINCT host FROM truth_pages ORDER BY host").fetchall()
+    finally:
+        con.close()
+    assert hosts == [("h0.sim.test",), ("h1.sim.test",)]
+
+
 def _readme_queries() -> list[str]:
     """Every ``refresher query`` command line in the README's code blocks."""
     readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
