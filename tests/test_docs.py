@@ -119,3 +119,16 @@ def test_every_file_the_readme_links_to_is_in_the_project() -> None:
     assert targets, "the pattern finds the README's file links"
     missing = sorted(t for t in targets if not (ROOT / t).exists())
     assert missing == []
+
+
+#: a path of the project quoted in the docs, e.g. `refresher/store/_views.py`, `bench/`
+_PATH = re.compile(
+    r"`((?:refresher|policies|tests|bench|analysis|docs|ops|systemd|fuzz)/[^`\s<*]*)`"
+)
+_DOCS = ("README.md", "docs/operations.md", "docs/model.md", "systemd/README.md")
+
+
+def test_every_path_of_the_project_the_docs_quote_exists() -> None:
+    quoted = {(doc, p) for doc in _DOCS for p in _PATH.findall((ROOT / doc).read_text("utf-8"))}
+    assert len(quoted) > 20, "the pattern finds the docs' paths"
+    assert sorted((doc, p) for doc, p in quoted if not (ROOT / p).exists()) == []
