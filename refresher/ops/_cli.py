@@ -83,8 +83,8 @@ def _parser() -> argparse.ArgumentParser:
         help="run the daemon in the foreground",
         description="Run the crawler daemon in the foreground until SIGTERM or SIGINT: it "
         "refreshes the stored pages within the budget, finds new ones through links, and "
-        "answers `refresher status/seed/policy/pause/reload` on its control socket. SIGHUP "
-        "re-reads the config.",
+        "answers `refresher status/seed/policy/pause/resume/backup/reload` on its control "
+        "socket. SIGHUP re-reads the config.",
     )
     _common(run)
     run.add_argument("--budget", type=float, help="fetches per second (budget.fetches_per_second)")
