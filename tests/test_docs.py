@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import shlex
 import tomllib
 import typing
 from pathlib import Path
 
+import pytest
+
 from refresher._config import Config, load_config
+from refresher.ops._cli import _parser
 from refresher.ops._reload import RELOAD, config_keys
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -132,3 +136,32 @@ def test_every_path_of_the_project_the_docs_quote_exists() -> None:
     quoted = {(doc, p) for doc in _DOCS for p in _PATH.findall((ROOT / doc).read_text("utf-8"))}
     assert len(quoted) > 20, "the pattern finds the docs' paths"
     assert sorted((doc, p) for doc, p in quoted if not (ROOT / p).exists()) == []
+
+
+def _command_lines(text: str) -> list[str]:
+    """The ``refresher …`` command lines of a document's code blocks (continuations joined,
+    a prompt or sudo dropped, a ``$(…)`` substitution as one word)."""
+    lines, inside = [], False
+    for line in text.replace("\\\n", " ").splitlines():
+        if line.startswith("```"):
+            inside = not inside
+            continue
+        command = re.sub(r"^(\$ |sudo (-u \w+ )?)", "", line.strip())
+        # "refresher run: …" is the CLI's error message, not a command
+        if inside and re.match(r"refresher [a-z]+( |$)", command):
+            lines.append(re.sub(r"\$\([^)]*\)", "X", command))
+    return lines
+
+
+def test_every_refresher_command_the_docs_show_parses(capsys: pytest.CaptureFixture[str]) -> None:
+    parser = _parser()
+    shown = [line for doc in _DOCS for line in _command_lines((ROOT / doc).read_text("utf-8"))]
+    assert len(shown) > 20, "the docs' command lines are found"
+    refused = []
+    for line in shown:
+        argv = shlex.split(line, comments=True)[1:]
+        try:
+            parser.parse_args(argv[: argv.index(">")] if ">" in argv else argv)  # a redirect
+        except SystemExit:
+            refused.append((line, capsys.readouterr().err.strip().splitlines()[-1]))
+    assert refused == []
