@@ -178,7 +178,7 @@ class DiscoveryConfig(FilterConfig):
     enabled: bool = True
     #: entries of the URL-seen CLOCK cache (about 20 bytes each)
     seen_cache_entries: int = 50_000
-    #: also follow img and script sources
+    #: also follow img and script sources, stylesheets and icons
     include_media: bool = False
     #: links taken from one page at most
     max_links_per_page: int = 10_000
@@ -187,10 +187,11 @@ class DiscoveryConfig(FilterConfig):
     html_parser: str = "lexbor"
     #: fetch robots.txt Sitemap lines (and /sitemap.xml when there are none)
     sitemaps: bool = True
-    #: parsed documents waiting for link processing; more are dropped (and counted)
+    #: parsed documents waiting for link processing; more wait in the store (owed findings)
     queue: int = 1000
     #: worker processes that parse pages of 16 KiB and more (0: every page on the daemon's
-    #: parse threads, one per core); the daemon's own process then keeps the GIL for fetching
+    #: parse threads, one per usable CPU, two at least); the daemon's own process then keeps
+    #: the GIL for fetching
     parse_processes: int = 0
 
     def filter_config(self) -> FilterConfig:
