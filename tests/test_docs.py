@@ -14,7 +14,9 @@ import pytest
 
 from refresher._config import Config, load_config
 from refresher.ops._cli import _parser
+from refresher.ops._metrics import METRICS, MetricSpec
 from refresher.ops._reload import RELOAD, config_keys
+from refresher.store._snapshot import SnapshotStatistics
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -165,3 +167,37 @@ def test_every_refresher_command_the_docs_show_parses(capsys: pytest.CaptureFixt
         except SystemExit:
             refused.append((line, capsys.readouterr().err.strip().splitlines()[-1]))
     assert refused == []
+
+
+def _metric_names() -> set[str]:
+    """The names /metrics serves for the fields METRICS lists and the snapshot's statistics
+    (counters with prometheus_client's ``_total``)."""
+    specs = [
+        (component, key, spec)
+        for component, fields in METRICS.items()
+        for key, spec in fields.items()
+    ] + [
+        ("snapshot", f.name, MetricSpec(kind=f.metadata.get("metric", "gauge")))
+        for f in dataclasses.fields(SnapshotStatistics)
+    ]
+    return {
+        "refresher_"
+        + (spec.name or f"{component}_{key.replace('.', '_')}")
+        + ("_total" if spec.kind == "counter" else "")
+        for component, key, spec in specs
+    }
+
+
+def test_every_metric_the_docs_name_is_one_the_daemon_serves() -> None:
+    served = _metric_names()
+    named = {
+        (doc, name)
+        for doc in _DOCS
+        for name in re.findall(
+            r"`(refresher_\w+)(?:\{[^`]*\})?(?: \d)?`",
+            re.sub(r"```.*?```", "", (ROOT / doc).read_text("utf-8"), flags=re.DOTALL),
+        )
+        if not name.endswith("_")  # a prefix, as in `refresher_archive_*`
+    }
+    assert len(named) > 10, "the docs' metric names are found"
+    assert sorted((doc, name) for doc, name in named if name not in served) == []
