@@ -642,7 +642,7 @@ def _fast_parse(buffer: bytes) -> tuple[_Request, int] | None:
 
     None means "not plain": let h11 parse it (and reject it if it is malformed). h11 costs
     about half of the server's time per request, and nearly every request is a plain GET.
-    The fast path gives the same request h11 would (tests/test_site.py checks that).
+    The fast path gives the same request h11 would (tests/sim/test_site.py checks that).
     """
     end = buffer.find(b"\r\n\r\n", 0, _MAX_HEAD)
     if end < 0:
