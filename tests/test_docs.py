@@ -201,3 +201,27 @@ def test_every_metric_the_docs_name_is_one_the_daemon_serves() -> None:
     }
     assert len(named) > 10, "the docs' metric names are found"
     assert sorted((doc, name) for doc, name in named if name not in served) == []
+
+
+#: a file of the project named anywhere in its text, e.g. tests/crawl/test_robots.py
+_FILE = re.compile(
+    r"(?<![\w./-])((?:refresher|policies|tests|bench|analysis|docs|ops|systemd|fuzz)/"
+    r"[\w/.-]+\.(?:py|md|sql|json|toml|yaml|png|service))"
+)
+
+
+def test_every_file_of_the_project_its_code_and_docs_name_exists() -> None:
+    texts = [ROOT / n for n in ("README.md", "CHANGELOG.md", "Makefile", "pyproject.toml")] + [
+        p
+        for folder in ("refresher", "policies", "tests", "bench", "analysis", "docs", "fuzz")
+        for p in (ROOT / folder).rglob("*")
+        if p.suffix in (".py", ".md", ".sql", ".json", ".toml") and p.name != "urltestdata.json"
+    ]
+    named = {
+        (str(t.relative_to(ROOT)), f)
+        for t in texts
+        for f in _FILE.findall(t.read_text("utf-8"))
+        if "<" not in f
+    }
+    assert len(named) > 50, "the pattern finds the files the project names"
+    assert sorted((t, f) for t, f in named if not (ROOT / f).exists()) == []
