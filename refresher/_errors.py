@@ -83,10 +83,19 @@ class ControlError(RefresherError):
     ``kind`` says which, so callers never read the message: "unreachable" (no daemon answers,
     or the connection broke), "protocol" (the peer's answer is not a control answer),
     "bad_request" (the daemon refused a malformed request), "unknown_host", "unknown_policy",
-    "internal" (the daemon failed while answering)."""
+    "fleet" (the op is for one node's embedded store, and the daemon is a node of a fleet:
+    ``backup``), "internal" (the daemon failed while answering)."""
 
     KINDS = frozenset(
-        {"unreachable", "protocol", "bad_request", "unknown_host", "unknown_policy", "internal"}
+        {
+            "unreachable",
+            "protocol",
+            "bad_request",
+            "unknown_host",
+            "unknown_policy",
+            "fleet",
+            "internal",
+        }
     )
 
     def __init__(self, message: str, *, kind: str = "bad_request") -> None:

@@ -91,9 +91,13 @@ class ControlServer:
         try:
             req = json.loads(line)
         except (ValueError, UnicodeDecodeError) as e:
-            return {"ok": False, "error": f"not a JSON object ({e}); send one JSON line"}
+            return {
+                "ok": False,
+                "error": f"not a JSON object ({e}); send one JSON line",
+                "kind": "bad_request",
+            }
         if not isinstance(req, dict) or not isinstance(req.get("op"), str):
-            return {"ok": False, "error": 'expected {"op": "..."}'}
+            return {"ok": False, "error": 'expected {"op": "..."}', "kind": "bad_request"}
         try:
             answer = await self._handler(req)
         except ControlError as e:

@@ -92,6 +92,7 @@ async def test_a_bad_request_is_answered_with_an_error_and_the_connection_stays_
         answer = await client.answer()
         assert answer["ok"] is False
         assert error in answer["error"]
+        assert answer["kind"] == ("internal" if error.startswith("internal") else "bad_request")
         await client.send(b'{"op": "echo", "x": 1}\n')
         assert await client.answer() == {"ok": True, "echo": 1}
 
@@ -218,6 +219,8 @@ async def test_a_peer_that_answers_something_else_is_a_control_error(
 async def _kinds(req: dict[str, Any]) -> dict[str, Any]:
     if req["op"] == "pause":
         raise ControlError(f"unknown host {req.get('host')!r}", kind="unknown_host")
+    if req["op"] == "backup":
+        raise ControlError("a fleet's state is in PostgreSQL", kind="fleet")
     raise ValueError("bad")
 
 
@@ -228,6 +231,9 @@ async def test_a_refusal_carries_its_kind_so_callers_never_read_the_message(
     with pytest.raises(ControlError) as unknown:
         await ask(sock_path, {"op": "pause", "host": "nowhere.test"})
     assert unknown.value.kind == "unknown_host"
+    with pytest.raises(ControlError) as fleet:
+        await ask(sock_path, {"op": "backup", "dest": "x.duckdb"})
+    assert fleet.value.kind == "fleet"
     with pytest.raises(ControlError) as bad:
         await ask(sock_path, {"op": "other"})
     assert bad.value.kind == "bad_request"
