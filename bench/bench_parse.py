@@ -6,6 +6,7 @@ simhash throughput, a 50,000-entry sitemap. Prints; asserts nothing.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import gzip
 import time
@@ -59,6 +60,7 @@ def big_page(links: int = 100_000) -> bytes:
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
     article = (DATA / "article_library_v1.html").read_bytes()
     messy = (DATA / "messy.html").read_bytes()
     for name, body in (("article (2.5 kB)", article), ("messy (2.3 kB)", messy)):
