@@ -40,11 +40,13 @@ DEMO_TRUTH = Path("var/demo-truth.duckdb")
 def _freshness(
     site: Site, rows: list[tuple[str, float | None, float | None]], now: float
 ) -> tuple[float, float]:
-    """(estimated, true) mean freshness over pages that have a copy."""
+    """(estimated, true) mean freshness over the same pages: those that have a copy and an
+    estimate (NaN, NaN when none has). A page found since the last plan has no λ̂ yet; it
+    was counted as never changing in the estimate and as it is in the truth."""
     est: list[float] = []
     true: list[float] = []
     for url, last, rate in rows:
-        if last is None:
+        if last is None or rate is None:
             continue
         parts = urlsplit(url)
         path = parts.path + (f"?{parts.query}" if parts.query else "")
@@ -55,10 +57,16 @@ def _freshness(
         except Exception:
             continue  # a page the web does not have (a sitemap guess, a 404)
         true.append(1.0 if same else 0.0)
-        est.append(math.exp(-(rate or 0.0) * max(now - last, 0.0)))
+        est.append(math.exp(-rate * max(now - last, 0.0)))
     if not true:
         return math.nan, math.nan
     return sum(est) / len(est), sum(true) / len(true)
+
+
+def _shown(est: float, true: float) -> str:
+    if math.isnan(est):
+        return "est. --   true --   (no estimate yet)"
+    return f"est. {est:.2f} true {true:.2f}"
 
 
 async def _show(daemon: Daemon, site: Site, interval: float) -> None:
@@ -84,7 +92,7 @@ async def _show(daemon: Daemon, site: Site, interval: float) -> None:
             f"[{now - started:5.0f} s] pages {s.get('pages', 0):4d} | "
             f"fetches {c['fetches']:5d} ({rate:4.1f}/s) | "
             f"changed {c['changed']:4d} | 304 {c['not_modified']:4d} | "
-            f"errors {c['errors']:3d} | freshness est. {est:.2f} true {true:.2f}",
+            f"errors {c['errors']:3d} | freshness {_shown(est, true)}",
             flush=True,
         )
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import shlex
 import subprocess
 import sys
@@ -125,3 +126,28 @@ def test_the_demo_refuses_to_remove_a_store_that_is_not_a_demo_history(tmp_path:
     with pytest.raises(StoreError, match="not a demo's history"):
         start_fresh(_demo_config(store))
     assert store.read_bytes() == b"somebody's crawl"
+
+
+class _TwoVersions:
+    """A stand-in web for the demo's freshness line: every page changes once, at t = 100."""
+
+    def version(self, host: str, path: str, at: float) -> int:
+        return int(at >= 100.0)
+
+
+def test_the_demo_line_counts_only_pages_with_an_estimate_and_says_when_there_is_none() -> None:
+    from refresher.sim._demo import _freshness, _shown
+
+    rows = [
+        ("http://h0.sim.test/a", 50.0, 0.01),  # estimated, changed since its copy
+        ("http://h0.sim.test/b", 150.0, 0.01),  # estimated, fresh
+        ("http://h0.sim.test/c", 150.0, None),  # found since the last plan: no λ̂ yet
+        ("http://h0.sim.test/d", None, None),  # no copy
+    ]
+    est, true = _freshness(_TwoVersions(), rows, now=160.0)  # type: ignore[arg-type]
+    assert true == 0.5
+    assert est == pytest.approx((math.exp(-0.01 * 110) + math.exp(-0.01 * 10)) / 2)
+    none = _freshness(_TwoVersions(), rows[2:], now=160.0)  # type: ignore[arg-type]
+    assert all(math.isnan(x) for x in none)
+    assert _shown(*none) == "est. --   true --   (no estimate yet)"
+    assert _shown(est, true) == f"est. {est:.2f} true 0.50"
