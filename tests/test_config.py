@@ -321,17 +321,6 @@ def test_a_plug_in_policy_can_be_named_and_an_unknown_one_lists_the_registry(
     assert Config().policy.name == policies.DEFAULT
 
 
-def test_no_file_of_the_project_cites_a_design_brief_outside_it() -> None:
-    root = Path(__file__).resolve().parent.parent
-    offenders = [
-        str(p.relative_to(root))
-        for folder in ("refresher", "policies", "tests", "analysis", "bench", "docs")
-        for p in (root / folder).rglob("*")
-        if p.suffix in (".py", ".md", ".sql", ".toml") and "DESIGN" + ".md" in p.read_text("utf-8")
-    ] + [n for n in ("README.md", "CHANGELOG.md") if "DESIGN" + ".md" in (root / n).read_text()]
-    assert offenders == []
-
-
 def test_a_store_path_too_long_for_the_file_system_is_a_config_error(tmp_path: Path) -> None:
     # found by fuzz/fuzz.py config: Path.is_dir() raised OSError (ENAMETOOLONG)
     with pytest.raises(ConfigError, match=r"^store\.path: .*cannot be a file name"):

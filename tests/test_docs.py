@@ -1,5 +1,6 @@
-"""README.md against the code: the configuration reference and the reload table say what
-``refresher/_config.py`` and ``refresher/ops/_reload.py`` do, and its links lead somewhere."""
+"""The docs against the code: README's configuration reference and reload table say what
+``refresher/_config.py`` and ``refresher/ops/_reload.py`` do, the links, paths, commands and
+metric names the docs quote exist, and nothing in the project cites a path outside it."""
 
 from __future__ import annotations
 
@@ -210,18 +211,40 @@ _FILE = re.compile(
 )
 
 
-def test_every_file_of_the_project_its_code_and_docs_name_exists() -> None:
-    texts = [ROOT / n for n in ("README.md", "CHANGELOG.md", "Makefile", "pyproject.toml")] + [
+def _project_texts() -> list[Path]:
+    """The project's own text: its code, tests, data, docs, unit files and build files."""
+    return [ROOT / n for n in ("README.md", "CHANGELOG.md", "Makefile", "pyproject.toml")] + [
         p
-        for folder in ("refresher", "policies", "tests", "bench", "analysis", "docs", "fuzz")
+        for folder in (
+            "refresher", "policies", "tests", "bench", "analysis", "docs", "fuzz", "systemd"
+        )
         for p in (ROOT / folder).rglob("*")
-        if p.suffix in (".py", ".md", ".sql", ".json", ".toml") and p.name != "urltestdata.json"
-    ]
+        if p.suffix in (".py", ".md", ".sql", ".json", ".toml", ".service")
+        and p.name != "urltestdata.json"
+    ]  # fmt: skip
+
+
+def test_every_file_of_the_project_its_code_and_docs_name_exists() -> None:
     named = {
         (str(t.relative_to(ROOT)), f)
-        for t in texts
+        for t in _project_texts()
         for f in _FILE.findall(t.read_text("utf-8"))
         if "<" not in f
     }
     assert len(named) > 50, "the pattern finds the files the project names"
     assert sorted((t, f) for t, f in named if not (ROOT / f).exists()) == []
+
+
+#: what the project must not cite: the design brief and papers it grew from, and the
+#: workspace it was built in (split so that this file does not name them itself)
+_OUTSIDE = ("DESIGN" + ".md", "../" + "shared", "/" + "work/")
+
+
+def test_no_file_of_the_project_cites_a_path_outside_it() -> None:
+    offenders = sorted(
+        (str(t.relative_to(ROOT)), word)
+        for t in _project_texts()
+        for word in _OUTSIDE
+        if word in t.read_text("utf-8")
+    )
+    assert offenders == []
