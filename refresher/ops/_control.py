@@ -89,25 +89,27 @@ class ControlServer:
 
     async def _answer(self, line: bytes) -> dict[str, Any]:
         try:
+            return {**await self._handle(line), "ok": True}
+        except ControlError as e:  # every refusal: its message and its kind
+            return {"ok": False, "error": str(e), "kind": e.kind}
+
+    async def _handle(self, line: bytes) -> dict[str, Any]:
+        """The handler's answer to one request line; a refusal is a :class:`ControlError`."""
+        try:
             req = json.loads(line)
         except (ValueError, UnicodeDecodeError) as e:
-            return {
-                "ok": False,
-                "error": f"not a JSON object ({e}); send one JSON line",
-                "kind": "bad_request",
-            }
+            raise ControlError(f"not a JSON object ({e}); send one JSON line") from e
         if not isinstance(req, dict) or not isinstance(req.get("op"), str):
-            return {"ok": False, "error": 'expected {"op": "..."}', "kind": "bad_request"}
+            raise ControlError('expected {"op": "..."}')
         try:
-            answer = await self._handler(req)
-        except ControlError as e:
-            return {"ok": False, "error": str(e), "kind": e.kind}
+            return await self._handler(req)
+        except ControlError:
+            raise
         except (ValueError, TypeError, KeyError) as e:
-            return {"ok": False, "error": str(e), "kind": "bad_request"}
+            raise ControlError(str(e)) from e
         except Exception as e:
             log.exception("control request failed", op=req.get("op"))
-            return {"ok": False, "error": f"internal error: {e}", "kind": "internal"}
-        return {**answer, "ok": True}
+            raise ControlError(f"internal error: {e}", kind="internal") from e
 
     @staticmethod
     async def _send(stream: trio.abc.Stream, answer: dict[str, Any]) -> None:
