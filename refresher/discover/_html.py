@@ -355,9 +355,26 @@ def _from_lexbor(data: bytes, found: _Links, text: _Simhash) -> None:
     """Links and text from Lexbor's tree of ``data`` (UTF-8). Template contents are not
     part of the tree (as in browsers: a template's links and text are inert)."""
     tree = lexbor_tree(data)
+    media = found._owner.include_media
+    invisible = _lexbor_links(found, _lexbor_selection(tree, media), media)
+    # Innermost first, so no element is taken out of one already taken out.
+    for node in reversed(invisible):
+        node.decompose()
+    page_text = _lexbor_text(tree)
+    if page_text is not None:
+        text.feed(page_text)
+
+
+def _lexbor_selection(tree: Any, media: bool) -> Any:
+    """The tree's link and invisible elements, in document order (one walk, in C)."""
+    return tree.css(_LEXBOR_SELECTORS[media])
+
+
+def _lexbor_links(found: _Links, nodes: Iterable[Any], media: bool) -> list[Any]:
+    """Hands the link elements among ``nodes`` to ``found``; returns the invisible ones."""
     invisible = []
-    add, media = found._add, found._owner.include_media
-    for node in tree.css(_LEXBOR_SELECTORS[media]):  # in document order
+    add = found._add
+    for node in nodes:
         tag = node.tag
         if tag == "a":  # most link elements: _Links._anchor without the calls
             attrib = node.attributes
@@ -369,12 +386,14 @@ def _from_lexbor(data: bytes, found: _Links, text: _Simhash) -> None:
                 found.element(tag, node.attributes)
         elif tag is not None:  # always, for an element
             found.element(tag, node.attributes)
-    # Innermost first, so no element is taken out of one already taken out.
-    for node in reversed(invisible):
-        node.decompose()
+    return invisible
+
+
+def _lexbor_text(tree: Any) -> str | None:
+    """The tree's text nodes joined with spaces (an element boundary ends a word), led by
+    a space; None without a root."""
     root = tree.root
-    if root is not None:  # text nodes joined with spaces: an element boundary ends a word
-        text.feed(" " + root.text(separator=" ", skip_empty=True))
+    return None if root is None else " " + root.text(separator=" ", skip_empty=True)
 
 
 # --------------------------------------------------------------------------- the streaming path
