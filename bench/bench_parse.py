@@ -3,7 +3,7 @@ simhash throughput, a 50,000-entry sitemap; or, with --docs, CPU per page on rea
 stage. Prints; asserts nothing.
 
     .venv/bin/python bench/bench_parse.py
-    .venv/bin/python bench/bench_parse.py --docs DIR [DIR ...] [--passes 3]
+    .venv/bin/python bench/bench_parse.py --docs DIR [DIR ...] [--passes 3] [--max-text CHARS]
 
 ``--docs`` runs every .html page under each DIR through :func:`process` (the daemon's entry
 point, one thread) for ``--passes`` timed passes after a warm-up pass and prints the CPU ms
@@ -12,7 +12,8 @@ ones (``_html._TREE_MAX`` bytes and more) and all; then one more pass with a CPU
 each stage of the daemon's own code: the charset choice, the nesting estimate, Lexbor's parse,
 the CSS selection of link and invisible elements, the loop over them (link rules and URL
 verdicts), the text walk, the simhash, and the rest (the result, dropping invisible elements,
-freeing the tree). Debian's python3.11-doc, nodejs-doc and rustup's docs make good trees.
+freeing the tree). ``--max-text`` gives the simhash's text bound (``discovery.max_text_chars``;
+0: all of it). Debian's python3.11-doc, nodejs-doc and rustup's docs make good trees.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from refresher.discover import _html, _lexbor
-from refresher.discover._parse import Document, Extracted, Sitemaps, process, simhash
+from refresher.discover._parse import Document, Extracted, HtmlLinks, Sitemaps, process, simhash
 from refresher.discover._simhash import _Simhash
 
 DATA = Path(__file__).parent.parent / "tests" / "data" / "html"
@@ -87,11 +88,11 @@ def load_docs(root: Path) -> list[Document]:
     ]
 
 
-def cpu_per_page(docs: list[Document]) -> float:
+def cpu_per_page(docs: list[Document], builtins: dict[str, Any] | None = None) -> float:
     """CPU ms per page of one pass of :func:`process` over ``docs``."""
     start = time.thread_time()
     for doc in docs:
-        process(doc)
+        process(doc, builtins=builtins)
     return (time.thread_time() - start) / len(docs) * 1e3
 
 
@@ -142,7 +143,7 @@ def stage_timers(spent: Counter[str]) -> Iterator[None]:
             setattr(owner, name, original)
 
 
-def docs_figures(root: Path, passes: int) -> None:
+def docs_figures(root: Path, passes: int, builtins: dict[str, Any] | None) -> None:
     docs = load_docs(root)
     if not docs:
         raise SystemExit(f"no .html files under {root}: name a directory of HTML pages")
@@ -153,12 +154,12 @@ def docs_figures(root: Path, passes: int) -> None:
     for label, group in groups.items():
         if not group:
             continue
-        cpu_per_page(group)  # warm-up: caches as a running crawl has them
-        runs = [cpu_per_page(group) for _ in range(passes)]
+        cpu_per_page(group, builtins)  # warm-up: caches as a running crawl has them
+        runs = [cpu_per_page(group, builtins) for _ in range(passes)]
         megabytes = sum(len(d.body) for d in group) / 1e6
         spent: Counter[str] = Counter()
         with stage_timers(spent):
-            total = cpu_per_page(group)
+            total = cpu_per_page(group, builtins)
         stages = {stage: ns / len(group) / 1e6 for stage, ns in spent.items() if ns}
         stages["rest"] = total - sum(stages.values())
         print(
@@ -173,10 +174,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--docs", nargs="+", type=Path, metavar="DIR", help="real page trees")
     parser.add_argument("--passes", type=int, default=3, help="timed passes per tree")
+    parser.add_argument("--max-text", type=int, metavar="CHARS", help="the simhash's text bound")
     args = parser.parse_args()
     if args.docs:
+        builtins = None
+        if args.max_text is not None:
+            html = HtmlLinks(max_text=args.max_text)
+            builtins = {html.name: html}
         for root in args.docs:
-            docs_figures(root, args.passes)
+            docs_figures(root, args.passes, builtins)
         return
     article = (DATA / "article_library_v1.html").read_bytes()
     messy = (DATA / "messy.html").read_bytes()
