@@ -5,7 +5,7 @@ thread; then the processor's pages/s with either tree in 1, 2, 8 and 20 threads 
 
     .venv/bin/python bench/bench_parsers.py [DIR ...]
     .venv/bin/python bench/bench_parsers.py --record FILE [DIR ...]
-    .venv/bin/python bench/bench_parsers.py --compare FILE [DIR ...]
+    .venv/bin/python bench/bench_parsers.py --compare FILE [--max-text 0] [DIR ...]
     .venv/bin/python bench/bench_parsers.py --hosts 20 [DIR ...]
 
 DIR defaults to /usr/share/doc/python3.11/html (Debian ``python3.11-doc``); any tree of
@@ -16,7 +16,9 @@ processor's CPU ms per page on each follows. resiliparse is measured when instal
 ``--record`` writes what the processor finds on every page of the DIRs (links, canonical,
 robots flags, fingerprint, skip counts; with the Lexbor tree, the lxml tree and
 ``include_media``) to FILE; ``--compare`` finds it again and names the pages where anything
-differs from FILE: a change meant to be faster must leave it as it was.
+differs from FILE: a change meant to be faster must leave it as it was. ``--max-text 0``
+records or compares with the simhash reading all of a page's text (the code before
+``discovery.max_text_chars`` read it all).
 
 ``--hosts N`` gives only the processor's CPU ms per page (one thread) over the pages of each
 DIR as a crawl of N copies of the site sees them: each page under N host names, in a
@@ -151,13 +153,19 @@ RECORDED = {
 }
 
 
-def results(roots: list[Path]) -> dict[tuple[str, str], object]:
+def results(roots: list[Path], max_text: int | None) -> dict[tuple[str, str], object]:
     """What each of :data:`RECORDED` finds on every page under ``roots``, by (processor,
-    page URL)."""
+    page URL); with ``max_text``, their simhash reads that many characters (0: all)."""
+    recorded = RECORDED
+    if max_text is not None:
+        recorded = {
+            name: HtmlLinks(include_media=p.include_media, parser=p.parser, max_text=max_text)
+            for name, p in RECORDED.items()
+        }
     found: dict[tuple[str, str], object] = {}
     for root in roots:
         for doc in load(root, limit=None):
-            for name, processor in RECORDED.items():
+            for name, processor in recorded.items():
                 ex = processor.process(doc)
                 links = tuple((link.url, link.kind, link.nofollow) for link in ex.links)
                 flags = (ex.canonical, ex.noindex, ex.nofollow)
@@ -166,7 +174,7 @@ def results(roots: list[Path]) -> dict[tuple[str, str], object]:
 
 
 def record_or_compare(args: argparse.Namespace, roots: list[Path]) -> None:
-    found = results(roots)
+    found = results(roots, args.max_text)
     if args.record:
         args.record.write_bytes(pickle.dumps(found))
         print(f"{len(found)} results ({len(found) // len(RECORDED)} pages) in {args.record}")
@@ -213,6 +221,7 @@ def main() -> None:
     group.add_argument("--record", type=Path, metavar="FILE", help="write every page's results")
     group.add_argument("--compare", type=Path, metavar="FILE", help="compare with --record's")
     group.add_argument("--hosts", type=int, metavar="N", help="each site under N host names")
+    parser.add_argument("--max-text", type=int, metavar="CHARS", help="the simhash's text bound")
     args = parser.parse_args()
     if args.record or args.compare:
         record_or_compare(args, args.dirs)

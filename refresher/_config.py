@@ -26,7 +26,7 @@ from typing import Any
 from refresher import policies
 from refresher._errors import ConfigError
 from refresher.discover._filter import FilterConfig
-from refresher.discover._html import PARSERS
+from refresher.discover._html import MAX_TEXT, PARSERS
 from refresher.refresh._estimate import DEFAULT_SPREAD, MODELS
 
 __all__ = [
@@ -182,6 +182,9 @@ class DiscoveryConfig(FilterConfig):
     include_media: bool = False
     #: links taken from one page at most
     max_links_per_page: int = 10_000
+    #: characters of a page's visible text its simhash reads, the first ones (0: all); what
+    #: a multi-megabyte page's text has beyond them does not move its fingerprint
+    max_text_chars: int = MAX_TEXT
     #: the HTML tree builder: "lexbor" (selectolax; a quarter of lxml's CPU on real pages) or
     #: "lxml" (libxml2, the parser before it); the two differ on odd markup (README)
     html_parser: str = "lexbor"
@@ -474,6 +477,7 @@ _CHECKS: dict[str, Callable[[Any], str | None]] = {
     "discovery.max_pages_per_host": _positive,
     "discovery.seen_cache_entries": _positive,
     "discovery.max_links_per_page": _positive,
+    "discovery.max_text_chars": _non_negative,
     "discovery.queue": _positive,
     "discovery.parse_processes": _non_negative,
     "discovery.html_parser": _one_of(*PARSERS),

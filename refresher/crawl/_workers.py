@@ -68,6 +68,7 @@ def processors(discovery: DiscoveryConfig) -> dict[str, Processor]:
         max_links=discovery.max_links_per_page,
         max_url_length=discovery.max_url_length,
         parser=discovery.html_parser,
+        max_text=discovery.max_text_chars,
     )
     return {html.name: html}
 

@@ -30,15 +30,19 @@ from lxml import etree
 
 from refresher.discover._charset import choose_charset, decoded_chunks
 from refresher.discover._document import Document, Extracted, Link, verdict
-from refresher.discover._lexbor import NoTree, lexbor_tree
+from refresher.discover._lexbor import NoTree, lexbor_tree, tag_count
 from refresher.discover._simhash import _Simhash
 from refresher.discover._url import MAX_URL_LENGTH
 
-__all__ = ["PARSERS", "HtmlLinks"]
+__all__ = ["MAX_TEXT", "PARSERS", "HtmlLinks"]
 
 #: the tree builders HtmlLinks can use (``discovery.html_parser``), the default first
 PARSERS = ("lexbor", "lxml")
 
+#: characters of a page's visible text its simhash reads by default, the first ones
+#: (``discovery.max_text_chars``): what a multi-megabyte page costs beyond this is the
+#: tokenising and hashing of text a change there would move by a few shingles at most
+MAX_TEXT = 1024 * 1024
 _MAX_DEPTH = 512  # elements deeper than this are noted ("too_deep"); browsers flatten there
 #: Pages of this many bytes and more are huge, and take a tree one at a time: below it every
 #: parse thread (one per core) may hold a tree at once, each up to ~85 bytes per byte of
@@ -355,9 +359,26 @@ def _from_lexbor(data: bytes, found: _Links, text: _Simhash) -> None:
     """Links and text from Lexbor's tree of ``data`` (UTF-8). Template contents are not
     part of the tree (as in browsers: a template's links and text are inert)."""
     tree = lexbor_tree(data)
+    media = found._owner.include_media
+    invisible = _lexbor_links(found, _lexbor_selection(tree, media), media)
+    # Innermost first, so no element is taken out of one already taken out.
+    for node in reversed(invisible):
+        node.decompose()
+    page_text = _lexbor_text(tree)
+    if page_text is not None:
+        text.feed(page_text)
+
+
+def _lexbor_selection(tree: Any, media: bool) -> Any:
+    """The tree's link and invisible elements, in document order (one walk, in C)."""
+    return tree.css(_LEXBOR_SELECTORS[media])
+
+
+def _lexbor_links(found: _Links, nodes: Iterable[Any], media: bool) -> list[Any]:
+    """Hands the link elements among ``nodes`` to ``found``; returns the invisible ones."""
     invisible = []
-    add, media = found._add, found._owner.include_media
-    for node in tree.css(_LEXBOR_SELECTORS[media]):  # in document order
+    add = found._add
+    for node in nodes:
         tag = node.tag
         if tag == "a":  # most link elements: _Links._anchor without the calls
             attrib = node.attributes
@@ -369,12 +390,14 @@ def _from_lexbor(data: bytes, found: _Links, text: _Simhash) -> None:
                 found.element(tag, node.attributes)
         elif tag is not None:  # always, for an element
             found.element(tag, node.attributes)
-    # Innermost first, so no element is taken out of one already taken out.
-    for node in reversed(invisible):
-        node.decompose()
+    return invisible
+
+
+def _lexbor_text(tree: Any) -> str | None:
+    """The tree's text nodes joined with spaces (an element boundary ends a word), led by
+    a space; None without a root."""
     root = tree.root
-    if root is not None:  # text nodes joined with spaces: an element boundary ends a word
-        text.feed(" " + root.text(separator=" ", skip_empty=True))
+    return None if root is None else " " + root.text(separator=" ", skip_empty=True)
 
 
 # --------------------------------------------------------------------------- the streaming path
@@ -384,10 +407,10 @@ class _HtmlTarget:
     """lxml parser target for pages without a tree: sees each element once, keeps links and
     text statistics only."""
 
-    def __init__(self, found: _Links, skipped: Counter[str]) -> None:
+    def __init__(self, found: _Links, skipped: Counter[str], max_text: int = 0) -> None:
         self.found = found
         self.skipped = skipped
-        self.text = _Simhash()
+        self.text = _Simhash(max_text)
         self.started = False
         self._gap = False
         self._depth = 0
@@ -448,7 +471,8 @@ class HtmlLinks:
     ``include_media`` adds ``img``/``script`` sources and stylesheet/icon ``link``s;
     ``max_links`` caps the links kept per page (link elements past the cap count
     "too_many_links"); ``max_url_length`` (characters) refuses longer URLs ("too_long");
-    ``parser`` names the tree builder (one of :data:`PARSERS`).
+    ``parser`` names the tree builder (one of :data:`PARSERS`); ``max_text`` (characters)
+    bounds the visible text the simhash reads, the first ones (0: all of it).
     """
 
     name = "html-links"
@@ -461,11 +485,12 @@ class HtmlLinks:
         max_links: int = 10_000,
         max_url_length: int = MAX_URL_LENGTH,
         parser: str = PARSERS[0],
+        max_text: int = MAX_TEXT,
     ) -> None:
-        if max_links < 0 or max_url_length < 1:
+        if max_links < 0 or max_url_length < 1 or max_text < 0:
             raise ValueError(
-                f"max_links={max_links}, max_url_length={max_url_length}: "
-                "give max_links ≥ 0 and max_url_length ≥ 1"
+                f"max_links={max_links}, max_url_length={max_url_length}, "
+                f"max_text={max_text}: give max_links ≥ 0, max_url_length ≥ 1, max_text ≥ 0"
             )
         if parser not in PARSERS:
             raise ValueError(f"parser={parser!r}: give one of {', '.join(map(repr, PARSERS))}")
@@ -473,11 +498,13 @@ class HtmlLinks:
         self.max_links = max_links
         self.max_url_length = max_url_length
         self.parser = parser
+        self.max_text = max_text
 
     def __repr__(self) -> str:
         return (
             f"HtmlLinks(include_media={self.include_media}, max_links={self.max_links}, "
-            f"max_url_length={self.max_url_length}, parser={self.parser!r})"
+            f"max_url_length={self.max_url_length}, parser={self.parser!r}, "
+            f"max_text={self.max_text})"
         )
 
     def process(self, doc: Document) -> Extracted:
@@ -505,7 +532,7 @@ class HtmlLinks:
     ) -> tuple[_Links, _Simhash]:
         """The page's links and text, from the first of Lexbor (when chosen), libxml2's
         tree and the streaming parser that takes the page."""
-        found, text = _Links(self, doc.url, skipped), _Simhash()
+        found, text = _Links(self, doc.url, skipped), _Simhash(self.max_text)
         size = len(doc.body)
         if size < _TREE_MAX:
             if self._from_a_tree(_utf8(doc.body, *charset), found, text):
@@ -513,10 +540,10 @@ class HtmlLinks:
         elif size <= _HUGE_TREE_MAX:
             with _HUGE_TREE:  # the tree is freed before the lock is released
                 data = _utf8(doc.body, *charset)
-                if data.count(b"<") <= _HUGE_TREE_TAGS and self._from_a_tree(data, found, text):
+                if tag_count(data) <= _HUGE_TREE_TAGS and self._from_a_tree(data, found, text):
                     return found, text
         found = _Links(self, doc.url, skipped)  # nothing of a refused tree is kept
-        target = _HtmlTarget(found, skipped)
+        target = _HtmlTarget(found, skipped, self.max_text)
         with _STREAMING:
             _stream(doc.body, charset, target)
         return found, target.text

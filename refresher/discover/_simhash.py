@@ -145,12 +145,15 @@ class _Simhash:
         "_hashes",
         "_parts",
         "_pending",
+        "_room",
         "_shingles",
         "_size",
         "_tokens",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, limit: int = 0) -> None:
+        #: characters still read (``limit``, the first ones fed); None: all (``limit=0``)
+        self._room: int | None = limit or None
         self._parts: list[str] = []
         self._size = 0
         self._hashes: list[NDArray[np.uint64]] = []  # token hashes not combined yet
@@ -162,11 +165,19 @@ class _Simhash:
 
     def feed(self, text: str) -> None:
         """Add text; a word may go on from the previous call (lxml splits text nodes
-        anywhere). Text is tokenised in batches of about ``_FLUSH`` characters."""
+        anywhere). Text is tokenised in batches of about ``_FLUSH`` characters; past the
+        ``limit`` given, none is read (a word the limit cuts ends there)."""
+        if self._room is not None:
+            if len(text) > self._room:
+                text = text[: self._room]
+            self._room -= len(text)
         if len(text) > _FLUSH:
             for i in range(0, len(text), _FLUSH):
-                self.feed(text[i : i + _FLUSH])
-            return
+                self._add(text[i : i + _FLUSH])
+        elif text:
+            self._add(text)
+
+    def _add(self, text: str) -> None:
         self._parts.append(text)
         self._size += len(text)
         if self._size >= _FLUSH:

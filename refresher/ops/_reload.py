@@ -90,6 +90,7 @@ RELOAD: Mapping[str, Apply] = {
     "discovery.seen_cache_entries": _RESTART,  # the cache's arrays are sized once
     "discovery.include_media": _LIVE,
     "discovery.max_links_per_page": _LIVE,
+    "discovery.max_text_chars": _LIVE,
     "discovery.sitemaps": _LIVE,
     "discovery.queue": _RESTART,  # a channel's size is fixed
     "discovery.parse_processes": _RESTART,  # the processes start with the crawler

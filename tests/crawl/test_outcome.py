@@ -223,7 +223,7 @@ def test_meaningful_compares_fingerprints_only_for_changes() -> None:
 def test_the_crawlers_html_processor_follows_the_discovery_settings() -> None:
     from refresher._config import DiscoveryConfig
     from refresher.crawl._workers import processors
-    from refresher.discover._parse import Document, process
+    from refresher.discover._parse import Document, process, simhash
 
     body = b'<html><body><img src="/i.png"><a href="/a">a</a><a href="/b">b</a></body></html>'
     doc = Document(url="http://a.test/", content_type="text/html", body=body)
@@ -234,3 +234,12 @@ def test_the_crawlers_html_processor_follows_the_discovery_settings() -> None:
     )
     assert [link.url for link in wide.links] == ["http://a.test/i.png", "http://a.test/a"]
     assert wide.skipped["too_many_links"] == 1
+    # discovery.max_text_chars: the fingerprint reads the first characters of the text only
+    words = " ".join(f"w{i % 97}x" for i in range(400)).encode()
+    page = Document(
+        url="http://a.test/", content_type="text/html", body=b"<p>" + words + b"</p><p>end"
+    )
+    bounded = process(page, builtins=processors(DiscoveryConfig(max_text_chars=200)))
+    assert bounded.fingerprint == simhash(" " + words.decode()[:199])
+    whole = process(page, builtins=processors(DiscoveryConfig(max_text_chars=0)))
+    assert whole.fingerprint == simhash(" " + words.decode() + " end")

@@ -5,6 +5,7 @@ The fixtures are in tests/data/html (see its README for what each covers).
 
 from __future__ import annotations
 
+import json
 import random
 import threading
 import tracemalloc
@@ -240,6 +241,8 @@ def test_broken_tags_do_not_stop_extraction() -> None:
 def test_an_html_processor_refuses_impossible_limits() -> None:
     with pytest.raises(ValueError, match="max_links"):
         HtmlLinks(max_links=-1)
+    with pytest.raises(ValueError, match="max_text"):
+        HtmlLinks(max_text=-1)
     with pytest.raises(ValueError, match="max_entries"):
         Sitemaps(max_bytes=0)
 
@@ -583,3 +586,77 @@ def test_a_page_of_a_mebibyte_is_huge_so_two_threads_never_build_its_tree_at_onc
     assert _html._TREE_MAX <= 1024 * 1024
     body = _huge_page(_html._TREE_MAX)
     assert _most_at_once(monkeypatch, "_from_lexbor", body) == 1
+
+
+# --------------------------------------------------------------------------- real pages
+
+# Pages of three documentation trees (tests/data/html/docs/README.md) and what the processor
+# found on each before the parse's stages were reworked for CPU (commit e01fbe6): the
+# rework must leave every link (in order), flag, skip count and fingerprint as it was.
+_DOCS = DATA / "docs"
+_DOC_URLS = {
+    "python-library-shlex.html": "http://docs.example/library/shlex.html",
+    "nodejs-api-tty.html": "http://docs.example/api/tty.html",
+    "rust-book-ch03-02-data-types.html": "http://docs.example/book/ch03-02-data-types.html",
+}
+_DOC_PROCESSORS = {
+    "lexbor": HtmlLinks(),
+    "lxml": HtmlLinks(parser="lxml"),
+    "lexbor+media": HtmlLinks(include_media=True),
+}
+
+
+@pytest.mark.parametrize("page", sorted(_DOC_URLS))
+@pytest.mark.parametrize("processor", sorted(_DOC_PROCESSORS))
+def test_a_real_documentation_page_gives_what_it_gave_before_the_rework(
+    page: str, processor: str
+) -> None:
+    expected = json.loads((_DOCS / "expected.json").read_text())[f"{page} {processor}"]
+    doc = Document(url=_DOC_URLS[page], content_type="text/html", body=(_DOCS / page).read_bytes())
+    found = _DOC_PROCESSORS[processor].process(doc)
+    assert [[link.url, link.kind, link.nofollow] for link in found.links] == expected["links"]
+    assert (found.canonical, found.noindex, found.nofollow) == (
+        expected["canonical"],
+        expected["noindex"],
+        expected["nofollow"],
+    )
+    assert found.fingerprint == expected["fingerprint"]
+    assert dict(found.skipped) == expected["skipped"]
+
+
+# --------------------------------------------------------------------------- the text bound
+
+
+def _article(paragraphs: list[str]) -> bytes:
+    body = "".join(f"<p>{text}</p>" for text in paragraphs)
+    return f"<html><body>{body}</body></html>".encode()
+
+
+@pytest.mark.parametrize("parser", ["lexbor", "lxml"])
+def test_text_past_max_text_does_not_move_the_fingerprint(parser: str) -> None:
+    words = " ".join(f"word{chr(97 + i % 26)}{chr(97 + i // 26 % 26)}" for i in range(2000))
+    bounded = HtmlLinks(max_text=5000, parser=parser)
+    before = html(_article([words, "the end of the page as it was"]), processor=bounded)
+    after = html(_article([words, "a wholly rewritten ending of it"]), processor=bounded)
+    assert before.fingerprint == after.fingerprint
+    unbounded = HtmlLinks(max_text=0, parser=parser)
+    assert (
+        html(_article([words, "the end of the page as it was"]), processor=unbounded).fingerprint
+        != html(
+            _article([words, "a wholly rewritten ending of it"]), processor=unbounded
+        ).fingerprint
+    )
+
+
+def test_the_fingerprint_under_max_text_is_the_simhash_of_the_texts_first_characters() -> None:
+    words = " ".join(f"w{i % 977}x" for i in range(3000))
+    found = html(_article([words]), processor=HtmlLinks(max_text=1000))
+    assert found.fingerprint == simhash((" " + words)[:1000])
+
+
+def test_a_page_that_streams_is_bounded_by_max_text_too() -> None:
+    words = " ".join(f"w{i % 977}x" for i in range(3000))
+    body = _article([words]) + b"<p>after the end</p>"  # markup after </html>: streams
+    assert _html._ends_early(body)
+    found = html(body, processor=HtmlLinks(max_text=1000))
+    assert found.fingerprint == simhash((" " + words)[:1000])

@@ -183,3 +183,23 @@ def test_hamming_and_meaningful_change_edge_cases() -> None:
     assert not meaningful_change(0b111, 0b000)  # 3 bits: within the default threshold
     assert meaningful_change(0b1111, 0b0000)
     assert meaningful_change(0b111, 0b000, threshold=2)
+
+
+def test_a_simhash_with_a_limit_reads_only_the_first_characters_fed() -> None:
+    rng = random.Random(7)
+    text = " ".join(
+        rng.choice(["alpha", "beta", "gamma", "delta", "épsilon"]) for _ in range(40_000)
+    )
+    bounded = _simhash._Simhash(100_000)
+    for start in range(0, len(text), 70_000):  # pieces across the limit and the batch size
+        bounded.feed(text[start : start + 70_000])
+    value = bounded.value()
+    assert value == simhash(text[:100_000])
+    assert value != simhash(text)
+
+
+def test_a_simhash_without_a_limit_reads_everything() -> None:
+    text = " ".join(f"w{i}x" for i in range(50_000))
+    unbounded = _simhash._Simhash(0)
+    unbounded.feed(text)
+    assert unbounded.value() == simhash(text)

@@ -63,6 +63,7 @@ BAD: dict[str, str] = {
     "discovery.seen_cache_entries": "0",
     "discovery.include_media": "1",
     "discovery.max_links_per_page": "0",
+    "discovery.max_text_chars": "-1",
     "discovery.sitemaps": '"no"',
     "discovery.queue": "0",
     "discovery.parse_processes": "-1",
