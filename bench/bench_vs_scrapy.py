@@ -785,6 +785,8 @@ def run_complete(directory: Path, web: Web, args: argparse.Namespace, crawler: s
                 threads0, switches0 = thread_cpu_seconds(pid), thread_switches(pid)
                 waits0, nginx_wait0 = thread_waits(pid), cpu_wait_seconds(nginx_pid)
                 machine0 = machine_reading(pid, nginx_pid)
+                if args.stages and crawler == "refresher":
+                    status0 = daemon_status(directory)
                 if crawler == "refresher":  # --py-spy: the pass, until it is complete
                     spy = start_py_spy(args, pid, args.workers, seconds=args.limit)
                     if spy is not None:
@@ -795,7 +797,8 @@ def run_complete(directory: Path, web: Web, args: argparse.Namespace, crawler: s
         machine1 = machine_reading(pid, nginx_pid)
         rss, peak = tree_rss_bytes(pid), rss_bytes(pid, "VmHWM")
         switches, steal = context_switches(pid), steal_ticks()
-        if args.stages and crawler == "refresher":  # the pass's CPU by kind of thread
+        if args.stages and crawler == "refresher":  # the pass's stages and CPU by thread
+            print_stages(status0, daemon_status(directory))
             names = thread_names(pid)
             print_threads(threads0, thread_cpu_seconds(pid), names, len(log.served))
             kinds = cpu_by_thread_kind(switches0, thread_switches(pid), names)
