@@ -494,15 +494,17 @@ def _progress(daemon: Daemon, t0: float, t1: float) -> tuple[tuple[float, ...], 
 
 
 def start_py_spy(
-    args: argparse.Namespace, pid: int, workers: int
+    args: argparse.Namespace, pid: int, workers: int, *, seconds: float | None = None
 ) -> subprocess.Popen[bytes] | None:
-    """py-spy sampling the daemon for the measured window, when ``--py-spy DIR`` is given."""
+    """py-spy sampling the daemon for the measured window (``seconds``, default
+    ``args.seconds``), when ``--py-spy DIR`` is given; :func:`finish_py_spy` ends it sooner."""
     if args.py_spy is None:
         return None
     exe = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     out = Path(args.py_spy) / f"daemon-{workers}.txt"
     out.parent.mkdir(parents=True, exist_ok=True)
-    command = [exe, "record", "--pid", str(pid), "--duration", str(max(1, round(args.seconds)))]
+    duration = str(max(1, round(args.seconds if seconds is None else seconds)))
+    command = [exe, "record", "--pid", str(pid), "--duration", duration]
     command += ["--rate", "100", "--format", "raw", "--output", str(out)]
     if getattr(args, "native", False):
         command += ["--native", "--threads"]  # native frames need the process paused
@@ -511,6 +513,16 @@ def start_py_spy(
     if args.gil:
         command.append("--gil")
     return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def finish_py_spy(spy: subprocess.Popen[bytes]) -> None:
+    """End py-spy's sampling now (SIGINT: it writes what it has sampled) and wait for it."""
+    spy.send_signal(signal.SIGINT)
+    try:
+        spy.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        spy.kill()
+        spy.wait()
 
 
 def print_profile(path: Path, top: int = 15) -> None:

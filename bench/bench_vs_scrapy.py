@@ -74,6 +74,7 @@ from bench_daemon import (
     cpu_seconds,
     cpu_wait_seconds,
     descendants,
+    finish_py_spy,
     print_profile,
     query,
     rss_bytes,
@@ -408,8 +409,61 @@ def set_nice(value: int) -> None:
 
 def steal_ticks() -> tuple[int, int]:
     """The machine's CPU ticks stolen by the hypervisor and all its ticks (/proc/stat)."""
-    fields = [int(f) for f in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    return fields[7], sum(fields)
+    ticks = machine_ticks()
+    return ticks["steal"], sum(ticks.values())
+
+
+#: /proc/stat's columns of the machine's CPU time, in order (ticks)
+_STAT_COLUMNS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+
+
+def machine_ticks() -> dict[str, int]:
+    """The machine's CPU time so far by kind, in ticks (/proc/stat's first line)."""
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    return {k: int(v) for k, v in zip(_STAT_COLUMNS, fields, strict=False)}
+
+
+def machine_account(
+    before: dict[str, float], after: dict[str, float], pages: int, seconds: float
+) -> str:
+    """Where the whole machine's CPU went during a pass, ms per page and cores: the crawler,
+    nginx, the bench itself, everything else that ran (other people's work, the kernel's own
+    threads) and idle; and the softirq and irq time (loopback's packets), which the kernel
+    (without IRQ_TIME_ACCOUNTING) charges to whichever process was running, so it is inside
+    the others, not beside them. ``before`` and ``after`` are :func:`machine_reading`s."""
+    d = {k: after[k] - before[k] for k in after}
+    busy = sum(d[k] for k in ("user", "nice", "system", "irq", "softirq", "steal"))
+    parts = {
+        "crawler": d["crawler"],
+        "nginx": d["nginx"],
+        "bench": d["bench"],
+        "other": busy - d["crawler"] - d["nginx"] - d["bench"],
+        "idle": d["idle"] + d["iowait"],
+        "(softirq+irq inside)": d["softirq"] + d["irq"],
+    }
+    per = "  ".join(f"{k} {1e3 * v / pages:.2f}" for k, v in parts.items())
+    cores = "  ".join(f"{k} {v / seconds:.2f}" for k, v in parts.items())
+    return f"  machine, CPU ms per page: {per}\n  machine, cores: {cores}"
+
+
+def machine_reading(crawler: int, nginx: int) -> dict[str, float]:
+    """CPU seconds so far of the crawler's tree, nginx, this bench and the machine by kind."""
+    tick = os.sysconf("SC_CLK_TCK")
+    reading: dict[str, float] = {k: v / tick for k, v in machine_ticks().items()}
+    reading["crawler"] = tree_cpu_seconds(crawler)
+    reading["nginx"] = cpu_seconds(nginx)
+    reading["bench"] = time.process_time()
+    return reading
+
+
+def thread_waits(pid: int) -> dict[int, tuple[float, float]]:
+    """Per thread of a process (by its OS thread id): seconds it was runnable but waiting for a
+    CPU so far (schedstat), shaped as :func:`bench_daemon.thread_cpu_seconds` (second: 0)."""
+    out = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            out[int(task.name)] = (int((task / "schedstat").read_text().split()[1]) / 1e9, 0.0)
+    return out
 
 
 def thread_switches(pid: int) -> dict[int, tuple[float, float]]:
@@ -712,6 +766,7 @@ def run_complete(directory: Path, web: Web, args: argparse.Namespace, crawler: s
     assert web.seeds is not None
     pages = {(u.split("/")[2].split(":")[0], "/" + u.split("/", 3)[3]) for u in web.seeds}
     log = AccessLog(args.access_log, pages)
+    nginx_pid = int((args.access_log.parent / "nginx.pid").read_text())
     with contextlib.ExitStack() as stack:
         started = time.time()
         if crawler == "refresher":
@@ -728,12 +783,22 @@ def run_complete(directory: Path, web: Web, args: argparse.Namespace, crawler: s
             if first is None and log.requests:
                 first = (now, cpu, wait, context_switches(pid), steal_ticks())
                 threads0, switches0 = thread_cpu_seconds(pid), thread_switches(pid)
+                waits0, nginx_wait0 = thread_waits(pid), cpu_wait_seconds(nginx_pid)
+                machine0 = machine_reading(pid, nginx_pid)
+                if args.stages and crawler == "refresher":
+                    status0 = daemon_status(directory)
+                if crawler == "refresher":  # --py-spy: the pass, until it is complete
+                    spy = start_py_spy(args, pid, args.workers, seconds=args.limit)
+                    if spy is not None:
+                        stack.callback(finish_py_spy, spy)
             if first is not None and (log.complete or now - first[0] > args.limit):
                 break
             time.sleep(0.2)
+        machine1 = machine_reading(pid, nginx_pid)
         rss, peak = tree_rss_bytes(pid), rss_bytes(pid, "VmHWM")
         switches, steal = context_switches(pid), steal_ticks()
-        if args.stages and crawler == "refresher":  # the pass's CPU by kind of thread
+        if args.stages and crawler == "refresher":  # the pass's stages and CPU by thread
+            print_stages(status0, daemon_status(directory))
             names = thread_names(pid)
             print_threads(threads0, thread_cpu_seconds(pid), names, len(log.served))
             kinds = cpu_by_thread_kind(switches0, thread_switches(pid), names)
@@ -742,7 +807,14 @@ def run_complete(directory: Path, web: Web, args: argparse.Namespace, crawler: s
                 for k, (v, i) in kinds.items()
             )
             print(f"  context switches per page by thread (voluntary/involuntary): {per}")
+            waits = cpu_by_thread_kind(waits0, thread_waits(pid), names)
+            per = "  ".join(f"{k} {v / (now - first[0]):.2f}" for k, (v, _) in waits.items())
+            nginx_wait = (cpu_wait_seconds(nginx_pid) - nginx_wait0) / (now - first[0])
+            print(f"  waiting for a CPU, s/s by thread: {per}; nginx {nginx_wait:.2f}")
+    if args.py_spy is not None and crawler == "refresher":
+        print_profile(Path(args.py_spy) / f"daemon-{args.workers}.txt", top=40)
     t0, c0, w0, s0, st0 = first
+    print(machine_account(machine0, machine1, len(log.served), now - t0))
     run = Run(
         crawler,
         len(log.served),

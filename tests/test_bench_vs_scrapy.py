@@ -26,9 +26,12 @@ from bench_vs_scrapy import (  # noqa: E402
     context_switches,
     cpu_affinity,
     cpu_by_thread_kind,
+    machine_account,
+    machine_reading,
     parse_cpus,
     steal_ticks,
     thread_switches,
+    thread_waits,
 )
 
 PAGES = {("h0.docs.test", "/index.html"), ("h0.docs.test", "/a.html"), ("h1.docs.test", "/a.html")}
@@ -170,6 +173,45 @@ def test_the_stolen_ticks_are_a_part_of_all_ticks() -> None:
     stolen, total = steal_ticks()
     assert 0 <= stolen <= total
     assert total > 0
+
+
+def test_the_machines_busy_time_is_split_among_the_crawler_nginx_the_bench_and_the_rest() -> None:
+    before = dict.fromkeys(
+        (
+            "user",
+            "nice",
+            "system",
+            "idle",
+            "iowait",
+            "irq",
+            "softirq",
+            "steal",
+            "crawler",
+            "nginx",
+            "bench",
+        ),
+        0.0,
+    )
+    after = before | {"user": 3.0, "nice": 1.0, "system": 1.0, "idle": 2.0, "softirq": 0.5}
+    after |= {"crawler": 3.0, "nginx": 0.5, "bench": 0.25}
+    text = machine_account(before, after, pages=1000, seconds=4.0)
+    # busy 5.5 s: 3 crawler + 0.5 nginx + 0.25 bench + 1.75 everything else; softirq inside
+    assert "crawler 3.00  nginx 0.50  bench 0.25  other 1.75  idle 2.00" in text
+    assert "(softirq+irq inside) 0.50" in text
+    assert "cores: crawler 0.75" in text
+
+
+def test_a_reading_has_the_machines_columns_and_the_processes_cpu() -> None:
+    reading = machine_reading(os.getpid(), os.getpid())
+    assert reading["idle"] > 0
+    assert reading["crawler"] == pytest.approx(reading["nginx"], abs=0.05)
+    assert reading["bench"] > 0
+
+
+def test_a_busy_threads_wait_for_a_cpu_is_read_per_thread() -> None:
+    waits = thread_waits(os.getpid())
+    assert threading.get_native_id() in waits
+    assert all(wait >= 0.0 and zero == 0.0 for wait, zero in waits.values())
 
 
 def allowed_cpus(pid: int) -> str:

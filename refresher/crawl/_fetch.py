@@ -758,15 +758,16 @@ class Fetcher:
             count += len(data)
             progress.bytes = count
             self._bytes += len(data)
-            if success:
+            if keep:
+                parts.append(data)  # hashed once joined: one pass, one release of the GIL
+            elif success:
                 hasher.update(data)
-                if keep:
-                    parts.append(data)
 
         try:
-            while raw := await response.read():
-                raw_count += len(raw)
-                take(decoder.feed(raw, limit - count) if decoder else raw)
+            while pieces := await response.read():
+                for raw in pieces:
+                    raw_count += len(raw)
+                    take(decoder.feed(raw, limit - count) if decoder else raw)
                 # The encoded stream is capped too: a compressed stream that inflates to
                 # nothing must not be read forever.
                 if raw_count > limit and not truncate:
@@ -780,6 +781,8 @@ class Fetcher:
         except zlib.error as e:
             raise ProtocolFailure(f"the body could not be decoded ({e})") from e
         payload = b"".join(parts) if keep and (complete or truncate) else None
+        if payload is not None:
+            hasher.update(payload)
         reply = _Reply(
             status=status,
             headers=headers,

@@ -634,6 +634,12 @@ class Frontier:
 
         Looks at the :data:`EARLY_SCAN` pages due soonest, so the cost stays bounded when
         those all belong to hosts held (one host behind its delay, say)."""
+        if self._active >= len(self._hosts):
+            # Every host is held (an active host has a queue or is leased): none can take a
+            # page early, and its release wakes a worker. A first pass over a few hosts is this
+            # at every acquire; popping and pushing back the scan's pages cost the event loop
+            # about 5 % of its time on a docs web (py-spy, 20 hosts).
+            return math.inf
         skipped: list[tuple[float, int, PageRow]] = []
         wake = math.inf
         try:
