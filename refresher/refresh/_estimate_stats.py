@@ -303,29 +303,13 @@ def _log_normal(
     """:func:`refresher.refresh._estimate.estimate_pages` (log-normal): three rounds of
     empirical Bayes host means, then the estimate under the last; ``mixture``: each page
     counts towards its host's mean with its probability of changing at all; ``fit``: the
-    prior's sd fitted to the pages before the final estimate (:mod:`._spread`)."""
-    n_pages = ev.fetches.size
-    pooled = (float(ev.changes.sum()) + 0.5) / (
-        float(ev.exposure.sum()) - 0.5 * float(ev.changed_time.sum())
-    )
-    means = np.full(n_pages, math.log(pooled))
-    observed = ev.fetches > 0
-    rates: Float | None = None
-    for _ in range(3):
-        est = _log_normal_map(ev, means, spread, rates, z)
-        rates = est.rate
-        theta = np.log(est.rate)
-        member = observed.astype(np.float64)
-        if mixture:
-            member *= 1.0 - _static(ev, means, spread)
-        if not member.sum() > 0.0:
-            member = observed.astype(np.float64)
-        overall = float((theta * member).sum() / member.sum())
-        total = np.bincount(host, theta * member, minlength=n_hosts).astype(np.float64)
-        count = np.bincount(host, member, minlength=n_hosts).astype(np.float64)
-        strength = _host_strength(theta, member, host, total, count, n_hosts)
-        means = ((total + strength * overall) / (count + strength))[host]
+    prior's sd fitted to the pages before the final estimate (:mod:`._spread`), and the
+    host means estimated again under it (the rounds' centres are those of the prior they
+    were found under: see :func:`refresher.refresh._estimate.estimate_pages`)."""
+    means, rates = _centres(ev, host, n_hosts, spread, z, mixture)
     sd = _fitted_spread(ev, means, spread, mixture) if fit else spread
+    if sd != spread:
+        means, rates = _centres(ev, host, n_hosts, sd, z, mixture)
     est = _log_normal_map(ev, means, sd, rates, z)
     return Estimate(
         rate=est.rate,
@@ -337,6 +321,36 @@ def _log_normal(
         prior_mean=means,
         prior_sd=sd,
     )
+
+
+def _centres(
+    ev: PageEvidence, host: Index, n_hosts: int, sd: float, z: float, mixture: bool
+) -> tuple[Float, Float]:
+    """Each page's host mean of ln λ (three empirical Bayes rounds under a prior of sd
+    ``sd``, from the pooled rate) and the last round's rates (changes per second)."""
+    n_pages = ev.fetches.size
+    pooled = (float(ev.changes.sum()) + 0.5) / (
+        float(ev.exposure.sum()) - 0.5 * float(ev.changed_time.sum())
+    )
+    means = np.full(n_pages, math.log(pooled))
+    observed = ev.fetches > 0
+    rates: Float | None = None
+    for _ in range(3):
+        est = _log_normal_map(ev, means, sd, rates, z)
+        rates = est.rate
+        theta = np.log(est.rate)
+        member = observed.astype(np.float64)
+        if mixture:
+            member *= 1.0 - _static(ev, means, sd)
+        if not member.sum() > 0.0:
+            member = observed.astype(np.float64)
+        overall = float((theta * member).sum() / member.sum())
+        total = np.bincount(host, theta * member, minlength=n_hosts).astype(np.float64)
+        count = np.bincount(host, member, minlength=n_hosts).astype(np.float64)
+        strength = _host_strength(theta, member, host, total, count, n_hosts)
+        means = ((total + strength * overall) / (count + strength))[host]
+    assert rates is not None
+    return means, rates
 
 
 def _fitted_spread(ev: PageEvidence, means: Float, spread: float, mixture: bool) -> float:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from numpy.typing import NDArray
 
@@ -87,6 +87,7 @@ def from_history(
     model: str = "log-normal",
     mixture: bool = True,
     fit_spread: bool = False,
+    spread: float = 2.0,
 ):
     """The allocator's estimate from the latest ``history`` observation pairs per page."""
     n = f.host.size
@@ -126,6 +127,7 @@ def from_history(
         model=model,
         mixture=mixture and model == "log-normal",
         fit_spread=fit_spread and model == "log-normal",
+        spread=spread,
         first_copy=first_copy,
     )
     p0 = None
@@ -167,6 +169,32 @@ def test_with_regular_intervals_the_statistics_give_the_historys_estimate_exactl
     if model == "log-normal":
         assert got_p0 is not None and want_p0 is not None
         np.testing.assert_allclose(got_p0, want_p0, rtol=1e-6, atol=1e-12)
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), honest=st.sampled_from([0.0, 0.5, 1.0]))
+def test_a_fitted_spread_gives_the_estimate_of_that_spread_configured(
+    seed: int, honest: float
+) -> None:
+    # the host means are found under the sd the estimate uses, not the configured one: a
+    # fitted sd of s estimates exactly as a configured s (the history's estimator too)
+    f = generate(80, seed=seed, regular=bool(seed % 2), fetches=4, honest=honest)
+    fitted, _ = estimate_statistics(
+        statistics(f), f.host, f.n_hosts, history=64, mixture=True, fit_spread=True
+    )
+    assert fitted.prior_sd is not None and fitted.prior_mean is not None
+    same, _ = estimate_statistics(
+        statistics(f), f.host, f.n_hosts, history=64, mixture=True, spread=fitted.prior_sd
+    )
+    assert same.prior_mean is not None
+    np.testing.assert_allclose(fitted.prior_mean, same.prior_mean, rtol=1e-12)
+    np.testing.assert_allclose(fitted.rate, same.rate, rtol=1e-12)
+    history, _ = from_history(f, history=64, fit_spread=True)
+    assert history.prior_sd is not None and history.prior_mean is not None
+    configured, _ = from_history(f, history=64, spread=history.prior_sd)
+    assert configured.prior_mean is not None
+    np.testing.assert_allclose(history.prior_mean, configured.prior_mean, rtol=1e-12)
+    np.testing.assert_allclose(history.rate, configured.rate, rtol=1e-12)
 
 
 #: the agreement stated in README and the module docstring, on exponential intervals (the
