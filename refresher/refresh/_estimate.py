@@ -885,8 +885,13 @@ def estimate_pages(
         real = None if first_copy is None else ~np.asarray(first_copy, dtype=bool)
         if real is not None and real.shape != t.shape:
             raise ValueError("first_copy must have one entry per observation")
-        rounds = (p, t, c, timed, quiet_after, host_of, max(n_hosts, 1), spread, None, 3, None)
-        ln_prior, rates = _log_normal_rounds(*rounds, mixture, real)
+
+        def centres(sd: float) -> tuple[LogNormalPrior, Float]:
+            """The host means (three rounds from the pooled rate) under a prior of sd ``sd``."""
+            obs = (p, t, c, timed, quiet_after, host_of, max(n_hosts, 1))
+            return _log_normal_rounds(*obs, sd, None, 3, None, mixture, real)
+
+        ln_prior, rates = centres(spread)
         if fit_spread:
             obs = (p, t, c, timed, quiet_after)
             sd = _fitted_spread(obs, n_pages, ln_prior, mixture, real)
@@ -899,8 +904,7 @@ def estimate_pages(
             # split the budget by host; found again from the pooled rate under the fitted
             # sd, the hosts' means stay near it until the pages tell them apart.
             if sd != spread:
-                again = (*rounds[:7], sd, *rounds[8:])
-                ln_prior, rates = _log_normal_rounds(*again, mixture, real)
+                ln_prior, rates = centres(sd)
         z = _z(confidence)
         est = _log_normal_map(p, t, c, timed, quiet_after, n_pages, ln_prior, rates, z)
         return replace(
