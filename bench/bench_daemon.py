@@ -86,16 +86,35 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def thread_cpu_seconds(pid: int) -> dict[int, tuple[float, float]]:
-    """Per thread of a process (by its OS thread id): user and system CPU seconds, from
-    /proc (Linux); a thread that has ended is missing once the kernel has let it go."""
+def per_thread(
+    pid: int, read: Callable[[Path], tuple[float, float]]
+) -> dict[int, tuple[float, float]]:
+    """``read`` of each thread's /proc/PID/task/TID directory, by OS thread id (Linux); a
+    thread that ends while it is read, or has ended, is missing."""
     out = {}
-    tick = os.sysconf("SC_CLK_TCK")
     for task in Path(f"/proc/{pid}/task").iterdir():
         with contextlib.suppress(OSError, IndexError, ValueError):
-            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
-            out[int(task.name)] = (int(fields[11]) / tick, int(fields[12]) / tick)
+            out[int(task.name)] = read(task)
     return out
+
+
+def thread_cpu_seconds(pid: int) -> dict[int, tuple[float, float]]:
+    """Per thread of a process (by its OS thread id): user and system CPU seconds."""
+    tick = os.sysconf("SC_CLK_TCK")
+
+    def read(task: Path) -> tuple[float, float]:
+        fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        return int(fields[11]) / tick, int(fields[12]) / tick
+
+    return per_thread(pid, read)
+
+
+def thread_waits(pid: int) -> dict[int, tuple[float, float]]:
+    """Per thread of a process (by its OS thread id): seconds it was runnable but waiting for a
+    CPU so far (schedstat), shaped as :func:`thread_cpu_seconds` (second: 0)."""
+    return per_thread(
+        pid, lambda task: (int((task / "schedstat").read_text().split()[1]) / 1e9, 0.0)
+    )
 
 
 def thread_names(pid: int) -> dict[int, str]:
@@ -155,11 +174,7 @@ def cpu_wait_seconds(pid: int) -> float:
 
     On a machine shared with other work this tells a slow daemon from a starved one.
     """
-    total = 0
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        with contextlib.suppress(OSError, IndexError, ValueError):
-            total += int((task / "schedstat").read_text().split()[1])
-    return total / 1e9
+    return sum(wait for wait, _ in thread_waits(pid).values())
 
 
 def tree_cpu_wait_seconds(pid: int) -> float:

@@ -75,6 +75,7 @@ from bench_daemon import (
     cpu_wait_seconds,
     descendants,
     finish_py_spy,
+    per_thread,
     print_profile,
     query,
     rss_bytes,
@@ -83,6 +84,7 @@ from bench_daemon import (
     stop,
     thread_cpu_seconds,
     thread_names,
+    thread_waits,
     tree_cpu_seconds,
     tree_cpu_wait_seconds,
     tree_rss_bytes,
@@ -456,29 +458,17 @@ def machine_reading(crawler: int, nginx: int) -> dict[str, float]:
     return reading
 
 
-def thread_waits(pid: int) -> dict[int, tuple[float, float]]:
-    """Per thread of a process (by its OS thread id): seconds it was runnable but waiting for a
-    CPU so far (schedstat), shaped as :func:`bench_daemon.thread_cpu_seconds` (second: 0)."""
-    out = {}
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        with contextlib.suppress(OSError, IndexError, ValueError):
-            out[int(task.name)] = (int((task / "schedstat").read_text().split()[1]) / 1e9, 0.0)
-    return out
-
-
 def thread_switches(pid: int) -> dict[int, tuple[float, float]]:
     """Per thread of a process (by its OS thread id): voluntary and involuntary context
     switches so far, from /proc, shaped as :func:`bench_daemon.thread_cpu_seconds`."""
-    out = {}
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        with contextlib.suppress(OSError, IndexError, ValueError):
-            lines = (task / "status").read_text().splitlines()
-            counts = dict(line.split(":") for line in lines if "ctxt_switches" in line)
-            out[int(task.name)] = (
-                float(counts["voluntary_ctxt_switches"]),
-                float(counts["nonvoluntary_ctxt_switches"]),
-            )
-    return out
+
+    def read(task: Path) -> tuple[float, float]:
+        lines = (task / "status").read_text().splitlines()
+        counts = dict(line.split(":") for line in lines if "ctxt_switches" in line)
+        voluntary, involuntary = "voluntary_ctxt_switches", "nonvoluntary_ctxt_switches"
+        return float(counts[voluntary]), float(counts[involuntary])
+
+    return per_thread(pid, read)
 
 
 def context_switches(pid: int) -> tuple[int, int]:
