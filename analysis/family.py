@@ -15,12 +15,14 @@ Seeds 0–7, 47 and 50 are the TUNE set (what the defaults were chosen on), seed
 the REPORT set.
 
 Every web runs in the offline model (:mod:`analysis.model`, the daemon's own estimator and
-plan against drawn change times) for ``--runs`` draws of the change times, the same draws for
-every policy: uniform; optimal as planned (``--decide``); the clairvoyant optimum (the true
-rates, the same host caps, from the same cold start); and the same three for age (uniform,
-optimal-age, clairvoyant optimal-age). True mean freshness and age are measured over
-(h/2, h] for each horizon h (1, 5 and 30 minutes); the standard errors are over the draws, and
-those of the margins over the paired differences. Printed per web and summed up; written to
+plan against drawn change times, re-planning by the daemon's own rule at its defaults,
+:mod:`refresher.refresh._replan`; ``--resolve-interval`` re-plans on a clock alone instead) for
+``--runs`` draws of the change times, the same draws for every policy: uniform; optimal as
+planned (``--decide``); the clairvoyant optimum (the true rates, the same host caps, from the
+same cold start); and the same three for age (uniform, optimal-age, clairvoyant optimal-age).
+True mean freshness and age are measured over (h/2, h] for each horizon h (1, 5 and 30
+minutes); the standard errors are over the draws, and those of the margins over the paired
+differences. Printed per web and summed up; written to
 ``family.json`` and ``family.png`` under ``--out``.
 """
 
@@ -227,7 +229,7 @@ def run_web(
     runs: int,
     horizon: float,
     decide: str,
-    resolve_interval: float,
+    resolve_interval: float | None = None,
     static: bool = True,
     explore: float = 0.05,
     mixture: bool = True,
@@ -591,7 +593,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "the true rate of each page once fetched twice, against the clairvoyant plans",
     )
     parser.add_argument("--decide", choices=("plug-in", "expected"), default="expected")
-    parser.add_argument("--resolve-interval", type=float, default=5.0)
+    parser.add_argument(
+        "--resolve-interval",
+        type=float,
+        default=None,
+        help="re-plan every this many seconds alone (default: the daemon's re-plan rule)",
+    )
     parser.add_argument("--explore", type=float, default=0.05, help="policy.explore")
     parser.add_argument(
         "--no-static", action="store_true", help="plan without P(page never changes)"
