@@ -49,6 +49,7 @@ from analysis import compare
 from analysis._db import open_history, rows
 from analysis.model import HISTORY, ModelSettings, ModelWeb, model_web, replay
 from refresher.refresh._allocate import Plan, PolicyInputs, page_freshness
+from refresher.refresh._replan import ReplanRule
 from refresher.sim._simweb import RateClass, SimwebConfig
 
 __all__ = [
@@ -87,6 +88,8 @@ STEADY_ROUNDS = 32
 #: fetched twice (:class:`analysis.model.ModelSettings` ``reveal``), against the clairvoyant
 #: plans on the same draws, up to this horizon (seconds)
 INFORMED_HORIZON = 300.0
+#: the daemon's re-plan rule at its defaults (policy.resolve_interval, replan_share, replan_floor)
+DEFAULT_REPLAN = ReplanRule()
 TUNE = (*range(0, 8), 47, 50)  # 47 and 50: narrow rate spreads, which 0–7 lack
 REPORT = tuple(range(100, 116))
 #: REPORT webs also run with real daemons (``--real``): a wide log-normal mix without
@@ -230,6 +233,7 @@ def run_web(
     horizon: float,
     decide: str,
     resolve_interval: float | None = None,
+    replan: ReplanRule = DEFAULT_REPLAN,
     static: bool = True,
     explore: float = 0.05,
     mixture: bool = True,
@@ -255,6 +259,7 @@ def run_web(
         budget=web.budget,
         min_delay=web.min_delay,
         resolve_interval=resolve_interval,
+        replan=replan,
         static=static,
         explore=explore,
         mixture=mixture,
@@ -599,6 +604,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=None,
         help="re-plan every this many seconds alone (default: the daemon's re-plan rule)",
     )
+    parser.add_argument(
+        "--replan-share",
+        type=float,
+        default=DEFAULT_REPLAN.share,
+        help="the re-plan rule's share of the pages fetched since the last plan",
+    )
+    parser.add_argument(
+        "--replan-floor",
+        type=float,
+        default=DEFAULT_REPLAN.floor,
+        help="the re-plan rule's floor, seconds",
+    )
     parser.add_argument("--explore", type=float, default=0.05, help="policy.explore")
     parser.add_argument(
         "--no-static", action="store_true", help="plan without P(page never changes)"
@@ -703,6 +720,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             horizon=horizon,
             decide=args.decide,
             resolve_interval=args.resolve_interval,
+            replan=replace(DEFAULT_REPLAN, share=args.replan_share, floor=args.replan_floor),
             static=not args.no_static,
             explore=args.explore,
             mixture=not args.no_mixture,
