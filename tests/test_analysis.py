@@ -394,6 +394,7 @@ def test_the_model_makes_up_late_fetches_as_the_store_does_and_so_spends_more_of
         min_delay=web.min_delay,
         decide="expected",
         work_conserving=False,  # the due rule alone
+        resolve_interval=5.0,  # a plan every 5 s, as the figure was found
     )
     mweb = model.model_web(web.simweb)
     spent = {}
