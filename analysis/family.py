@@ -15,12 +15,14 @@ Seeds 0–7, 47 and 50 are the TUNE set (what the defaults were chosen on), seed
 the REPORT set.
 
 Every web runs in the offline model (:mod:`analysis.model`, the daemon's own estimator and
-plan against drawn change times) for ``--runs`` draws of the change times, the same draws for
-every policy: uniform; optimal as planned (``--decide``); the clairvoyant optimum (the true
-rates, the same host caps, from the same cold start); and the same three for age (uniform,
-optimal-age, clairvoyant optimal-age). True mean freshness and age are measured over
-(h/2, h] for each horizon h (1, 5 and 30 minutes); the standard errors are over the draws, and
-those of the margins over the paired differences. Printed per web and summed up; written to
+plan against drawn change times, re-planning by the daemon's own rule at its defaults,
+:mod:`refresher.refresh._replan`; ``--resolve-interval`` re-plans on a clock alone instead) for
+``--runs`` draws of the change times, the same draws for every policy: uniform; optimal as
+planned (``--decide``); the clairvoyant optimum (the true rates, the same host caps, from the
+same cold start); and the same three for age (uniform, optimal-age, clairvoyant optimal-age).
+True mean freshness and age are measured over (h/2, h] for each horizon h (1, 5 and 30
+minutes); the standard errors are over the draws, and those of the margins over the paired
+differences. Printed per web and summed up; written to
 ``family.json`` and ``family.png`` under ``--out``.
 """
 
@@ -47,6 +49,7 @@ from analysis import compare
 from analysis._db import open_history, rows
 from analysis.model import HISTORY, ModelSettings, ModelWeb, model_web, replay
 from refresher.refresh._allocate import Plan, PolicyInputs, page_freshness
+from refresher.refresh._replan import ReplanRule
 from refresher.sim._simweb import RateClass, SimwebConfig
 
 __all__ = [
@@ -85,6 +88,8 @@ STEADY_ROUNDS = 32
 #: fetched twice (:class:`analysis.model.ModelSettings` ``reveal``), against the clairvoyant
 #: plans on the same draws, up to this horizon (seconds)
 INFORMED_HORIZON = 300.0
+#: the daemon's re-plan rule at its defaults (policy.resolve_interval, replan_share, replan_floor)
+DEFAULT_REPLAN = ReplanRule()
 TUNE = (*range(0, 8), 47, 50)  # 47 and 50: narrow rate spreads, which 0–7 lack
 REPORT = tuple(range(100, 116))
 #: REPORT webs also run with real daemons (``--real``): a wide log-normal mix without
@@ -227,7 +232,8 @@ def run_web(
     runs: int,
     horizon: float,
     decide: str,
-    resolve_interval: float,
+    resolve_interval: float | None = None,
+    replan: ReplanRule = DEFAULT_REPLAN,
     static: bool = True,
     explore: float = 0.05,
     mixture: bool = True,
@@ -253,6 +259,7 @@ def run_web(
         budget=web.budget,
         min_delay=web.min_delay,
         resolve_interval=resolve_interval,
+        replan=replan,
         static=static,
         explore=explore,
         mixture=mixture,
@@ -591,7 +598,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         "the true rate of each page once fetched twice, against the clairvoyant plans",
     )
     parser.add_argument("--decide", choices=("plug-in", "expected"), default="expected")
-    parser.add_argument("--resolve-interval", type=float, default=5.0)
+    parser.add_argument(
+        "--resolve-interval",
+        type=float,
+        default=None,
+        help="re-plan every this many seconds alone (default: the daemon's re-plan rule)",
+    )
+    parser.add_argument(
+        "--replan-share",
+        type=float,
+        default=DEFAULT_REPLAN.share,
+        help="the re-plan rule's share of the pages fetched since the last plan",
+    )
+    parser.add_argument(
+        "--replan-floor",
+        type=float,
+        default=DEFAULT_REPLAN.floor,
+        help="the re-plan rule's floor, seconds",
+    )
     parser.add_argument("--explore", type=float, default=0.05, help="policy.explore")
     parser.add_argument(
         "--no-static", action="store_true", help="plan without P(page never changes)"
@@ -696,6 +720,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             horizon=horizon,
             decide=args.decide,
             resolve_interval=args.resolve_interval,
+            replan=replace(DEFAULT_REPLAN, share=args.replan_share, floor=args.replan_floor),
             static=not args.no_static,
             explore=args.explore,
             mixture=not args.no_mixture,

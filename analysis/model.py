@@ -10,8 +10,10 @@ crawler against them as the daemon's frontier fetches: a page once it is due, in
 pages come due, the pages overdue at a re-plan first in the order the frontier's front queues
 give them (by value, :func:`front_queues`), through a pacer of ``--budget`` tokens a second
 (one second of saved credit), due times by the store's own rule
-(:func:`refresher.store.due_after`, :func:`refresher.store.next_due`); every
-``--resolve-interval`` seconds the daemon's own estimator
+(:func:`refresher.store.due_after`, :func:`refresher.store.next_due`); when the daemon's own
+re-plan rule says so (:mod:`refresher.refresh._replan` at the daemon's defaults: once the
+fetches since the last plan reach half the pages, not sooner than 5 s, at the latest every
+60 s; ``--resolve-interval`` instead re-plans on that clock alone) the daemon's own estimator
 (:func:`refresher.refresh._allocate.posterior` on the per-page statistics the
 store keeps of every interval, weighed down to ``history`` observations, with Last-Modified
 from the hosts that send honest ones) and its own plan
@@ -55,6 +57,7 @@ from refresher.refresh._allocate import (
     within_caps,
 )
 from refresher.refresh._estimate import MODELS, estimate_pages
+from refresher.refresh._replan import ReplanRule, earliest, next_look, replan_reason
 from refresher.sim._simweb import SimwebConfig, plan_web
 from refresher.store import due_after, due_interval, fold_observations, next_due
 from refresher.store._change_stats import empty_state, read_statistics
@@ -90,7 +93,13 @@ class ModelSettings:
     budget: float = 10.0
     runs: int = 3
     warmup: float = 0.2
-    resolve_interval: float = 5.0
+    #: when to re-plan: the daemon's rule, at its defaults (policy.resolve_interval,
+    #: replan_share, replan_floor)
+    replan: ReplanRule = field(default_factory=ReplanRule)
+    #: seconds: re-plan on this clock alone instead (share 0), for ablations; None: ``replan``
+    resolve_interval: float | None = None
+    #: seconds a solve takes, as the rule's lower bound counts it (a small web's take ≪ 5 s)
+    solve_seconds: float = 0.0
     explore: float = 0.05
     history: int = HISTORY
     model: str = "log-normal"
@@ -116,8 +125,15 @@ class ModelSettings:
     # ``history`` intervals of each page (estimate_pages, the model before)
     statistics: bool = True
 
+    @property
+    def rule(self) -> ReplanRule:
+        """The re-plan rule in force: ``replan``, or the clock alone at ``resolve_interval``."""
+        if self.resolve_interval is None:
+            return self.replan
+        return ReplanRule(interval=self.resolve_interval, share=0.0)
+
     def __post_init__(self) -> None:
-        if not (self.seconds > 0 and self.budget > 0 and self.resolve_interval > 0):
+        if not (self.seconds > 0 and self.budget > 0 and self.rule.interval > 0):
             raise ValueError("seconds, budget and resolve_interval must be > 0")
         if self.runs < 1 or not 0 <= self.warmup < 1:
             raise ValueError("runs must be ≥ 1 and warmup a share in [0, 1)")
@@ -257,14 +273,22 @@ def replay(
     step, clock, tokens = 1.0 / settings.budget, 0.0, -np.inf
     order = due.copy()  # the order pages are handed out in (_reorder): due, overdue ones first
     select = np.random.default_rng((seed, 1))  # the biased selector's draws
-    next_plan = settings.resolve_interval
+    # the daemon's allocator (Allocator._due): plan at the start (the uniform split above),
+    # then ask the re-plan rule when it says to look, counting the fetches since the last plan
+    rule, cost = settings.rule, settings.solve_seconds
+    planned_at, fetched, look = 0.0, 0, earliest(rule, cost)
     while True:
         i = int(np.argmin(order))
         asked = clock if settings.work_conserving else max(clock, float(due[i]))
         token = max(tokens, asked - BURST)  # the pacer's next token (Pacer.reserve)
         at = max(asked, token)
-        if next_plan <= min(at, settings.seconds):  # re-plan first, at its time
-            clock, next_plan = next_plan, next_plan + settings.resolve_interval
+        if look <= min(at, settings.seconds):  # a look at the rule first, at its time
+            since = look - planned_at
+            if replan_reason(since, fetched, n, cost, rule) is None:
+                look += max(next_look(since, rule, cost), 1e-9)
+                continue
+            clock = planned_at = look
+            fetched, look = 0, look + next_look(0.0, rule, cost)
             inputs, made = _plan(policy, web, settings, fetches, changes, clock, on_plan)
             last = np.array([t[-1] if t else np.nan for t in fetches])
             if settings.catch_up:
@@ -280,6 +304,7 @@ def replay(
         if at >= settings.seconds:
             return fetches, changes
         tokens, clock = token + step, at
+        fetched += 1
         # a first fetch sets the page's schedule (as Allocator.due_after_fetch)
         late = at - float(due[i]) if fetches[i] and settings.catch_up else 0.0
         fetches[i].append(at)
@@ -507,7 +532,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--budget", type=float, default=defaults.budget, help="fetches/s")
     parser.add_argument("--runs", type=int, default=defaults.runs, help="draws of the changes")
     parser.add_argument("--warmup", type=float, default=defaults.warmup, help="share left out")
-    parser.add_argument("--resolve-interval", type=float, default=defaults.resolve_interval)
+    parser.add_argument(
+        "--resolve-interval",
+        type=float,
+        default=None,
+        help="re-plan every this many seconds alone (default: the daemon's re-plan rule)",
+    )
     parser.add_argument("--explore", type=float, default=defaults.explore)
     parser.add_argument("--estimator", choices=MODELS, default=defaults.model)
     parser.add_argument("--spread", type=float, default=defaults.spread)

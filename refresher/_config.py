@@ -101,8 +101,14 @@ class BudgetConfig:
 class PolicyConfig:
     #: a policy of the registry: a built-in or a plug-in (``policies.available()``)
     name: str = policies.DEFAULT
-    #: seconds between re-solves of the allocation
+    #: seconds between re-solves of the allocation, at most (refresher.refresh._replan)
     resolve_interval: float = 60.0
+    #: re-solve sooner once the fetches recorded since the last solve reach this share of the
+    #: pages (0: every resolve_interval alone)
+    replan_share: float = 0.5
+    #: seconds between two solves that replan_share calls for, at least (and 20 × the last
+    #: solve's duration)
+    replan_floor: float = 5.0
     #: share of the budget that keeps re-checking pages the policy gives no fetches
     explore: float = 0.05
     #: page weights wᵢ the optimal policies use: "pagerank" (over the stored link edges,
@@ -432,6 +438,8 @@ _CHECKS: dict[str, Callable[[Any], str | None]] = {
     "budget.fetches_per_second": _positive,
     "policy.name": _known_policy,
     "policy.resolve_interval": _positive,
+    "policy.replan_share": _non_negative,
+    "policy.replan_floor": _positive,
     "policy.explore": lambda v: None if 0 <= v < 1 else "must be a share from 0 to below 1",
     "policy.weights": _one_of(*WEIGHTS),
     "policy.decide": _one_of(*DECISIONS),

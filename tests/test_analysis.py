@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import sys
@@ -393,6 +394,7 @@ def test_the_model_makes_up_late_fetches_as_the_store_does_and_so_spends_more_of
         min_delay=web.min_delay,
         decide="expected",
         work_conserving=False,  # the due rule alone
+        resolve_interval=5.0,  # a plan every 5 s, as the figure was found
     )
     mweb = model.model_web(web.simweb)
     spent = {}
@@ -555,3 +557,35 @@ def test_the_model_weighs_a_pages_evidence_down_as_far_as_the_daemon_does() -> N
     from refresher._config import EstimateConfig
 
     assert model.ModelSettings().history == model.HISTORY == EstimateConfig().history
+
+
+def test_the_model_re_plans_when_the_daemons_rule_says_or_on_a_clock_when_told() -> None:
+    from analysis import family
+    from refresher.refresh._replan import replan_fetches, replan_reason
+
+    web = family.family_web(0)  # 79 pages at 5.4/s: half a round in ~7 s
+    mweb = model.model_web(web.simweb)
+    n = int(mweb.rates.size)
+    base = model.ModelSettings(
+        simweb=web.simweb, seconds=120.0, budget=web.budget, min_delay=web.min_delay
+    )
+    for settings in (base, replace(base, resolve_interval=30.0)):
+        times: list[float] = []
+        fetches, _ = model.replay(
+            "optimal", mweb, settings, 1, on_plan=lambda now, i, p, seen=times: seen.append(now)
+        )
+        at = np.sort(np.concatenate([np.asarray(t) for t in fetches]))
+        rule, plans = settings.rule, [0.0, *times]
+        for last, now in itertools.pairwise(plans):
+            fetched = int(np.count_nonzero((at >= last) & (at < now)))
+            reason = replan_reason(now - last, fetched, n, 0.0, rule)
+            assert reason is not None
+            # … and not a POLL earlier (the clock's plans come on the dot)
+            before = int(np.count_nonzero((at >= last) & (at < now - 1.0)))
+            if now - last - 1.0 >= rule.floor:
+                assert replan_reason(now - last - 1.0, before, n, 0.0, rule) is None
+        if settings.resolve_interval is None:
+            assert len(times) > 120.0 / rule.interval + 5  # many more than the clock's
+            assert replan_fetches(rule, n) == 0.5 * n
+        else:
+            assert times == [30.0, 60.0, 90.0, 120.0]  # the last at the run's end, as before

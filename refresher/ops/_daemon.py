@@ -48,6 +48,7 @@ from refresher.ops._metrics import MetricsServer
 from refresher.ops._notify import Notifier, format_status
 from refresher.ops._reload import RELOAD, changed_keys, effective
 from refresher.refresh._allocate import Allocator, InputSettings, plan, priority_level
+from refresher.refresh._replan import ReplanRule
 from refresher.store._backup import backup_service
 from refresher.store._duckdb import DuckDBStore, StoreService
 from refresher.store._interface import HostRow, NewPage, PageRow
@@ -348,7 +349,7 @@ class Daemon:
             explore=new.policy.explore,
             weights=new.policy.weights,
             decide=new.policy.decide,
-            resolve_interval=new.policy.resolve_interval,
+            replan=ReplanRule.from_config(new.policy),
             inputs=InputSettings.from_config(new),
         )
 
@@ -631,7 +632,7 @@ class Daemon:
             frontier=frontier,
             budget=c.budget.fetches_per_second,
             policy=policy,
-            resolve_interval=c.policy.resolve_interval,
+            replan=ReplanRule.from_config(c.policy),
             explore=c.policy.explore,
             decide=c.policy.decide,
             inputs=InputSettings.from_config(c),

@@ -201,6 +201,14 @@ METRICS: Mapping[str, Mapping[str, MetricSpec]] = {
         "uniform_interval": _g("Seconds between fetches of one page under the uniform rate."),
         "solves": _c("Allocation solves."),
         "last_solve_seconds": _g("Seconds the last allocation solve took."),
+        "solve_reasons": _c(
+            "Allocation solves by why: start, settings, clock (policy.resolve_interval), "
+            "learned (policy.replan_share of the pages fetched since the last).",
+            name="allocator_solves_by_reason",
+            label="reason",
+        ),
+        "fetched_since_solve": _g("Fetches recorded since the last allocation solve began."),
+        "replan_fetches": _g("Fetches since the last solve that call for the next one."),
         "unplaced": _g("Budget (fetches per second) the host politeness caps left unplaced."),
         "explored": _g("Pages given only the exploration share of the budget."),
         "expected_freshness": _g("Estimated mean freshness of the plan in force (0 to 1)."),

@@ -1,7 +1,9 @@
 """From fetch history to due times: estimate λ per page, split the budget by policy.
 
-Every ``policy.resolve_interval`` seconds (and at once when the budget or the policy changes)
-the allocator
+At start, whenever the re-plan rule says so (:mod:`refresher.refresh._replan`: once the fetches
+recorded since the last plan reach ``policy.replan_share`` of the pages, not sooner than
+``policy.replan_floor`` seconds, and at the latest every ``policy.resolve_interval`` seconds),
+and at once when the budget or the policy changes, the allocator
 
 1. reads each page's change statistics from the store (sums over the intervals between
    successful fetches, :func:`refresher.store.is_success`, and whether the body changed: raw
@@ -32,8 +34,8 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -45,6 +47,13 @@ from refresher.crawl._frontier import DelayLimits, Frontier
 from refresher.ops._logging import get_logger
 from refresher.refresh._estimate import DEFAULT_SPREAD, MODELS, Estimate
 from refresher.refresh._estimate_stats import estimate_statistics
+from refresher.refresh._replan import (
+    Reason,
+    ReplanRule,
+    next_look,
+    replan_fetches,
+    replan_reason,
+)
 from refresher.refresh._static import static_probability
 from refresher.store._interface import (
     ChangeStatistics,
@@ -66,6 +75,7 @@ __all__ = [
     "Plan",
     "Planner",
     "PolicyInputs",
+    "ReplanRule",
     "demand",
     "load_inputs",
     "plan",
@@ -103,6 +113,13 @@ class AllocatorStatistics:
     uniform_interval: float  # seconds between fetches of one page under uniform
     solves: int
     last_solve_seconds: float
+    # solves by why they were made (refresher.refresh._replan.Reason)
+    solve_reasons: Mapping[str, int] = field(
+        default_factory=dict, hash=False, metadata={"metric": "counter"}
+    )
+    # fetches recorded since the last solve began, and how many call for the next one
+    fetched_since_solve: int = 0
+    replan_fetches: float = 0.0
     unplaced: float  # fetches per second the host caps left unplaced
     explored: int  # pages given only the exploration share
     expected_freshness: float  # the plan's expected mean freshness (NaN before a solve)
@@ -697,6 +714,9 @@ class InputSettings:
         )
 
 
+_DEFAULT_REPLAN = ReplanRule()
+
+
 class Allocator:
     def __init__(
         self,
@@ -705,7 +725,7 @@ class Allocator:
         frontier: Frontier,
         budget: float,
         policy: str,
-        resolve_interval: float = 60.0,
+        replan: ReplanRule = _DEFAULT_REPLAN,
         explore: float = 0.05,
         decide: str = "expected",
         inputs: InputSettings = InputSettings(),
@@ -716,7 +736,7 @@ class Allocator:
         self._frontier = frontier
         self.budget = budget
         self.policy = policy
-        self.resolve_interval = resolve_interval
+        self.replan = replan
         self.explore = explore
         self.decide = decide
         self.inputs = inputs
@@ -724,7 +744,10 @@ class Allocator:
         self._planner = planner
         self._pages = 0
         self._solves = 0
+        self._reasons: dict[str, int] = {}
         self._last_solve = 0.0
+        self._solved_at = -math.inf  # trio time at the end of the last solve
+        self._recorded_at = 0  # the store's recorded fetches when the last solve began
         self._unplaced = 0.0
         self._explored = 0
         self._freshness = math.nan
@@ -767,16 +790,17 @@ class Allocator:
         explore: float | None = None,
         weights: str | None = None,
         decide: str | None = None,
-        resolve_interval: float | None = None,
+        replan: ReplanRule | None = None,
         inputs: InputSettings | None = None,
     ) -> None:
         """New settings (a policy switch, SIGHUP); a change that alters the plan re-solves at
-        once. ``inputs`` replaces how the estimator reads the history ([estimate],
-        politeness.min_delay, policy.weights)."""
+        once, a new ``replan`` rule at the allocator's next look (:meth:`run`). ``inputs``
+        replaces how the estimator reads the history ([estimate], politeness.min_delay,
+        policy.weights)."""
         repace = budget != self.budget
         changed = repace or policy != self.policy
-        if resolve_interval is not None:
-            self.resolve_interval = resolve_interval
+        if replan is not None:
+            self.replan = replan
         if inputs is not None and inputs != self.inputs:
             self.inputs, changed = inputs, True
         if decide is not None and decide != self.decide:
@@ -792,9 +816,11 @@ class Allocator:
         if changed:
             self.poke()
 
-    async def solve(self) -> None:
-        """One allocation pass (see the module docstring)."""
+    async def solve(self, reason: Reason = "settings") -> None:
+        """One allocation pass (see the module docstring); ``reason``: why, for the log and
+        :meth:`statistics`."""
         t0 = time.perf_counter()
+        recorded = self._store.statistics().acknowledged
         policy, budget, explore, now = self.policy, self.budget, self.explore, self._wall()
         decide = self.decide
         await self._store.record_policy(policy, budget, now=now)
@@ -823,10 +849,15 @@ class Allocator:
             self._freshness = float(np.mean(page_freshness(inputs, result.target)))
             self._age = float(np.mean(page_age(inputs, result.target)))
         self._solves += 1
+        self._reasons[reason] = self._reasons.get(reason, 0) + 1
         self._last_solve = time.perf_counter() - t0
+        self._solved_at = trio.current_time()
+        fetched, self._recorded_at = recorded - self._recorded_at, recorded
         self._frontier.reset()
         log.info(
             "allocation solved",
+            reason=reason,
+            fetched_since=fetched,
             policy=policy,
             pages=self._pages,
             budget=budget,
@@ -852,13 +883,33 @@ class Allocator:
         return await trio.to_thread.run_sync(lambda: policy_table(inputs, b, decide=decide))
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        await self.solve()
+        await self.solve("start")
         task_status.started()
         while True:
-            with trio.move_on_after(self.resolve_interval):
-                await self._wake.wait()
+            reason = await self._due()
             self._wake = trio.Event()
-            await self.solve()
+            await self.solve(reason)
+
+    def _fetched_since(self) -> int:
+        """Fetches the store has recorded since the last solve began (its narrow count,
+        :attr:`refresher.store.StoreStatistics.acknowledged`)."""
+        return self._store.statistics().acknowledged - self._recorded_at
+
+    async def _due(self) -> Reason:
+        """Wait until the next plan is due and say why: poked ("settings"), or as
+        :func:`replan_reason` says, asked when :func:`next_look` says (the rule's settings may
+        change meanwhile: :meth:`configure`)."""
+        while True:
+            rule = self.replan
+            since = trio.current_time() - self._solved_at
+            fetched = self._fetched_since()
+            reason = replan_reason(since, fetched, self._pages, self._last_solve, rule)
+            if reason is not None:
+                return reason
+            with trio.move_on_after(next_look(since, rule, self._last_solve)):
+                await self._wake.wait()
+            if self._wake.is_set():
+                return "settings"
 
     def statistics(self) -> AllocatorStatistics:
         return AllocatorStatistics(
@@ -868,6 +919,9 @@ class Allocator:
             uniform_interval=self.uniform_interval,
             solves=self._solves,
             last_solve_seconds=self._last_solve,
+            solve_reasons=dict(self._reasons),
+            fetched_since_solve=self._fetched_since(),
+            replan_fetches=replan_fetches(self.replan, self._pages),
             unplaced=self._unplaced,
             explored=self._explored,
             expected_freshness=self._freshness,

@@ -26,6 +26,8 @@ BAD: dict[str, str] = {
     "budget.fetches_per_second": "-2",
     "policy.name": "fastest",
     "policy.resolve_interval": "0",
+    "policy.replan_share": "-0.5",
+    "policy.replan_floor": "0",
     "policy.explore": "1.5",
     "policy.weights": "pagerankk",
     "politeness.min_delay": "-1",
