@@ -196,8 +196,8 @@ class DiscoveryConfig(FilterConfig):
     #: worker processes that parse pages of 16 KiB and more beside the parse threads (0:
     #: every page on the daemon's parse threads, one per usable CPU, two at least; N: a large
     #: page goes to a free process, else to a free thread; "auto": one process per usable
-    #: CPU, taking the large pages the threads cannot while most recent ones found every
-    #: thread busy, so they start, and cost their hand-off, only while parse work queues)
+    #: CPU (none on one CPU), taking a large page when every thread is busy and starting
+    #: then, ending after 60 s without one: a backlog gets every core)
     parse_processes: int | str = "auto"
 
     def filter_config(self) -> FilterConfig:

@@ -179,8 +179,10 @@ class Crawler:
         c = self.config
         setting = c.discovery.parse_processes
         auto = setting == "auto"
+        # "auto" on one CPU: no second core for a process to use, only a hand-off to pay
+        cpus = usable_cpus()
         return Parsers(
-            processes=usable_cpus() if auto else int(setting),
+            processes=(cpus if cpus > 1 else 0) if auto else int(setting),
             prefer="thread" if auto else "process",
             log_format=c.log.format,
             log_level=c.log.level,

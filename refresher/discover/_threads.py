@@ -27,10 +27,12 @@ register`-ed at run time exist only in this process, so while there are any ever
 here.
 
 Threads and processes work together (:class:`Parsers`): a large page takes whichever is free,
-a process first (``parse_processes = N``) or a thread first (``"auto"``: the processes take
-work only while every thread is busy, so a crawl below the machine's rate parses on threads
-alone, and a backlog gets both cores). Before, every large page waited for a process while a
-parse thread idled.
+a process first (``parse_processes = N``) or a thread first (``"auto"``: a process takes a
+large page when every thread is busy, so a backlog gets both cores; one idle for a minute
+ends). Before, every large page waited for a process while a parse thread idled. A rule that
+kept the processes out until most recent large pages had found the threads busy was tried:
+it did not keep them off at a budget and cost the Node.js docs most of their gain
+(bench/README.md, "Parse threads and processes together").
 """
 
 from __future__ import annotations
@@ -56,8 +58,6 @@ __all__ = [
     "IDLE_SECONDS",
     "MIN_PARSE_THREADS",
     "PIPE_BYTES",
-    "PRESSURE_ON",
-    "PRESSURE_WEIGHT",
     "PROCESS_MIN_BYTES",
     "ParseCrashed",
     "ParseProcesses",
@@ -332,17 +332,8 @@ class ParseProcesses:
         ]
 
 
-#: with ``prefer="thread"`` (``parse_processes = "auto"``): the weight of each large page in
-#: the running share of them that found every parse thread busy (about the last 64 pages)
-PRESSURE_WEIGHT = 1 / 64
-
-#: ... and the share above which the processes take the large pages the threads cannot: at a
-#: refresh budget the threads are seldom all busy at once (at a third of their capacity,
-#: about one page in ten finds them so), in a backlog nearly always
-PRESSURE_ON = 0.5
-
-#: ... and a process that took no call for this many seconds ends, giving its memory back
-#: (~75 MiB each on the docs webs): the crawl went back to its budget
+#: with ``prefer="thread"`` (``parse_processes = "auto"``) a process that took no call for
+#: this many seconds ends, giving its memory back (~100 MiB each on the docs webs)
 IDLE_SECONDS = 60.0
 
 
@@ -363,12 +354,10 @@ class Parsers:
     :data:`PROCESS_MIN_BYTES`, working together.
 
     A large body takes whichever slot is free, in the order ``prefer`` says: a process first
-    (an idle parse thread takes it when every process is busy), or a thread first. With
-    threads first a process takes a large body only while the parse stage is behind: most of
-    the recent large bodies (:data:`PRESSURE_ON`) found every thread busy. So a crawl at its
-    budget parses on the threads alone, at their CPU per page, and starts no process (or
-    ends those idle for :data:`IDLE_SECONDS`), and a backlog gets every core. A small body,
-    or one only this process can parse, waits for a thread. Calls that find no free slot
+    (an idle parse thread takes it when every process is busy), or a thread first: a process
+    takes a large body only when every thread is busy, and starts then; one that took no call
+    for :data:`IDLE_SECONDS` ends. A small body, or one only this process can parse, waits
+    for a thread. Calls that find no free slot
     wait in order of arrival, each handed the first slot freed that it may take. Everything
     here runs in the event loop's thread.
     """
@@ -392,7 +381,6 @@ class Parsers:
         order = ("process", "thread") if prefer == "process" else ("thread", "process")
         self._order = order
         self._adaptive = prefer == "thread"
-        self.pressure = 0.0  # the share of recent large pages that found every thread busy
         self._free = {"thread": self.threads.threads, "process": processes}
         self._any: deque[_Waiter] = deque()  # large bodies: a thread or a process
         self._thread_only: deque[_Waiter] = deque()
@@ -422,10 +410,7 @@ class Parsers:
     async def _slot(self, either: bool) -> str:
         if either and self._adaptive:
             assert self.processes is not None
-            behind = self._free["thread"] == 0
-            self.pressure += (behind - self.pressure) * PRESSURE_WEIGHT
             self.processes.expire(IDLE_SECONDS, time.monotonic())
-            either = self.pressure >= PRESSURE_ON
         for kind in self._order if either else ("thread",):
             if self._free[kind] > 0:
                 self._free[kind] -= 1
