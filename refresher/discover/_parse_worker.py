@@ -2,14 +2,16 @@
 
 Started by :class:`refresher.discover._threads.ParseProcesses` as ``python -m
 refresher.discover._parse_worker FORMAT LEVEL`` (a fresh interpreter, never a fork of the
-daemon). Each message either way is an 8-byte little-endian length and a pickle: a call (a
-picklable callable without arguments) in, ``(True, result)`` or ``(False, exception)`` out.
+daemon). A call comes in as two 8-byte little-endian lengths, a pickle of a callable without
+arguments and its body's raw bytes (the pickle refers to them: persistent id 0); the answer
+goes out as one length and a pickle, ``(True, result)`` or ``(False, exception)``.
 The process ends when its stdin does (the daemon closed it, or died). Its logs go to stderr,
 which it shares with the daemon: stdout carries the answers alone.
 """
 
 from __future__ import annotations
 
+import io
 import os
 import pickle
 import signal
@@ -33,10 +35,23 @@ def _read(stream: BinaryIO, n: int) -> bytes:
     return b"".join(parts)
 
 
-def _answer(call: bytes) -> bytes:
-    """The pickled answer to one pickled call."""
+class _CallUnpickler(pickle.Unpickler):
+    """Unpickles a call, giving it back the body that came beside its pickle."""
+
+    def __init__(self, call: bytes, body: bytes) -> None:
+        super().__init__(io.BytesIO(call))
+        self.body = body
+
+    def persistent_load(self, pid: object) -> bytes:
+        if pid != 0:
+            raise pickle.UnpicklingError(f"unknown persistent id {pid!r}")
+        return self.body
+
+
+def _answer(call: bytes, body: bytes) -> bytes:
+    """The pickled answer to one pickled call and its body."""
     try:
-        reply: tuple[bool, object] = (True, pickle.loads(call)())
+        reply: tuple[bool, object] = (True, _CallUnpickler(call, body).load()())
     except Exception as e:
         reply = (False, e)
     try:
@@ -61,9 +76,10 @@ def main(argv: list[str]) -> int:
 
     configure_logging(format=log_format, level=log_level)
     calls = sys.stdin.buffer
-    while len(head := _read(calls, HEADER)) == HEADER:
-        call = _read(calls, int.from_bytes(head, "little"))
-        data = _answer(call)
+    while len(head := _read(calls, 2 * HEADER)) == 2 * HEADER:
+        call = _read(calls, int.from_bytes(head[:HEADER], "little"))
+        body = _read(calls, int.from_bytes(head[HEADER:], "little"))
+        data = _answer(call, body)
         answers.write(len(data).to_bytes(HEADER, "little") + data)
         answers.flush()
     return 0

@@ -13,27 +13,40 @@ each (bench/bench_parsers.py).
 
 Link resolution and the simhash still hold the GIL, which the event loop needs for every
 fetch. A page of real size can therefore be handed to a worker *process* (when
-``discovery.parse_processes`` > 0): the daemon's process then pays only for pickling the body
-there and the result back, about 7 % of parsing it (bench/bench_parse_pool.py), and the parse
-runs on another core. The event loop writes each call to the worker's stdin pipe and reads the
-answer from its stdout itself: no helper thread takes the GIL to move it (a process pool's
-manager and feeder threads did, for every call). On the docs web the processes still cost
-more CPU per page than the threads (bench/README.md), so they are off by default. A tiny page
-costs more to hand over than to parse
+``discovery.parse_processes`` is set): the daemon's process then pays only for pickling the
+call there and the result back (about 0.5 CPU ms for a 286 kB page, against 7-9 ms to parse
+it; bench/bench_parse_pool.py), and the parse runs on another core. The event loop writes
+each call to the worker's stdin pipe and reads the answer from its stdout itself: no helper
+thread takes the GIL to move it (a process pool's manager and feeder threads did, for every
+call). The body goes down the pipe as it is, beside the call's pickle rather than copied into
+it, and the pipes are widened to 1 MiB so that a large body takes one write, not one per 64
+KiB each waking the event loop. A tiny page costs more to hand over than to parse
 (:data:`PROCESS_MIN_BYTES`), so it stays on a thread. The workers run the same code on the
 same document, so the result is the same; processors :func:`~refresher.discover._parse.
 register`-ed at run time exist only in this process, so while there are any every body stays
 here.
+
+Threads and processes work together (:class:`Parsers`): a large page takes whichever is free,
+a process first (``parse_processes = N``) or a thread first (``"auto"``: a process takes a
+large page when every thread is busy, so a backlog gets both cores; one idle for a minute
+ends). Before, every large page waited for a process while a parse thread idled. A rule that
+kept the processes out until most recent large pages had found the threads busy was tried:
+it did not keep them off at a budget and cost the Node.js docs most of their gain
+(bench/README.md, "Parse threads and processes together").
 """
 
 from __future__ import annotations
 
+import io
 import os
 import pickle
 import subprocess
 import sys
+import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import trio
@@ -42,13 +55,17 @@ from refresher.ops._logging import get_logger
 
 __all__ = [
     "HEADER",
+    "IDLE_SECONDS",
     "MIN_PARSE_THREADS",
+    "PIPE_BYTES",
     "PROCESS_MIN_BYTES",
     "ParseCrashed",
     "ParseProcesses",
     "ParseThreads",
     "Parsers",
+    "pickled_call",
     "usable_cpus",
+    "widen",
 ]
 
 T = TypeVar("T")
@@ -116,8 +133,48 @@ class ParseThreads:
         self._executor.shutdown(wait=True)
 
 
-#: bytes of the length that precedes each pickle on a parse process's pipes
+#: bytes of the length that precedes each pickle on a parse process's pipes (a call has two:
+#: its pickle's and its body's, the body's raw bytes following the pickle)
 HEADER = 8
+
+#: the size asked for each parse process's pipes (Linux's ``F_SETPIPE_SZ``; 1 MiB is the
+#: unprivileged maximum by default): a 350 kB body then goes in one write, where the default
+#: 64 KiB pipe took six, each waking the event loop and the worker again
+PIPE_BYTES = 1 << 20
+
+
+def widen(fd: int) -> None:
+    """Ask for a :data:`PIPE_BYTES` pipe; where that is refused or unknown, the pipe stays."""
+    try:
+        import fcntl
+
+        fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+    except (ImportError, AttributeError, OSError):  # not Linux, or above pipe-max-size
+        pass
+
+
+class _CallPickler(pickle.Pickler):
+    """Pickles a call with its first large ``bytes`` (the body) left out, as a persistent
+    reference: the body then goes down the pipe as it is, never copied into the pickle (the
+    copy cost more than the rest of the pickle: 0.076 against 0.008 ms for a 286 kB body)."""
+
+    def __init__(self, file: io.BytesIO) -> None:
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self.body = b""
+
+    def persistent_id(self, obj: Any) -> int | None:
+        if type(obj) is bytes and not self.body and len(obj) >= PROCESS_MIN_BYTES:
+            self.body = obj
+            return 0
+        return None
+
+
+def pickled_call(fn: Callable[[], Any]) -> tuple[bytes, bytes]:
+    """``fn`` as a pickle without its body, and the body (empty when it has none that large)."""
+    out = io.BytesIO()
+    pickler = _CallPickler(out)
+    pickler.dump(fn)
+    return out.getvalue(), pickler.body
 
 
 class ParseCrashed(Exception):
@@ -146,16 +203,22 @@ class _Worker:
         finally:
             os.close(to_child)
             os.close(from_child)
+        widen(from_parent)
+        widen(to_parent)
         # Both ends are trio streams: a call is a write and a read on the event loop, with
         # no helper thread taking the GIL to move it (as a process pool's manager does).
         self._calls = trio.lowlevel.FdStream(from_parent)
         self._answers = trio.lowlevel.FdStream(to_parent)
         self._buffer = bytearray()
 
-    async def call(self, request: bytes) -> tuple[bool, Any]:
-        """Send one pickled call; its ``(ok, result or exception)``."""
+    async def call(self, request: bytes, body: bytes) -> tuple[bool, Any]:
+        """Send one pickled call and its body (:func:`pickled_call`); its ``(ok, result or
+        exception)``."""
+        head = len(request).to_bytes(HEADER, "little") + len(body).to_bytes(HEADER, "little")
         try:
-            await self._calls.send_all(len(request).to_bytes(HEADER, "little") + request)
+            await self._calls.send_all(head + request)
+            if body:
+                await self._calls.send_all(body)
         except (trio.BrokenResourceError, trio.ClosedResourceError) as e:
             raise _Died from e
         size = int.from_bytes(await self._read(HEADER), "little")
@@ -186,6 +249,12 @@ class _Worker:
             self.process.wait()
 
 
+@dataclass(frozen=True, slots=True)
+class _Idle:
+    worker: _Worker
+    since: float  # time.monotonic() when it finished its last call
+
+
 class ParseProcesses:
     """Runs picklable calls on ``processes`` worker processes, started on first use.
 
@@ -200,7 +269,9 @@ class ParseProcesses:
             raise ValueError(f"processes={processes}: give at least 1")
         self.processes = processes
         self._start = (log_format, log_level)
-        self._idle: list[_Worker] = []
+        # the most recently used last: it takes the next call, so the others age and expire
+        self._idle: list[_Idle] = []
+        self._ended: list[_Worker] = []  # shut for idling, not yet reaped
         self._busy: set[_Worker] = set()
         self._slots: trio.Semaphore | None = None  # made in the event loop, on first use
         self.crashes = 0
@@ -210,13 +281,13 @@ class ParseProcesses:
         cancellable once sent: the worker's pipe carries one call at a time."""
         if self._slots is None:
             self._slots = trio.Semaphore(self.processes)
-        request = pickle.dumps(fn, protocol=pickle.HIGHEST_PROTOCOL)
+        request, body = pickled_call(fn)
         async with self._slots:
-            worker = self._idle.pop() if self._idle else _Worker(*self._start)
+            worker = self._idle.pop().worker if self._idle else _Worker(*self._start)
             self._busy.add(worker)
             try:
                 with trio.CancelScope(shield=True):
-                    ok, result = await worker.call(request)
+                    ok, result = await worker.call(request, body)
             except _Died as e:
                 self._busy.discard(worker)
                 self.crashes += 1
@@ -226,42 +297,149 @@ class ParseProcesses:
                 await trio.to_thread.run_sync(worker.reap)
                 raise ParseCrashed(f"the parse process exited (status {status})") from e
             self._busy.discard(worker)
-            self._idle.append(worker)
+            self._idle.append(_Idle(worker, time.monotonic()))
         if not ok:
             raise result
         return result  # type: ignore[no-any-return]
 
     def close(self) -> None:
         """Stop the workers, from the event loop's thread once no call is running."""
-        workers = [*self._idle, *self._busy]
+        workers = [idle.worker for idle in self._idle] + [*self._busy]
         for worker in workers:
             worker.shut()
-        for worker in workers:
+        for worker in [*workers, *self._ended]:
             worker.reap()
         self._idle.clear()
         self._busy.clear()
+        self._ended.clear()
+
+    def expire(self, idle_seconds: float, now: float) -> int:
+        """End the workers that took no call for ``idle_seconds`` (their memory goes back to
+        the system); how many. Without blocking: each is reaped later, or by :meth:`close`."""
+        self._ended = [w for w in self._ended if w.process.poll() is None]
+        ended = 0
+        while self._idle and now - self._idle[0].since >= idle_seconds:
+            worker = self._idle.pop(0).worker
+            worker.shut()
+            self._ended.append(worker)
+            ended += 1
+        return ended
+
+    def pids(self) -> list[int]:
+        """The process ids of the workers running now (idle or busy)."""
+        return [idle.worker.process.pid for idle in self._idle] + [
+            w.process.pid for w in self._busy
+        ]
+
+
+#: with ``prefer="thread"`` (``parse_processes = "auto"``) a process that took no call for
+#: this many seconds ends, giving its memory back (~100 MiB each on the docs webs)
+IDLE_SECONDS = 60.0
+
+
+class _Waiter:
+    """A call waiting for a parse slot: ``kind`` is the slot it was handed ("thread" or
+    "process"), set before ``ready``."""
+
+    __slots__ = ("kind", "ready", "seq")
+
+    def __init__(self, seq: int) -> None:
+        self.seq = seq
+        self.kind = ""
+        self.ready = trio.Event()
 
 
 class Parsers:
     """The parse threads, and ``processes`` worker processes (0: none) for bodies of at least
-    :data:`PROCESS_MIN_BYTES`."""
+    :data:`PROCESS_MIN_BYTES`, working together.
+
+    A large body takes whichever slot is free, in the order ``prefer`` says: a process first
+    (an idle parse thread takes it when every process is busy), or a thread first: a process
+    takes a large body only when every thread is busy, and starts then; one that took no call
+    for :data:`IDLE_SECONDS` ends. A small body, or one only this process can parse, waits
+    for a thread. Calls that find no free slot
+    wait in order of arrival, each handed the first slot freed that it may take. Everything
+    here runs in the event loop's thread.
+    """
 
     def __init__(
-        self, *, processes: int = 0, log_format: str = "json", log_level: str = "info"
+        self,
+        *,
+        processes: int = 0,
+        prefer: str = "process",
+        log_format: str = "json",
+        log_level: str = "info",
     ) -> None:
+        if prefer not in ("process", "thread"):
+            raise ValueError(f"prefer={prefer!r}: give 'process' or 'thread'")
         self.threads = ParseThreads()
         self.processes = (
             ParseProcesses(processes, log_format=log_format, log_level=log_level)
             if processes > 0
             else None
         )
+        order = ("process", "thread") if prefer == "process" else ("thread", "process")
+        self._order = order
+        self._adaptive = prefer == "thread"
+        self._free = {"thread": self.threads.threads, "process": processes}
+        self._any: deque[_Waiter] = deque()  # large bodies: a thread or a process
+        self._thread_only: deque[_Waiter] = deque()
+        self._arrivals = 0
+        self.calls = {"thread": 0, "process": 0}
 
     async def run(self, fn: Callable[[], T], *, size: int, portable: bool = True) -> T:
         """``fn()`` for a body of ``size`` bytes: in a process when there are any, the body
-        is large enough and ``fn`` runs the same there (``portable``), else on a thread."""
-        if self.processes is not None and portable and size >= PROCESS_MIN_BYTES:
+        is large enough, ``fn`` runs the same there (``portable``) and a process is the
+        first free slot; else on a thread. Not cancellable: a call is waited out."""
+        either = self.processes is not None and portable and size >= PROCESS_MIN_BYTES
+        with trio.CancelScope(shield=True):
+            kind = await self._slot(either)
+            self.calls[kind] += 1
+            try:
+                result = await self._on(kind, fn)
+            finally:
+                self._release(kind)
+        return result
+
+    async def _on(self, kind: str, fn: Callable[[], T]) -> T:
+        if kind == "process":
+            assert self.processes is not None
             return await self.processes.run(fn)
         return await self.threads.run(fn)
+
+    async def _slot(self, either: bool) -> str:
+        if either and self._adaptive:
+            assert self.processes is not None
+            self.processes.expire(IDLE_SECONDS, time.monotonic())
+        for kind in self._order if either else ("thread",):
+            if self._free[kind] > 0:
+                self._free[kind] -= 1
+                return kind
+        self._arrivals += 1
+        waiter = _Waiter(self._arrivals)
+        (self._any if either else self._thread_only).append(waiter)
+        await waiter.ready.wait()  # shielded: once queued, a call is always handed a slot
+        return waiter.kind
+
+    def _release(self, kind: str) -> None:
+        """Hand the freed slot to the longest-waiting call that may take it, or free it."""
+        queues = [self._any] if kind == "process" else [self._any, self._thread_only]
+        waiting = [q for q in queues if q]
+        if not waiting:
+            self._free[kind] += 1
+            return
+        waiter = min(waiting, key=lambda q: q[0].seq).popleft()
+        waiter.kind = kind
+        waiter.ready.set()
+
+    def statistics(self) -> dict[str, int]:
+        """Calls started on each kind of slot, and the calls waiting for one now."""
+        return {
+            "thread_calls": self.calls["thread"],
+            "process_calls": self.calls["process"],
+            "waiting": len(self._any) + len(self._thread_only),
+            "processes": len(self.processes.pids()) if self.processes is not None else 0,
+        }
 
     def close(self) -> None:
         self.threads.close()

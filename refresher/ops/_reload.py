@@ -95,7 +95,7 @@ RELOAD: Mapping[str, Apply] = {
     "discovery.max_text_chars": _LIVE,
     "discovery.sitemaps": _LIVE,
     "discovery.queue": _RESTART,  # a channel's size is fixed
-    "discovery.parse_processes": _RESTART,  # the processes start with the crawler
+    "discovery.parse_processes": _RESTART,  # the parse threads and processes start with the crawler
     # fingerprints of one run come from one parser: a reload would compare across the two
     "discovery.html_parser": _RESTART,
     # how the allocator reads the history (Allocator.configure(inputs=...))

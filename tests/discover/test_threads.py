@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import functools
+import operator
 import os
 import pickle
 import signal
 import subprocess
 import sys
 import threading
+import time
+from pathlib import Path
 
 import pytest
 import trio
@@ -18,11 +21,14 @@ from _pages import DATA
 from refresher.discover._parse import Document, Extracted, HtmlLinks, Link, process
 from refresher.discover._threads import (
     MIN_PARSE_THREADS,
+    PIPE_BYTES,
     PROCESS_MIN_BYTES,
     ParseCrashed,
     ParseProcesses,
     Parsers,
     ParseThreads,
+    pickled_call,
+    widen,
 )
 
 
@@ -198,3 +204,121 @@ async def test_a_parse_process_outlives_a_sigterm_and_ends_when_closed() -> None
 def test_zero_processes_are_refused() -> None:
     with pytest.raises(ValueError, match="at least 1"):
         ParseProcesses(0)
+
+
+def test_a_call_pickles_without_its_body_which_follows_it_raw() -> None:
+    body = b"x" * PROCESS_MIN_BYTES
+    job = functools.partial(len, body)
+    request, raw = pickled_call(job)
+    assert raw is body and len(request) < 200
+    small = functools.partial(len, b"x" * (PROCESS_MIN_BYTES - 1))
+    assert pickled_call(small)[1] == b""
+
+
+async def test_a_call_with_two_large_bodies_sends_one_raw_and_one_in_its_pickle() -> None:
+    processes = ParseProcesses(1)
+    first, second = b"a" * PROCESS_MIN_BYTES, b"b" * (2 * PROCESS_MIN_BYTES)
+    try:
+        assert await processes.run(functools.partial(operator.add, first, second)) == (
+            first + second
+        )
+        assert await processes.run(functools.partial(len, b"")) == 0
+    finally:
+        processes.close()
+
+
+async def test_a_large_page_takes_an_idle_thread_while_every_process_is_busy(
+    tmp_path: Path,
+) -> None:
+    fifo = tmp_path / "held"
+    os.mkfifo(fifo)
+    parsers = Parsers(processes=1, prefer="process")
+    me = os.getpid()
+    try:
+        async with trio.open_nursery() as nursery:
+            # the process blocks reading the FIFO until the test writes to it
+            nursery.start_soon(
+                functools.partial(
+                    parsers.run, functools.partial(fifo.read_bytes), size=PROCESS_MIN_BYTES
+                )
+            )
+            await trio.testing.wait_all_tasks_blocked()
+            assert parsers.statistics()["process_calls"] == 1
+            assert await parsers.run(os.getpid, size=PROCESS_MIN_BYTES) == me
+            await trio.to_thread.run_sync(fifo.write_bytes, b"done")
+        assert parsers.statistics() == {
+            "thread_calls": 1,
+            "process_calls": 1,
+            "waiting": 0,
+            "processes": 1,
+        }
+    finally:
+        parsers.close()
+
+
+async def test_with_threads_preferred_a_crawl_the_threads_keep_up_with_starts_no_process() -> None:
+    parsers = Parsers(processes=1, prefer="thread")
+    me = os.getpid()
+    try:
+        for _ in range(100):  # one at a time: a thread is always free
+            assert await parsers.run(os.getpid, size=PROCESS_MIN_BYTES) == me
+        assert parsers.statistics()["processes"] == 0
+    finally:
+        parsers.close()
+
+
+async def test_with_threads_preferred_a_process_takes_a_large_page_when_every_thread_is_busy() -> (
+    None
+):
+    parsers = Parsers(processes=1, prefer="thread")
+    me = os.getpid()
+    release = threading.Event()
+    try:
+        async with trio.open_nursery() as nursery:
+            for _ in range(parsers.threads.threads):
+                nursery.start_soon(functools.partial(parsers.run, release.wait, size=10))
+            await trio.testing.wait_all_tasks_blocked()
+            assert await parsers.run(os.getpid, size=PROCESS_MIN_BYTES) != me
+            # a small page waits for a thread; it is handed the first one freed
+            nursery.start_soon(functools.partial(parsers.run, os.getpid, size=10))
+            await trio.testing.wait_all_tasks_blocked()
+            assert parsers.statistics()["waiting"] == 1
+            release.set()
+        assert parsers.statistics()["waiting"] == 0
+    finally:
+        parsers.close()
+
+
+async def test_a_process_idle_for_long_ends_and_a_new_one_takes_the_next_call() -> None:
+    processes = ParseProcesses(1)
+    try:
+        first = await processes.run(os.getpid)
+        assert processes.expire(60.0, time.monotonic()) == 0  # not idle so long
+        assert processes.expire(0.0, float("inf")) == 1 and processes.pids() == []
+        second = await processes.run(os.getpid)
+        assert second != first and processes.pids() == [second]
+    finally:
+        processes.close()
+    with pytest.raises(ProcessLookupError):
+        os.kill(first, 0)  # reaped
+
+
+def test_an_unknown_preference_is_refused() -> None:
+    with pytest.raises(ValueError, match="prefer"):
+        Parsers(prefer="gpu")
+
+
+def test_a_pipe_is_widened_where_it_can_be_and_anything_else_is_left_quietly(
+    tmp_path: Path,
+) -> None:
+    read, write = os.pipe()
+    try:
+        widen(read)
+        fcntl = pytest.importorskip("fcntl")
+        if hasattr(fcntl, "F_GETPIPE_SZ"):
+            assert fcntl.fcntl(write, fcntl.F_GETPIPE_SZ) in (PIPE_BYTES, 1 << 16)
+    finally:
+        os.close(read)
+        os.close(write)
+    with open(tmp_path / "file", "wb") as f:
+        widen(f.fileno())  # not a pipe: refused by the kernel, and nothing is raised
