@@ -364,7 +364,9 @@ def _from_lexbor(data: bytes, found: _Links, text: _Simhash) -> None:
     # Innermost first, so no element is taken out of one already taken out.
     for node in reversed(invisible):
         node.decompose()
-    page_text = _lexbor_text(tree)
+    limit = found._owner.max_text
+    # Text chars never outnumber the page's bytes: a page under the bound is read whole.
+    page_text = _lexbor_text(tree, limit if len(data) > limit else 0)
     if page_text is not None:
         text.feed(page_text)
 
@@ -393,11 +395,58 @@ def _lexbor_links(found: _Links, nodes: Iterable[Any], media: bool) -> list[Any]
     return invisible
 
 
-def _lexbor_text(tree: Any) -> str | None:
+def _lexbor_text(tree: Any, limit: int = 0) -> str | None:
     """The tree's text nodes joined with spaces (an element boundary ends a word), led by
-    a space; None without a root."""
+    a space; None without a root. With a ``limit`` (characters), its first ``limit``
+    characters at least: the same prefix, from a walk that stops there (the simhash reads
+    no further)."""
     root = tree.root
-    return None if root is None else " " + root.text(separator=" ", skip_empty=True)
+    if root is None:
+        return None
+    if not limit:
+        whole: str = root.text(separator=" ", skip_empty=True)
+        return " " + whole
+    walk = _TextWalk(limit - 1)
+    walk.element(root)
+    return " " + " ".join(walk.parts)
+
+
+#: children of an element above which the walk takes each child's text whole; at or below,
+#: it goes into the element children (the page's wrappers: html, body, a content div)
+_WRAPPER_CHILDREN = 8
+#: nodes the walk may wrap in Python (~1 µs each) before it takes every text whole: a tree
+#: of few children per element, however deep, costs at most this many
+_WALK_NODES = 512
+
+
+class _TextWalk:
+    """The first text of a tree, down to its wrappers: ``" ".join(parts)`` begins as the
+    tree's text (:meth:`LexborNode.text` with ``separator=" "``, ``skip_empty=True``) and
+    goes on for ``room`` characters at least, or to the end. Each child's text is that
+    same join over its text nodes (or "" without one), so the non-empty ones joined with
+    spaces are the parent's."""
+
+    __slots__ = ("nodes", "parts", "room")
+
+    def __init__(self, room: int) -> None:
+        self.parts: list[str] = []
+        self.room = room  # characters still wanted, separators included
+        self.nodes = _WALK_NODES
+
+    def element(self, node: Any) -> None:
+        children = list(node.iter(include_text=True))
+        self.nodes -= len(children)
+        into = len(children) <= _WRAPPER_CHILDREN and self.nodes > 0
+        for child in children:
+            if self.room <= 0:
+                return
+            if into and not child.is_text_node:
+                self.element(child)
+                continue
+            part = child.text(separator=" ", skip_empty=True)
+            if part:
+                self.room -= len(part) + (1 if self.parts else 0)
+                self.parts.append(part)
 
 
 # --------------------------------------------------------------------------- the streaming path

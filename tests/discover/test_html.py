@@ -660,3 +660,71 @@ def test_a_page_that_streams_is_bounded_by_max_text_too() -> None:
     assert _html._ends_early(body)
     found = html(body, processor=HtmlLinks(max_text=1000))
     assert found.fingerprint == simhash((" " + words)[:1000])
+
+
+def _tree_text(body: bytes) -> Any:
+    from selectolax.lexbor import LexborHTMLParser
+
+    return LexborHTMLParser(body)
+
+
+_NESTED_TEXT = (
+    "<html><head><title>T</title></head><body>\n <div id=c>  <div>"
+    + "".join(
+        f"<section><h2>s{i}</h2> <p>a <b>b{i}</b>c&amp;d</p>\n<!-- n --> x{i} </section>"
+        for i in range(80)
+    )
+    + "</div> tail <p>  </p></div>  end </body></html>"
+).encode()
+
+
+@pytest.mark.parametrize("limit", [1, 2, 3, 10, 57, 400, 1000, 10**6])
+def test_the_text_walk_with_a_limit_begins_as_the_whole_text_and_stops_after_it(
+    limit: int,
+) -> None:
+    tree = _tree_text(_NESTED_TEXT)
+    whole = _html._lexbor_text(tree)
+    part = _html._lexbor_text(tree, limit)
+    assert whole is not None and part is not None
+    assert whole.startswith(part)
+    assert len(part) >= limit or part == whole
+    assert len(whole) > 1000 and (limit > 1000 or len(part) < len(whole))  # it stopped
+
+
+@given(st.integers(min_value=1, max_value=2000))
+def test_the_text_walk_with_a_limit_begins_as_the_whole_text_for_any_limit(limit: int) -> None:
+    tree = _tree_text(_NESTED_TEXT)
+    whole = _html._lexbor_text(tree)
+    part = _html._lexbor_text(tree, limit)
+    assert whole is not None and part is not None
+    assert whole.startswith(part) and (len(part) >= limit or part == whole)
+
+
+def test_the_text_walk_takes_whole_texts_once_it_has_wrapped_its_share_of_nodes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(_html, "_WALK_NODES", 6)
+    walked: list[str] = []
+    element = _html._TextWalk.element
+
+    def spy(self: Any, node: Any) -> None:
+        walked.append(node.tag)
+        element(self, node)
+
+    monkeypatch.setattr(_html._TextWalk, "element", spy)
+    body = b"<div>" * 50 + b"<p>x</p> y" * 5 + b"</div>" * 50  # every element a wrapper
+    tree = _tree_text(body)
+    whole, part = _html._lexbor_text(tree), _html._lexbor_text(tree, 3)
+    assert whole is not None and part is not None
+    assert whole.startswith(part) and len(part) >= 3
+    assert walked == ["html", "head", "body", "div", "div", "div"]  # then texts whole
+
+
+def test_a_page_over_max_text_bytes_gets_the_fingerprint_it_got_with_the_whole_text() -> None:
+    words = " ".join(f"w{i % 977}x" for i in range(3000))
+    body = _article([words[i : i + 700] for i in range(0, len(words), 700)])
+    bounded = html(body, processor=HtmlLinks(max_text=1000))
+    assert len(body) > 1000
+    assert bounded.fingerprint == simhash(
+        " " + " ".join(words[i : i + 700] for i in range(0, len(words), 700))[:999]
+    )

@@ -6,7 +6,9 @@ from __future__ import annotations
 import re
 import time
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 from _pages import DATA, fixture
 from hypothesis import given
@@ -131,12 +133,42 @@ def test_the_byte_count_bound_is_never_below_the_nesting_estimate(parts: list[st
     assert bound >= nesting_work(body)
 
 
+@given(_SOUP)
+def test_the_estimate_without_self_closing_tags_is_never_below_the_estimate(
+    parts: list[str],
+) -> None:
+    body = "".join(parts).encode()
+    buf = np.frombuffer(body, dtype=np.uint8)
+    lt = np.flatnonzero(buf == 60)
+    assert _lexbor._work(buf, lt, self_closing=False) >= nesting_work(body)
+
+
+def test_the_search_for_self_closing_tags_runs_only_above_the_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    searched: list[int] = []
+    drop = _lexbor._drop_self_closing
+
+    def spy(buf: Any, lt: Any, start: Any) -> None:
+        searched.append(len(lt))
+        drop(buf, lt, start)
+
+    monkeypatch.setattr(_lexbor, "_drop_self_closing", spy)
+    lexbor_tree(b"<div>x</div>" * 5000)  # bound 37.5 M, 5,000 without the "/"
+    assert searched == []
+    lexbor_tree(b"<g/>" * 7000)  # 24.5 M counted as open, 0 as they are: parsed
+    assert searched == [7000]
+    with pytest.raises(NoTree):
+        lexbor_tree(b"<g>" * 7000)
+    assert searched == [7000, 7000]
+
+
 def test_the_bound_spares_a_docs_page_the_estimate_and_not_a_deep_one(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     estimated: list[int] = []
 
-    def estimate(buf: object, lt: object) -> int:
+    def estimate(buf: object, lt: object, *, self_closing: bool = True) -> int:
         estimated.append(len(buf))  # type: ignore[arg-type]
         return 0
 
