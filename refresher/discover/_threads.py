@@ -408,8 +408,9 @@ class Parsers:
         return await self.threads.run(fn)
 
     async def _slot(self, either: bool) -> str:
-        if either and self._adaptive:
-            assert self.processes is not None
+        if self._adaptive and self.processes is not None:
+            # on every call, small pages' too: a crawl that has moved on to small pages
+            # (or below the threads' rate) still ends the processes it no longer needs
             self.processes.expire(IDLE_SECONDS, time.monotonic())
         for kind in self._order if either else ("thread",):
             if self._free[kind] > 0:

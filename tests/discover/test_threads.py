@@ -18,6 +18,7 @@ import trio
 import trio.testing
 from _pages import DATA
 
+from refresher.discover import _threads
 from refresher.discover._parse import Document, Extracted, HtmlLinks, Link, process
 from refresher.discover._threads import (
     MIN_PARSE_THREADS,
@@ -322,3 +323,18 @@ def test_a_pipe_is_widened_where_it_can_be_and_anything_else_is_left_quietly(
         os.close(write)
     with open(tmp_path / "file", "wb") as f:
         widen(f.fileno())  # not a pipe: refused by the kernel, and nothing is raised
+
+
+async def test_an_idle_process_ends_on_a_small_pages_call_too(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    parsers = Parsers(processes=1, prefer="thread")
+    try:
+        assert parsers.processes is not None
+        await parsers.processes.run(os.getpid)  # a process started by a busy moment
+        assert parsers.statistics()["processes"] == 1
+        monkeypatch.setattr(_threads, "IDLE_SECONDS", 0.0)
+        await parsers.run(os.getpid, size=10)  # only small pages come now
+        assert parsers.statistics()["processes"] == 0
+    finally:
+        parsers.close()
