@@ -28,7 +28,7 @@ as in the window.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from numpy.typing import NDArray
@@ -310,17 +310,7 @@ def _log_normal(
     sd = _fitted_spread(ev, means, spread, mixture) if fit else spread
     if sd != spread:
         means, rates = _centres(ev, host, n_hosts, sd, z, mixture)
-    est = _log_normal_map(ev, means, sd, rates, z)
-    return Estimate(
-        rate=est.rate,
-        lower=est.lower,
-        upper=est.upper,
-        n_eff=est.n_eff,
-        fetches=est.fetches,
-        method=est.method,
-        prior_mean=means,
-        prior_sd=sd,
-    )
+    return replace(_log_normal_map(ev, means, sd, rates, z), prior_mean=means, prior_sd=sd)
 
 
 def _centres(
