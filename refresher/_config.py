@@ -541,14 +541,11 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(tp) if a is not type(None)]
-        for arg in args[:-1]:  # the first type the value is (int | str: 3 or "auto")
+        if len(args) == 1:  # X | None: X's own error
+            return _coerce(value, args[0], key)
+        for arg in args:  # the first type the value is (int | str: 3 or "auto")
             with contextlib.suppress(ConfigError):
                 return _coerce(value, arg, key)
-        try:
-            return _coerce(value, args[-1], key)
-        except ConfigError:
-            if len(args) == 1:
-                raise
         raise ConfigError(
             f"expected {_describe(tp)}, got {type(value).__name__} {value!r}; "
             f"fix the value in the config file or the --set flag",
