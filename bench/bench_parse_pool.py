@@ -78,7 +78,7 @@ async def measure(
         c0, w0 = cpu_seconds(me), sum(cpu_seconds(pid) for pid in workers)
         seconds = await run(parsers, work, only)
         c1, w1 = cpu_seconds(me), sum(cpu_seconds(pid) for pid in workers)
-        sent = len(work) - parsers.statistics()["thread_calls"]
+        sent = len(work) - parsers.statistics().thread_calls
     finally:
         parsers.close()  # the pipes close in the event loop that opened them
     pages = len(work)

@@ -63,6 +63,7 @@ __all__ = [
     "ParseProcesses",
     "ParseThreads",
     "Parsers",
+    "ParsersStatistics",
     "pickled_call",
     "usable_cpus",
     "widen",
@@ -337,6 +338,17 @@ class ParseProcesses:
 IDLE_SECONDS = 60.0
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ParsersStatistics:
+    """A snapshot of :class:`Parsers`: calls started on a thread and in a process so far,
+    calls waiting for a slot now, worker processes running now (idle or busy)."""
+
+    thread_calls: int
+    process_calls: int
+    waiting: int
+    processes: int
+
+
 class _Waiter:
     """A call waiting for a parse slot: ``kind`` is the slot it was handed ("thread" or
     "process"), set before ``ready``."""
@@ -433,14 +445,15 @@ class Parsers:
         waiter.kind = kind
         waiter.ready.set()
 
-    def statistics(self) -> dict[str, int]:
-        """Calls started on each kind of slot, and the calls waiting for one now."""
-        return {
-            "thread_calls": self.calls["thread"],
-            "process_calls": self.calls["process"],
-            "waiting": len(self._any) + len(self._thread_only),
-            "processes": len(self.processes.pids()) if self.processes is not None else 0,
-        }
+    def statistics(self) -> ParsersStatistics:
+        """Calls started on each kind of slot, the calls waiting for one now, and the
+        processes running."""
+        return ParsersStatistics(
+            thread_calls=self.calls["thread"],
+            process_calls=self.calls["process"],
+            waiting=len(self._any) + len(self._thread_only),
+            processes=len(self.processes.pids()) if self.processes is not None else 0,
+        )
 
     def close(self) -> None:
         self.threads.close()

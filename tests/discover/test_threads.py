@@ -27,6 +27,7 @@ from refresher.discover._threads import (
     ParseCrashed,
     ParseProcesses,
     Parsers,
+    ParsersStatistics,
     ParseThreads,
     pickled_call,
     widen,
@@ -244,15 +245,12 @@ async def test_a_large_page_takes_an_idle_thread_while_every_process_is_busy(
                 )
             )
             await trio.testing.wait_all_tasks_blocked()
-            assert parsers.statistics()["process_calls"] == 1
+            assert parsers.statistics().process_calls == 1
             assert await parsers.run(os.getpid, size=PROCESS_MIN_BYTES) == me
             await trio.to_thread.run_sync(fifo.write_bytes, b"done")
-        assert parsers.statistics() == {
-            "thread_calls": 1,
-            "process_calls": 1,
-            "waiting": 0,
-            "processes": 1,
-        }
+        assert parsers.statistics() == ParsersStatistics(
+            thread_calls=1, process_calls=1, waiting=0, processes=1
+        )
     finally:
         parsers.close()
 
@@ -263,7 +261,7 @@ async def test_with_threads_preferred_a_crawl_the_threads_keep_up_with_starts_no
     try:
         for _ in range(100):  # one at a time: a thread is always free
             assert await parsers.run(os.getpid, size=PROCESS_MIN_BYTES) == me
-        assert parsers.statistics()["processes"] == 0
+        assert parsers.statistics().processes == 0
     finally:
         parsers.close()
 
@@ -283,9 +281,9 @@ async def test_with_threads_preferred_a_process_takes_a_large_page_when_every_th
             # a small page waits for a thread; it is handed the first one freed
             nursery.start_soon(functools.partial(parsers.run, os.getpid, size=10))
             await trio.testing.wait_all_tasks_blocked()
-            assert parsers.statistics()["waiting"] == 1
+            assert parsers.statistics().waiting == 1
             release.set()
-        assert parsers.statistics()["waiting"] == 0
+        assert parsers.statistics().waiting == 0
     finally:
         parsers.close()
 
@@ -332,9 +330,9 @@ async def test_an_idle_process_ends_on_a_small_pages_call_too(
     try:
         assert parsers.processes is not None
         await parsers.processes.run(os.getpid)  # a process started by a busy moment
-        assert parsers.statistics()["processes"] == 1
+        assert parsers.statistics().processes == 1
         monkeypatch.setattr(_threads, "IDLE_SECONDS", 0.0)
         await parsers.run(os.getpid, size=10)  # only small pages come now
-        assert parsers.statistics()["processes"] == 0
+        assert parsers.statistics().processes == 0
     finally:
         parsers.close()
