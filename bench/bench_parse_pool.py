@@ -8,9 +8,10 @@ the pages of DIR (default the Python 3.11 docs of Debian's ``python3.11-doc``; `
 keeps only pages of 16 KiB and more, the ones a process may take) through it from a trio
 event loop, eight calls in flight, one page per call, as the daemon's workers would:
 
-- **threads**: the parse threads alone (``discovery.parse_processes = 0``, the default);
+- **threads**: the parse threads alone (``discovery.parse_processes = 0``);
 - **2 processes**: a large page goes to a free process, else to a free thread (``= 2``);
-- **auto**: a large page goes to a free thread, else to a free process (``= "auto"``);
+- **auto**: a large page goes to a free thread, else to a free process (``= "auto"``, the
+  default; here with two processes, as on a 2-CPU machine);
 - **2 processes only**: every large page waits for a process (``= 2`` before 26 Nov).
 
 For each: pages/s (wall), the crawler process's CPU ms per page (what the event loop competes
