@@ -743,7 +743,6 @@ class Allocator:
         self._wall = wall_clock
         self._planner = planner
         self._pages = 0
-        self._solves = 0
         self._reasons: dict[str, int] = {}
         self._last_solve = 0.0
         self._solved_at = -math.inf  # trio time at the end of the last solve
@@ -848,7 +847,6 @@ class Allocator:
             # state (its symmetric tail towards fast rates), the value at λ̂ within 0.02.
             self._freshness = float(np.mean(page_freshness(inputs, result.target)))
             self._age = float(np.mean(page_age(inputs, result.target)))
-        self._solves += 1
         self._reasons[reason] = self._reasons.get(reason, 0) + 1
         self._last_solve = time.perf_counter() - t0
         self._solved_at = trio.current_time()
@@ -917,7 +915,7 @@ class Allocator:
             budget=self.budget,
             pages=self._pages,
             uniform_interval=self.uniform_interval,
-            solves=self._solves,
+            solves=sum(self._reasons.values()),
             last_solve_seconds=self._last_solve,
             solve_reasons=dict(self._reasons),
             fetched_since_solve=self._fetched_since(),
