@@ -19,13 +19,20 @@ before the first one it plans alone for B/N, N being the nodes seen answering.
 
 A node is live while its answer row is fresher than the lease ttl (each node rewrites it
 every tick); a round waits for every live node, at most a lease ttl, then goes on with the
-answers it has. The coordinator starts a new solve every ``resolve_interval`` seconds and at
-once when the fleet's budget, policy, exploration share or ``policy.decide`` changes (its own
-configuration's) or a node joins or leaves (the set of live nodes differs from the one the
-last solve heard), and when a node's page set has grown or shrunk by more than a tenth since
-it answered the census (each tick's row says how many pages its last plan saw): a level is a
-price that stays valid while pages come and go, but not across a fleet that starts empty and
-is then seeded (its first solve, over no pages, places nothing).
+answers it has. The coordinator starts a new solve when the re-plan rule says so, the one a
+single node's allocator asks (:func:`refresher.refresh._replan.replan_reason`, ``[policy]``):
+once the fetches the nodes have acknowledged since the last solve began reach
+``policy.replan_share`` of the fleet's pages, not sooner than ``policy.replan_floor`` nor than
+20 × the last solve's cost, and at the latest every ``policy.resolve_interval`` seconds. Each
+node's row carries its store's count of acknowledged fetches, its page count and how long its
+last allocation pass took; the fleet's count is the sum of the live nodes' counts since the
+solve began, its pages the sum of theirs, and a solve's cost the longest pass among them
+(each new solution has every node plan again). It also solves at once when the fleet's
+budget, policy, exploration share or ``policy.decide`` changes (its own configuration's) or a
+node joins or leaves (the set of live nodes differs from the one the last solve heard), and
+when a node's page set has grown or shrunk by more than a tenth since it answered the census:
+a level is a price that stays valid while pages come and go, but not across a fleet that
+starts empty and is then seeded (its first solve, over no pages, places nothing).
 """
 
 from __future__ import annotations
@@ -33,9 +40,9 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, replace
-from typing import Any
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
 
 import numpy as np
 import trio
@@ -45,15 +52,21 @@ from refresher._errors import StoreError
 from refresher.fleet._solve import FleetSolver, Solution, answer, node_plan
 from refresher.ops._logging import get_logger
 from refresher.refresh._allocate import Plan, PolicyInputs, demand, plan, worth_fetching
-from refresher.store._pg_budget import BudgetStore
+from refresher.refresh._replan import Reason, ReplanRule, replan_fetches, replan_reason
+from refresher.store._pg_budget import BudgetStore, DemandRow
 
-__all__ = ["FleetBudget", "FleetBudgetStatistics"]
+__all__ = ["FleetBudget", "FleetBudgetStatistics", "FleetReason"]
 
 log = get_logger("fleet.budget")
 
 # a node's pages may move this much (relative) from what its census answer counted before
 # the coordinator solves again
 _PAGES_MOVED = 0.1
+
+#: why the coordinator solved: the allocator's reasons ("start": this node's first solve as
+#: coordinator; "settings": the fleet's budget or policy changed), or "nodes": a node joined or
+#: left, or its pages moved by more than a tenth since its census answer
+FleetReason = Reason | Literal["nodes"]
 
 _NO_PAGES = PolicyInputs(
     page_ids=np.zeros(0, np.int64),
@@ -75,14 +88,37 @@ class FleetBudgetStatistics:
     unplaced: float  # fetches per second the fleet's caps leave unplaced
     rounds: int  # rounds the last solution took
     solves: int  # solutions this node published as coordinator
+    # those solutions by why their solve began (FleetReason)
+    solve_reasons: Mapping[str, int] = field(
+        default_factory=dict, hash=False, metadata={"metric": "counter"}
+    )
+    # as coordinator: fetches the live nodes acknowledged since the last solve began, and how
+    # many call for the next one (∞: policy.replan_share = 0; 0 and NaN on the other nodes)
+    fetched_since_solve: int = 0
+    replan_fetches: float = math.nan
     nodes: int  # nodes answering (as last seen)
     node_budget: float  # Σ target rates of this node's pages in its last plan
     errors: int  # ticks that failed on the database (it keeps the last level meanwhile)
 
 
+_DEFAULT_REPLAN = ReplanRule()
+
+
+def _none_acknowledged() -> int:
+    return 0
+
+
+def _no_pass() -> float:
+    return 0.0
+
+
 class FleetBudget:
     """A node's part in the fleet's one budget; see the module docstring. ``store`` is the
-    SQL (:class:`refresher.store._pg_budget.PgBudget`), called from worker threads."""
+    SQL (:class:`refresher.store._pg_budget.PgBudget`), called from worker threads;
+    ``replan`` the re-plan rule (``[policy]``, live: assign it); ``acknowledged`` this node's
+    count of fetches its store acknowledged (:attr:`refresher.store.StoreStatistics.
+    acknowledged`; none: the fleet re-plans on the clock alone) and ``plan_seconds`` how long
+    its allocator's last pass took (seconds)."""
 
     def __init__(
         self,
@@ -90,14 +126,18 @@ class FleetBudget:
         store: BudgetStore,
         node_id: str,
         lease_ttl: float = 10.0,
-        resolve_interval: float = 60.0,
+        replan: ReplanRule = _DEFAULT_REPLAN,
+        acknowledged: Callable[[], int] = _none_acknowledged,
+        plan_seconds: Callable[[], float] = _no_pass,
         tick: float | None = None,
         on_solution: Callable[[], None] | None = None,
     ) -> None:
         self._store = store
         self.node_id = node_id
         self.lease_ttl = lease_ttl
-        self.resolve_interval = resolve_interval
+        self.replan = replan
+        self._acknowledged = acknowledged
+        self._plan_seconds = plan_seconds
         self.tick = lease_ttl / 10.0 if tick is None else tick
         self._on_solution = on_solution
         # what the allocator's last plan saw (written from its worker thread)
@@ -117,7 +157,12 @@ class FleetBudget:
         self._members: frozenset[str] = frozenset()  # the nodes the last solve heard
         self._posted_at = 0.0
         self._solved_at = -math.inf
-        self._solves = 0
+        self._reason: FleetReason = "start"  # why the solve under way began
+        self._reasons: dict[str, int] = {}  # published solutions by self._reason
+        # each live node's acknowledged fetches when the last solve began
+        self._acknowledged_at: dict[str, int] = {}
+        self._fetched = 0  # fetches since then, as of the last tick
+        self._replan_fetches = math.nan
         self._nodes = 1
         self._node_budget = 0.0
         self._wake = trio.Event()
@@ -250,7 +295,14 @@ class FleetBudget:
             self._answer = mine
         # with the page count of the allocator's last plan: the coordinator solves again when
         # it has moved far from what this node's census answer counted
-        summary = {**mine, "pages_now": int(self._inputs.page_ids.size)}
+        # and what the coordinator's re-plan rule counts: its acknowledged fetches and the
+        # cost of a new solution to it (its allocator's pass)
+        summary = {
+            **mine,
+            "pages_now": int(self._inputs.page_ids.size),
+            "acknowledged": int(self._acknowledged()),
+            "plan_seconds": float(self._plan_seconds()),
+        }
         # rewritten every tick: the row's freshness is this node's liveness
         await trio.to_thread.run_sync(lambda: self._store.answer(self.node_id, epoch, summary))
 
@@ -270,20 +322,14 @@ class FleetBudget:
             return
         now = time.monotonic()
         solver = self._solver
-        members = frozenset(r.node_id for r in live)
-        if solver is None or (
-            solver.solution is not None
-            and (
-                self._settings != self._solver_settings
-                or now - self._solved_at >= self.resolve_interval
-                or members != self._members
-                or any(_pages_moved(r.summary) for r in live)
-            )
-        ):
-            self._members = members
-            await self._start(epoch, now)
+        reason: FleetReason | None = "start"
+        if solver is not None:
+            reason = self._due(live, now) if solver.solution is not None else None
+        if reason is not None:
+            self._members = frozenset(r.node_id for r in live)
+            await self._start(epoch, now, reason, live)
             return
-        if solver.solution is not None:
+        if solver is None or solver.solution is not None:
             return
         query = solver.query
         current = [
@@ -308,14 +354,44 @@ class FleetBudget:
                 lambda: store.publish(epoch, solution.to_json(), unplaced=solution.unplaced)
             )
             if ok:
-                self._solves += 1
+                self._reasons[self._reason] = self._reasons.get(self._reason, 0) + 1
                 self._solved_at = now
             return
         await self._post(epoch, solver.query, now)
 
-    async def _start(self, epoch: int, now: float) -> None:
+    def _due(self, live: list[DemandRow], now: float) -> FleetReason | None:
+        """Why a new solve is due now, the last one published, with ``live`` the live nodes'
+        rows: the settings or the nodes changed, or as the re-plan rule says over the fleet's
+        pages and the fetches acknowledged since the last solve began; None: not yet."""
+        if self._settings != self._solver_settings:
+            return "settings"
+        members = frozenset(r.node_id for r in live)
+        if members != self._members or any(_pages_moved(r.summary) for r in live):
+            return "nodes"
+        self._fetched = sum(
+            _fetched_since(r.summary, self._acknowledged_at.get(r.node_id, 0)) for r in live
+        )
+        pages = sum(int(r.summary.get("pages_now", 0)) for r in live)
+        cost = max((float(r.summary.get("plan_seconds", 0.0)) for r in live), default=0.0)
+        self._replan_fetches = replan_fetches(self.replan, pages)
+        since = now - self._solved_at
+        return replan_reason(since, self._fetched, pages, cost, self.replan)
+
+    async def _start(
+        self, epoch: int, now: float, reason: FleetReason, live: list[DemandRow]
+    ) -> None:
         assert self._settings is not None
         policy, budget, explore, decide = self._settings
+        log.info(
+            "fleet budget solving",
+            reason=reason,
+            fetched_since=self._fetched,
+            nodes=len(live),
+            epoch=epoch,
+        )
+        self._reason = reason
+        self._acknowledged_at = {r.node_id: int(r.summary.get("acknowledged", 0)) for r in live}
+        self._fetched = 0
         self._solve_id += 1
         self._solver = FleetSolver(policy=policy, budget=budget, explore=explore, decide=decide)
         self._solver_settings = self._settings
@@ -340,7 +416,10 @@ class FleetBudget:
             mu=math.nan if s is None else s.mu,
             unplaced=0.0 if s is None else s.unplaced,
             rounds=0 if s is None else s.rounds,
-            solves=self._solves,
+            solves=sum(self._reasons.values()),
+            solve_reasons=dict(self._reasons),
+            fetched_since_solve=self._fetched if self._epoch is not None else 0,
+            replan_fetches=self._replan_fetches if self._epoch is not None else math.nan,
             nodes=self._nodes,
             node_budget=self._node_budget,
             errors=self.errors,
@@ -354,3 +433,10 @@ def _pages_moved(summary: dict[str, Any]) -> bool:
     if now is None or pinned is None:
         return False
     return abs(int(now) - int(pinned)) > _PAGES_MOVED * max(int(pinned), 1)
+
+
+def _fetched_since(summary: dict[str, Any], before: int) -> int:
+    """A node's acknowledged fetches since the last solve began, when it had acknowledged
+    ``before``: all of its count when that is smaller (the node started again since)."""
+    now = int(summary.get("acknowledged", 0))
+    return now - before if now >= before else now

@@ -352,6 +352,8 @@ class Daemon:
             replan=ReplanRule.from_config(new.policy),
             inputs=InputSettings.from_config(new),
         )
+        if self._fleet_budget is not None:  # the fleet's coordinator asks the same rule
+            self._fleet_budget.replan = ReplanRule.from_config(new.policy)
 
     def _configure_archive(self, old: Config, new: Config) -> None:
         """Retention and the free-space floor are live (the rest of [archive] is restart-only,
@@ -460,11 +462,20 @@ class Daemon:
             if self._allocator is not None:
                 self._allocator.poke()
 
+        def acknowledged() -> int:
+            return 0 if self._store is None else self._store.statistics().acknowledged
+
+        def plan_seconds() -> float:
+            a = self._allocator
+            return 0.0 if a is None else a.statistics().last_solve_seconds
+
         self._fleet_budget = FleetBudget(
             store=PgBudget(c.fleet.dsn),
             node_id=c.fleet.node_id,
             lease_ttl=c.fleet.lease_ttl,
-            resolve_interval=c.policy.resolve_interval,
+            replan=ReplanRule.from_config(c.policy),
+            acknowledged=acknowledged,
+            plan_seconds=plan_seconds,
             on_solution=replan,
         )
         return self._fleet_budget

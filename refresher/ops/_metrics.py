@@ -214,6 +214,28 @@ METRICS: Mapping[str, Mapping[str, MetricSpec]] = {
         "expected_freshness": _g("Estimated mean freshness of the plan in force (0 to 1)."),
         "expected_age": _g("Estimated mean age of the plan in force, seconds."),
     },
+    "fleet_budget": {
+        "coordinator": _g("1 while this node holds the fleet budget's coordinator lease."),
+        "epoch": _g("The coordinator epoch of the fleet solution in use (0: none yet)."),
+        "mu": _g("The fleet's level (the policy's multiplier) in use."),
+        "unplaced": _g("Budget (fetches per second) the fleet's host caps left unplaced."),
+        "rounds": _g("Rounds the last fleet solution took."),
+        "nodes": _g("Nodes answering the fleet budget, as last seen."),
+        "node_budget": _g("Fetches per second this node's last plan placed (its part of B)."),
+        "solves": _c("Fleet budget solutions this node published as coordinator."),
+        "solve_reasons": _c(
+            "Fleet budget solutions by why their solve began: start, settings, clock "
+            "(policy.resolve_interval), learned (policy.replan_share of the fleet's pages "
+            "fetched since the last), nodes (a node joined or left, or its pages moved).",
+            name="fleet_budget_solves_by_reason",
+            label="reason",
+        ),
+        "fetched_since_solve": _g(
+            "Fetches the live nodes acknowledged since the last fleet solve began (coordinator)."
+        ),
+        "replan_fetches": _g("Fleet-wide fetches that call for the next solve (coordinator)."),
+        "errors": _c("Fleet budget ticks that failed on the database."),
+    },
     "seen": {
         "cache.capacity": _g("Entries the URL-seen CLOCK cache holds at most."),
         "cache.size": _g("Entries in the URL-seen CLOCK cache."),

@@ -44,7 +44,7 @@ RELOAD: Mapping[str, Apply] = {
     "crawl.workers": _RESTART,
     "budget.fetches_per_second": _LIVE,  # Allocator.configure → the frontier's pacer
     "policy.name": _LIVE,
-    "policy.resolve_interval": _LIVE,  # Allocator.configure(replan=…), at its next look
+    "policy.resolve_interval": _LIVE,  # Allocator.configure(replan=…) and FleetBudget.replan
     "policy.replan_share": _LIVE,
     "policy.replan_floor": _LIVE,
     "policy.explore": _LIVE,

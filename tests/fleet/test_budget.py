@@ -14,9 +14,11 @@ import trio
 
 from refresher import policies
 from refresher.fleet import FleetBudget
+from refresher.fleet._budget import _fetched_since
 from refresher.fleet._solve import FleetSolver, answer, target_rates
 from refresher.policies import Demand
 from refresher.refresh._allocate import PolicyInputs, demand, plan, within_caps, worth_fetching
+from refresher.refresh._replan import ReplanRule
 from refresher.store._pg_budget import PgBudget
 from refresher.store._pg_schema import init_fleet
 from tests.conftest import wait_for
@@ -391,11 +393,77 @@ async def test_a_fleet_that_starts_empty_solves_again_once_its_pages_arrive(
 
         await wait_for(solved_again, what="a new solution once the pages are there")
         nursery.cancel_scope.cancel()
+    assert node.statistics().solve_reasons == {"start": 1, "nodes": 1}
     f = node(_inputs(pages, everything), "uniform", 50.0, explore=0.0).target
     single = _single(pages, "uniform", 50.0)
     assert (f[np.asarray(single.rates) > 0] > 0).all()
     _close(f, pages, single)
     node.close()
+
+
+async def test_the_fleet_solves_again_once_its_nodes_fetched_the_replan_share_of_its_pages(
+    postgres: Callable[..., str],
+) -> None:
+    # the allocator's rule, fleet-wide: half of the 6,000 pages fetched across the nodes since
+    # the last solve began call for the next one, long before the hour's clock
+    pages = _pages(51, 6_000, 300)
+    parts = _split(pages, 2, seed=1)
+    dsn = postgres()
+    init_fleet(dsn, partitions=8)
+    counts = {"n0": 0, "n1": 0}
+    rule = ReplanRule(interval=3600.0, share=0.5, floor=0.0)
+    nodes = [
+        FleetBudget(
+            store=PgBudget(dsn),
+            node_id=name,
+            lease_ttl=2.0,
+            replan=rule,
+            acknowledged=lambda name=name: counts[name],
+            tick=0.02,
+        )
+        for name in counts
+    ]
+    for node, rows in zip(nodes, parts, strict=True):
+        node(_inputs(pages, rows), "uniform", 1.0, explore=0.0)
+
+    def coordinator() -> FleetBudget:
+        return next(n for n in nodes if n.statistics().coordinator)
+
+    async with trio.open_nursery() as nursery:
+        for node in nodes:
+            nursery.start_soon(node.run)
+        await wait_for(lambda: _agreed(nodes), what="one solution over both nodes")
+        # the first (over the nodes answering yet) and one over both nodes, for the nodes
+        before = coordinator().statistics().solve_reasons
+        assert set(before) <= {"start", "nodes"}
+        counts["n0"] += 1_000
+        counts["n1"] += 1_999
+        await wait_for(
+            lambda: any(n.statistics().fetched_since_solve == 2_999 for n in nodes),
+            what="the coordinator counting 2,999 fetches across the fleet",
+        )
+        stats = coordinator().statistics()
+        assert stats.replan_fetches == 3_000.0
+        assert stats.solve_reasons == before  # one fetch short of half the pages
+        counts["n1"] += 1
+        await wait_for(
+            lambda: coordinator().statistics().solve_reasons.get("learned") == 1,
+            what="a solve the fetches called for",
+        )
+        await wait_for(lambda: _agreed(nodes), what="both holding the new solution")
+        nursery.cancel_scope.cancel()
+    stats = coordinator().statistics()
+    assert stats.solve_reasons == {**before, "learned": 1}
+    assert stats.solves == sum(before.values()) + 1
+    assert stats.fetched_since_solve < 3_000  # counted again from the new solve
+    for node in nodes:
+        node.close()
+
+
+def test_a_node_started_again_counts_all_its_fetches_since_toward_the_fleets_replan() -> None:
+    assert _fetched_since({"acknowledged": 700}, 500) == 200
+    assert _fetched_since({"acknowledged": 40}, 500) == 40  # its count began again at 0
+    assert _fetched_since({}, 0) == 0  # a row written before the count was reported
 
 
 async def test_nodes_keep_the_last_mu_while_the_coordinator_changes_hands(

@@ -17,6 +17,7 @@ from refresher.crawl._fetch import FetcherStatistics
 from refresher.crawl._frontier import FrontierStatistics
 from refresher.crawl._workers import CrawlerStatistics
 from refresher.discover._discovery import DiscoveryStatistics
+from refresher.fleet import FleetBudgetStatistics
 from refresher.fleet._node import FleetNodeStatistics
 from refresher.ops._metrics import METRICS, MetricsServer
 from refresher.ops._notify import NotifierStatistics
@@ -259,6 +260,32 @@ async def test_a_failing_source_is_left_out_and_the_rest_is_served(nursery, sour
     assert stats.source_errors == 1 and stats.scrapes == 1 and stats.port == port
 
 
+async def test_the_fleet_budgets_solves_are_counted_by_reason(nursery):
+    stats = FleetBudgetStatistics(
+        coordinator=True,
+        epoch=3,
+        policy="optimal",
+        mu=0.25,
+        unplaced=0.0,
+        rounds=5,
+        solves=3,
+        solve_reasons={"start": 1, "learned": 2},
+        fetched_since_solve=40,
+        replan_fetches=float("inf"),  # policy.replan_share = 0: left out
+        nodes=2,
+        node_budget=1.5,
+        errors=0,
+    )
+    port = await start(nursery, {"fleet_budget": lambda: stats})
+    fam = families((await scrape(port)).text)
+    values = samples((await scrape(port)).text)
+    assert fam["refresher_fleet_budget_solves_by_reason"].type == "counter"
+    assert values["refresher_fleet_budget_solves_by_reason_total", (("reason", "learned"),)] == 2
+    assert values["refresher_fleet_budget_solves_total", ()] == 3
+    assert values["refresher_fleet_budget_fetched_since_solve", ()] == 40
+    assert "refresher_fleet_budget_replan_fetches" not in fam
+
+
 def test_every_field_of_the_known_snapshots_has_a_spec_and_every_spec_a_field():
     for component, cls in (
         ("crawler", CrawlerStatistics),
@@ -269,6 +296,7 @@ def test_every_field_of_the_known_snapshots_has_a_spec_and_every_spec_a_field():
         ("notifier", NotifierStatistics),
         ("discovery", DiscoveryStatistics),
         ("fleet", FleetNodeStatistics),
+        ("fleet_budget", FleetBudgetStatistics),
     ):
         names = {f.name for f in dataclasses.fields(cls)} - {"policy"}
         assert set(METRICS[component]) == names, component
