@@ -345,7 +345,7 @@ def _throughput_config(
         store={"flush_interval": 0.5, "batch_size": 5000},
         crawl={"workers": workers, **({"seeds_file": str(seeds)} if seeds else {})},
         budget={"fetches_per_second": args.budget},
-        policy={"resolve_interval": 3600.0},
+        policy={"resolve_interval": 3600.0, "replan_share": 0.0},  # no re-plans
         politeness={
             "min_delay": args.min_delay,
             "response_time_factor": 0.0,
@@ -645,7 +645,7 @@ def run_memory(args: argparse.Namespace, pages: int, *, due_now: bool) -> Memory
             # So low that, after the allocator's reschedule, every fetched page is due days
             # from now; the pacer lets at most a token or two through.
             budget={"fetches_per_second": 1e-6},
-            policy={"resolve_interval": 3600.0},
+            policy={"resolve_interval": 3600.0, "replan_share": 0.0},  # no re-plans
             politeness={"min_delay": 1.0, "response_time_factor": 0.0},
             fetch={"timeout": 1.0},
             # Workers wait for the pacer's next token (days away) and finish only at the

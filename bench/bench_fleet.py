@@ -339,7 +339,7 @@ def bench_nodes(pg: Postgres, nodes: int, args: argparse.Namespace, root: Path) 
                     store={"flush_interval": 0.5, "batch_size": 5000},
                     crawl={"workers": args.workers, "seeds_file": str(seeds)},
                     budget={"fetches_per_second": args.budget},
-                    policy={"resolve_interval": 3600.0},
+                    policy={"resolve_interval": 3600.0, "replan_share": 0.0},  # no re-plans
                     politeness={
                         "min_delay": args.min_delay,
                         "response_time_factor": 0.0,

@@ -305,7 +305,7 @@ def refresher_config(directory: Path, web: Web, args: argparse.Namespace) -> Pat
         store={"flush_interval": 0.5, "batch_size": 5000},
         crawl={"workers": args.workers, "seeds_file": str(seeds_file)},
         budget={"fetches_per_second": args.budget},
-        policy={"resolve_interval": 3600.0},
+        policy={"resolve_interval": 3600.0, "replan_share": 0.0},  # no re-plans
         politeness={"min_delay": 0.0, "response_time_factor": 0.0, "max_delay": 5.0},
         fetch={"timeout": 10.0},
         dns={"static": {web.pattern: f"127.0.0.1:{web.port}"}},
