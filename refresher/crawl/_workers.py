@@ -188,6 +188,11 @@ class Crawler:
             log_level=c.log.level,
         )
 
+    @property
+    def parsers(self) -> Parsers:
+        """The parse stage's threads and processes (their ``statistics()``: calls by kind)."""
+        return self._parsing
+
     def abandon(self, hosts: Callable[[str], bool]) -> int:
         """Cut the requests on the wire to the hosts ``hosts`` accepts; how many were cut.
 

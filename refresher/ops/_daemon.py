@@ -210,6 +210,8 @@ class Daemon:
         ):
             if part is not None:
                 out[name] = _plain(part.statistics())
+        if self._crawler is not None:  # the parse stage's calls on threads and in processes
+            out["parse"] = _plain(self._crawler.parsers.statistics())
         if self._allocator is not None:
             # how the estimator reads the history now ([estimate], a reload changes it)
             out["estimator"] = _plain(self._allocator.inputs)
@@ -391,6 +393,7 @@ class Daemon:
         sources["notifier"] = self.notifier.statistics
         sources["discovery"] = snapshot(lambda: self._discovery)
         sources["seen"] = snapshot(lambda: self._discovery.seen if self._discovery else None)
+        sources["parse"] = snapshot(lambda: self._crawler.parsers if self._crawler else None)
         return MetricsServer(
             port=c.metrics.port,
             host=c.metrics.host,

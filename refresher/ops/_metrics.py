@@ -143,6 +143,12 @@ METRICS: Mapping[str, Mapping[str, MetricSpec]] = {
         "inbox_sent": _c("Discovered pages sent to the inbox of another node's partition."),
         "inbox_drained": _c("Inbox rows taken for this node's partitions."),
     },
+    "parse": {
+        "thread_calls": _c("Parse calls started on a parse thread."),
+        "process_calls": _c("Parse calls started in a parse process (discovery.parse_processes)."),
+        "waiting": _g("Parse calls waiting for a thread or process now."),
+        "processes": _g("Parse processes running now, idle or busy."),
+    },
     "frontier": {
         "in_memory": _g("Pages held in memory."),
         "waiting": _g("Pages in memory not yet due."),

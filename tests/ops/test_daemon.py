@@ -175,6 +175,9 @@ async def test_seed_and_status_reach_the_running_daemon_and_the_file_when_stoppe
     assert set(stages) == {"held", "wire", "parse", "record"}
     # a host is held through its fetch and its page's parse
     assert stages["held"] >= stages["wire"] + stages["parse"] > 0
+    parse = answer["parse"]  # the parse stage's calls, as Parsers.statistics() counts them
+    assert set(parse) == {"thread_calls", "process_calls", "waiting", "processes"}
+    assert parse["thread_calls"] + parse["process_calls"] >= 3
     human = await acli("status", "--config", str(config))
     assert "running" in human.stdout and "pages" in human.stdout
     assert "requests/s on the wire" in human.stdout
@@ -360,6 +363,10 @@ async def test_metrics_are_scraped_from_a_running_daemon(site, short_dir, daemon
     assert samples["refresher_crawler_fetches_total"] >= 10
     assert samples["refresher_store_pages"] == len(s.urls())
     assert "refresher_frontier_in_memory" in samples
+    # the parse stage: every fetched page went to a parse thread or process
+    parsed = samples["refresher_parse_thread_calls_total"]
+    assert parsed + samples["refresher_parse_process_calls_total"] >= 1
+    assert samples["refresher_parse_waiting"] >= 0 and "refresher_parse_processes" in samples
     d.signal(signal.SIGTERM)
     assert await d.wait_exit() == 0
 

@@ -17,6 +17,7 @@ from refresher.crawl._fetch import FetcherStatistics
 from refresher.crawl._frontier import FrontierStatistics
 from refresher.crawl._workers import CrawlerStatistics
 from refresher.discover._discovery import DiscoveryStatistics
+from refresher.discover._threads import ParsersStatistics
 from refresher.fleet import FleetBudgetStatistics
 from refresher.fleet._node import FleetNodeStatistics
 from refresher.ops._metrics import METRICS, MetricsServer
@@ -297,6 +298,7 @@ def test_every_field_of_the_known_snapshots_has_a_spec_and_every_spec_a_field():
         ("discovery", DiscoveryStatistics),
         ("fleet", FleetNodeStatistics),
         ("fleet_budget", FleetBudgetStatistics),
+        ("parse", ParsersStatistics),
     ):
         names = {f.name for f in dataclasses.fields(cls)} - {"policy"}
         assert set(METRICS[component]) == names, component
