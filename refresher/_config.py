@@ -412,7 +412,8 @@ def _non_negative(v: Any) -> str | None:
 
 
 def _processes(v: Any) -> str | None:
-    if v == "auto" or (isinstance(v, int) and v >= 0):
+    # a bool is an int in Python: true is no count (the type check refuses it first, too)
+    if v == "auto" or (isinstance(v, int) and not isinstance(v, bool) and v >= 0):
         return None
     return 'must be 0 or more, or "auto"'
 

@@ -5,7 +5,7 @@ from typing import Any
 
 import pytest
 
-from refresher._config import Config, load_config, parse_override
+from refresher._config import _CHECKS, Config, load_config, parse_override
 from refresher._errors import ConfigError
 
 
@@ -341,3 +341,12 @@ def test_parse_processes_take_a_count_or_auto_and_anything_else_is_refused(
         assert str(e).startswith("discovery.parse_processes: must be 0 or more, or")
     e = error_of(tmp_path, "[discovery]\nparse_processes = true\n")
     assert "expected an integer or a string" in str(e)
+    assert str(e).startswith("discovery.parse_processes: ") and "\n" not in str(e)
+    assert "fix the value in the config file or the --set flag" in str(e)
+
+
+def test_the_parse_processes_check_itself_refuses_a_boolean_as_a_count() -> None:
+    # True is an int in Python; the check must not rest on the type coercion alone
+    check = _CHECKS["discovery.parse_processes"]
+    assert check(True) == check(False) == 'must be 0 or more, or "auto"'
+    assert check(0) is None and check(3) is None and check("auto") is None
