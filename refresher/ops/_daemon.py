@@ -793,11 +793,21 @@ def _pid() -> int:
 
 
 def _plain(stats: Any) -> dict[str, Any]:
-    out = asdict(stats)
-    for k, v in out.items():
-        if isinstance(v, float) and not math.isfinite(v):
-            out[k] = None
+    """A statistics snapshot as the status's JSON: every number that is not finite, at any
+    depth (∞ ``replan_fetches`` when ``policy.replan_share = 0``, NaN before a first solve),
+    becomes null, which strict JSON parsers read (``Infinity`` and ``NaN`` are not JSON)."""
+    out: dict[str, Any] = _finite(asdict(stats))
     return out
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
 
 
 #: the cyclic garbage collector's thresholds in the daemon (CPython's are (700, 10, 10)).

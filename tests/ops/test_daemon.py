@@ -745,3 +745,47 @@ def test_the_daemon_tunes_malloc_before_it_starts(monkeypatch: pytest.MonkeyPatc
 
     assert _daemon.run_daemon(broken) == 1  # type: ignore[arg-type]
     assert calls == [True]
+
+
+def _refuse_constant(name: str) -> object:
+    raise ValueError(f"{name} is not JSON")
+
+
+async def test_the_status_is_strict_json_when_re_plans_go_by_the_clock_alone(
+    site, short_dir, daemons
+):
+    # replan_share = 0: no count of fetches calls for a re-plan (replan_fetches is ∞ inside)
+    s, port = site
+    policy = {"replan_share": 0.0}
+    config = daemon_config(short_dir, port=port, seeds=s.urls()[:2], policy=policy)
+    d = daemons(config)
+    await d.ready()
+    status = await acli("status", "--config", str(config), "--json")
+    assert status.returncode == 0, status.stderr
+    answer = json.loads(status.stdout, parse_constant=_refuse_constant)
+    assert answer["allocator"]["replan_fetches"] is None
+    d.signal(signal.SIGTERM)
+    assert await d.wait_exit() == 0
+
+
+def test_a_status_section_has_null_for_every_number_that_is_not_finite_at_any_depth() -> None:
+    import dataclasses
+    import math
+
+    from refresher.ops._daemon import _plain
+
+    @dataclasses.dataclass(frozen=True)
+    class Nested:
+        by_key: dict[str, float]
+        per_queue: tuple[float, ...]
+        level: float
+        count: int
+
+    got = _plain(Nested({"a": math.inf, "b": 1.5}, (math.nan, 2.0), -math.inf, 3))
+    assert got == {
+        "by_key": {"a": None, "b": 1.5},
+        "per_queue": [None, 2.0],
+        "level": None,
+        "count": 3,
+    }
+    json.dumps(got, allow_nan=False)  # strict JSON
