@@ -92,6 +92,18 @@ def _work(buf: NDArray[np.uint8], lt: NDArray[np.intp], *, self_closing: bool = 
     add to every later count of its name."""
     if len(lt) == 0:
         return 0
+    code, end, start = _tags(buf, lt)
+    if self_closing:
+        _drop_self_closing(buf, lt, start)
+    return _tags_work(code, end, start)
+
+
+def _tags(
+    buf: NDArray[np.uint8], lt: NDArray[np.intp]
+) -> tuple[NDArray[np.uint16], NDArray[np.bool_], NDArray[np.bool_]]:
+    """Per "<" at ``lt``: the code of its tag's name (its first three bytes), whether it is an
+    end tag, and whether a start tag that may open its element (void tags not; self-closing
+    ones still, until :func:`_drop_self_closing`)."""
     slash = buf[np.minimum(lt + 1, len(buf) - 1)] == 47
     first = lt + 1 + slash
     one = _places(buf, first)
@@ -99,10 +111,12 @@ def _work(buf: NDArray[np.uint8], lt: NDArray[np.intp], *, self_closing: bool = 
     three = _places(buf, first + 2) * (two > 0)
     code = (one * _PLACES + two) * _PLACES + three
     tagged = one >= _LETTER
-    start = tagged & ~slash & ~_CLOSED_CODE[code]
-    if self_closing:
-        _drop_self_closing(buf, lt, start)
-    keep = start | (tagged & slash)
+    return code, tagged & slash, tagged & ~slash & ~_CLOSED_CODE[code]
+
+
+def _tags_work(code: NDArray[np.uint16], end: NDArray[np.bool_], start: NDArray[np.bool_]) -> int:
+    """The open elements summed over the tags :func:`_tags` gave (:func:`_open_sum`)."""
+    keep = start | end
     return _open_sum(code[keep], np.where(start[keep], 1, -1))
 
 
@@ -165,7 +179,11 @@ def _too_much_work(buf: NDArray[np.uint8], lt: NDArray[np.intp]) -> bool:
     without the self-closing tags first, the exact estimate only above the limit (the
     Node.js API docs' all.html: 4.5 M against 2.9 M, 22 against 36 ms; the Python docs'
     pages have no self-closing tags, the two are equal)."""
-    return _work(buf, lt, self_closing=False) > _MAX_WORK and _work(buf, lt) > _MAX_WORK
+    code, end, start = _tags(buf, lt)  # once for both: only the self-closing tags differ
+    if _tags_work(code, end, start) <= _MAX_WORK:
+        return False
+    _drop_self_closing(buf, lt, start)
+    return _tags_work(code, end, start) > _MAX_WORK
 
 
 def lexbor_tree(data: bytes) -> LexborHTMLParser:

@@ -143,6 +143,22 @@ def test_the_estimate_without_self_closing_tags_is_never_below_the_estimate(
     assert _lexbor._work(buf, lt, self_closing=False) >= nesting_work(body)
 
 
+@given(_SOUP, st.integers(0, 300))
+def test_a_page_is_refused_when_both_the_bound_and_the_estimate_pass_the_limit(
+    parts: list[str], limit: int
+) -> None:
+    body = "".join(parts).encode()
+    buf = np.frombuffer(body, dtype=np.uint8)
+    lt = np.flatnonzero(buf == 60)
+    bound = _lexbor._work(buf, lt, self_closing=False)
+    saved, _lexbor._MAX_WORK = _lexbor._MAX_WORK, limit
+    try:
+        refused = _lexbor._too_much_work(buf, lt)
+    finally:
+        _lexbor._MAX_WORK = saved
+    assert refused == (bound > limit and nesting_work(body) > limit)
+
+
 def test_the_search_for_self_closing_tags_runs_only_above_the_limit(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -168,11 +184,11 @@ def test_the_bound_spares_a_docs_page_the_estimate_and_not_a_deep_one(
 ) -> None:
     estimated: list[int] = []
 
-    def estimate(buf: object, lt: object, *, self_closing: bool = True) -> int:
+    def estimate(buf: object, lt: object) -> bool:
         estimated.append(len(buf))  # type: ignore[arg-type]
-        return 0
+        return False
 
-    monkeypatch.setattr(_lexbor, "_work", estimate)
+    monkeypatch.setattr(_lexbor, "_too_much_work", estimate)
     item = b'<li><a href="/p.html">p</a> <code class="x">f()</code></li>\n'
     lexbor_tree(b"<ul>" + item * 1200 + b"</ul>")  # 7,202 tags, 3,601 starts: bound 19.5 M
     assert estimated == []
