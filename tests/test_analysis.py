@@ -317,6 +317,26 @@ def test_the_familys_honesty_check_compares_the_plans_estimate_with_the_truth() 
     assert abs(estimated - true) < 0.1, (estimated, true)
 
 
+def test_the_familys_honesty_command_averages_the_gap_over_the_draws(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from analysis import family
+
+    gaps = {1: (0.50, 0.49), 2: (0.52, 0.48), 3: (0.40, 0.40)}  # draw: (estimated, true)
+
+    def honesty(web: family.FamilyWeb, *, run: int = 1) -> tuple[float, float]:
+        return gaps[run]
+
+    monkeypatch.setattr(family, "honesty", honesty)
+    monkeypatch.setattr(family, "family_web", lambda seed: None)
+    assert family.main(["--seeds", "6", "--honesty", "--runs", "3"]) == 0
+    out = capsys.readouterr().out
+    # gaps +0.01, +0.04, 0: mean +0.0167, s.e. 0.0120; the largest +0.04
+    assert "web 6: estimated 0.4733  true 0.4567  gap +0.0167 ± 0.0120" in out
+    assert "largest of 3 draws +0.0400" in out
+    assert "largest mean gap +0.0167 over 1 webs, 3 draws each" in out
+
+
 def test_the_model_draws_each_pages_changes_at_its_rate() -> None:
     rng = np.random.default_rng(0)
     for rate in (0.001, 0.01, 1.0):

@@ -459,8 +459,10 @@ def last_modified_consistent(
     One entry per observation (a fetch and the one before it of the same page), times in
     seconds since the epoch, NaN where a response had no Last-Modified. A host is consistent
     when every observation has both values, none lies in the future (beyond ``tolerance``
-    seconds of clock skew), the value moved exactly when the content did, a moved value lies
-    after the previous fetch, and at least ``min_changes`` changes were seen."""
+    seconds of clock skew), the value moved only when the content did, a changed page's value
+    lies after the previous fetch (or within ``tolerance`` of it: see
+    :func:`refresher.store.last_modified_agrees`), and at least ``min_changes`` changes were
+    seen."""
     h = np.asarray(host_index).astype(np.intp, copy=False)
     now, before = np.asarray(fetched_at, np.float64), np.asarray(previous_fetched_at, np.float64)
     lm, lm_before = (

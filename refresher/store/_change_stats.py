@@ -93,7 +93,13 @@ def last_modified_agrees(
 ) -> Mask:
     """Per observation: do its Last-Modified values tell its change time? Both fetches had
     one, none lies in the future (beyond ``tolerance`` seconds of clock skew), the value moved
-    exactly when the content did, and a moved value lies after the previous fetch."""
+    only when the content did, and a changed page's value lies after the previous fetch.
+
+    A changed page whose value did not move is consistent when that value lies within
+    ``tolerance`` of the previous fetch: HTTP dates have whole seconds, so two changes in the
+    same second, one before the previous fetch and one after it, read the same date. A host
+    with pages changing about once a second shows that often, and before it made the whole
+    host untrusted."""
     present = np.isfinite(last_modified) & np.isfinite(previous_last_modified)
     with np.errstate(invalid="ignore"):
         moved = np.abs(last_modified - previous_last_modified) > 0.5  # HTTP dates: whole seconds
@@ -101,7 +107,7 @@ def last_modified_agrees(
             present
             & (last_modified <= fetched + tolerance)
             & (previous_last_modified <= previous + tolerance)
-            & (moved == changed)
+            & (changed | ~moved)
             & (~changed | (last_modified > previous - tolerance))
         )
     return np.asarray(ok, dtype=bool)

@@ -264,6 +264,9 @@ def _observation_times(
         ("in the future", [True, False], [-10.0, 4000.0, 4000.0], False),
         ("moved without the content", [False, True], [-10.0, 100.0, 5000.0], False),
         ("content moved alone", [True, True], [-10.0, -10.0, 5000.0], False),
+        # HTTP dates have whole seconds: changes just before and just after the fetch at 0
+        ("two changes in the second of a fetch", [True, True], [0.0, 0.0, 5000.0], True),
+        ("a date unmoved a second before the fetch", [True, True], [-1.0, -1.0, 5000.0], False),
         ("missing", [True, True], [-10.0, math.nan, 5000.0], False),
         ("older than the last fetch", [True, True], [-10.0, 1000.0, 2000.0], False),
         ("never changed", [False, False], [-10.0, -10.0, -10.0], False),
