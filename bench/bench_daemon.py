@@ -117,15 +117,25 @@ def thread_waits(pid: int) -> dict[int, tuple[float, float]]:
     )
 
 
+def nonblocking_works(pid: int) -> bool:
+    """Whether py-spy can read ``pid`` without pausing it (``--nonblocking``). On some
+    kernels (6.18 on the machine of 26 Nov) it cannot find the Python version that way, while
+    a paused read works: then every sample pauses the process for a moment."""
+    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    probe = [spy, "dump", "--nonblocking", "--pid", str(pid)]
+    return subprocess.run(probe, capture_output=True).returncode == 0
+
+
 def thread_names(pid: int) -> dict[int, str]:
     """The Python name of each thread of a process that runs Python (``py-spy dump``), by OS
     thread id; threads that never ran Python (DuckDB's) are missing. Empty without py-spy."""
     spy = Path(sys.executable).with_name("py-spy")
     if not spy.exists():
         return {}
-    dump = subprocess.run(
-        [str(spy), "dump", "--nonblocking", "--pid", str(pid)], capture_output=True, text=True
-    ).stdout
+    command = [str(spy), "dump", "--pid", str(pid)]
+    if nonblocking_works(pid):
+        command.append("--nonblocking")
+    dump = subprocess.run(command, capture_output=True, text=True).stdout
     return {int(m[1]): m[2] for m in re.finditer(r'^Thread (\d+) \([^)]*\): "([^"]*)"', dump, re.M)}
 
 
@@ -523,7 +533,7 @@ def start_py_spy(
     command += ["--rate", "100", "--format", "raw", "--output", str(out)]
     if getattr(args, "native", False):
         command += ["--native", "--threads"]  # native frames need the process paused
-    else:
+    elif nonblocking_works(pid):
         command.append("--nonblocking")
     if args.gil:
         command.append("--gil")

@@ -300,12 +300,16 @@ def refresher_config(directory: Path, web: Web, args: argparse.Namespace) -> Pat
         discovery["parse_processes"] = args.parse_processes
     if args.html_parser is not None:
         discovery["html_parser"] = args.html_parser
+    # no re-plans unless asked: the pass is measured, not the allocator
+    policy: dict[str, object] = {"resolve_interval": 3600.0, "replan_share": 0.0}
+    if args.replan_share is not None:
+        policy["replan_share"] = args.replan_share
     return write_config(
         directory,
         store={"flush_interval": 0.5, "batch_size": 5000},
         crawl={"workers": args.workers, "seeds_file": str(seeds_file)},
         budget={"fetches_per_second": args.budget},
-        policy={"resolve_interval": 3600.0, "replan_share": 0.0},  # no re-plans
+        policy=policy,
         politeness={"min_delay": 0.0, "response_time_factor": 0.0, "max_delay": 5.0},
         fetch={"timeout": 10.0},
         dns={"static": {web.pattern: f"127.0.0.1:{web.port}"}},
@@ -1091,6 +1095,13 @@ def main() -> None:
         type=float,
         default=5000.0,
         help="refresher's budget.fetches_per_second (default 5000: not the limit)",
+    )
+    parser.add_argument(
+        "--replan-share",
+        type=float,
+        default=None,
+        help="refresher's policy.replan_share (default 0: re-plan on the clock alone, at the "
+        "bench's resolve_interval of 3,600 s, so no re-plan during a pass; 0.5 is the daemon's)",
     )
     parser.add_argument("--tmp", default=None)
     parser.add_argument(

@@ -205,6 +205,11 @@ class DiscoveryConfig(FilterConfig):
     #: CPU (none on one CPU), taking a large page when every thread is busy and starting
     #: then, ending after 60 s without one: a backlog gets every core)
     parse_processes: int | str = "auto"
+    #: with parse processes on two usable CPUs or more: the daemon's own threads (event loop,
+    #: parse threads, store writer) keep to one CPU and the processes to the others, which
+    #: then take a large page first ("auto" too; an idle thread takes one when every process
+    #: is busy): a hand-off between threads on two CPUs cost ~10 times one on one CPU (README)
+    split_cpus: bool = True
 
     def filter_config(self) -> FilterConfig:
         """Just the URL filter's part of these settings."""

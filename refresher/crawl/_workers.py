@@ -181,9 +181,12 @@ class Crawler:
         auto = setting == "auto"
         # "auto" on one CPU: no second core for a process to use, only a hand-off to pay
         cpus = usable_cpus()
+        split = c.discovery.split_cpus and cpus > 1
         return Parsers(
             processes=(cpus if cpus > 1 else 0) if auto else int(setting),
-            prefer="thread" if auto else "process",
+            # split: the processes have CPUs of their own, the threads share the event loop's
+            prefer="thread" if auto and not split else "process",
+            split=split,
             log_format=c.log.format,
             log_level=c.log.level,
         )

@@ -26,17 +26,28 @@ same document, so the result is the same; processors :func:`~refresher.discover.
 register`-ed at run time exist only in this process, so while there are any every body stays
 here.
 
+The daemon's own threads can keep to one CPU and the parse processes to the others
+(``split``, :func:`split_cpus`; the daemon's ``discovery.split_cpus``). Every hand-off between
+the event loop, the parse threads and the store writer wakes another thread, and the GIL
+passes between them many times per page; on the 2-vCPU KVM guest of 26 Nov (kernel 6.18) a
+wake-up across CPUs cost ~22 us of CPU and ~45 us of latency against ~2 us on one CPU, and the
+daemon spread over both CPUs fetched the Rust book no faster than pinned to one (527 against
+523 pages/s) at 2.44 against 1.87 CPU ms per page (bench/README.md, "Hand-offs across CPUs").
+The GIL keeps the daemon's Python on about one core anyway: the second core is worth most to
+the parse processes, which need one wake-up per page each way.
+
 Threads and processes work together (:class:`Parsers`): a large page takes whichever is free,
-a process first (``parse_processes = N``) or a thread first (``"auto"``: a process takes a
-large page when every thread is busy, so a backlog gets both cores; one idle for a minute
-ends). Before, every large page waited for a process while a parse thread idled. A rule that
-kept the processes out until most recent large pages had found the threads busy was tried:
-it did not keep them off at a budget and cost the Node.js docs most of their gain
-(bench/README.md, "Parse threads and processes together").
+a process first (``parse_processes = N``, or split) or a thread first (``"auto"`` unsplit: a
+process takes a large page when every thread is busy, so a backlog gets both cores; one idle
+for a minute ends). Before, every large page waited for a process while a parse thread
+idled. A rule that kept the processes out until most recent large pages had found the
+threads busy was tried: it did not keep them off at a budget and cost the Node.js docs most
+of their gain (bench/README.md, "Parse threads and processes together").
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import pickle
@@ -64,7 +75,9 @@ __all__ = [
     "ParseThreads",
     "Parsers",
     "ParsersStatistics",
+    "keep_threads_to",
     "pickled_call",
+    "split_cpus",
     "usable_cpus",
     "widen",
 ]
@@ -94,6 +107,14 @@ async def _outcome(executor: Executor, fn: Callable[[], T]) -> T:
     return future.result()
 
 
+def cpu_mask() -> frozenset[int]:
+    """The CPUs this process's calling thread may run on (empty where masks are unknown)."""
+    try:
+        return frozenset(os.sched_getaffinity(0))
+    except AttributeError:  # no affinity masks on this platform (macOS)
+        return frozenset()
+
+
 def usable_cpus() -> int:
     """The CPUs this process may run on: its affinity mask (systemd's ``CPUAffinity=``,
     ``taskset``, a container's cpuset), not every CPU of the machine."""
@@ -101,6 +122,28 @@ def usable_cpus() -> int:
         return len(os.sched_getaffinity(0)) or 1
     except AttributeError:  # no affinity masks on this platform (macOS)
         return os.cpu_count() or 1
+
+
+def split_cpus(cpus: frozenset[int]) -> tuple[frozenset[int], frozenset[int]] | None:
+    """``cpus`` split into the one the daemon's own threads keep to (the lowest) and the
+    others, for its parse processes; None for fewer than two."""
+    if len(cpus) < 2:
+        return None
+    own = frozenset({min(cpus)})
+    return own, cpus - own
+
+
+def keep_threads_to(cpus: frozenset[int]) -> None:
+    """Every thread of this process on ``cpus`` (Linux: each thread has its own mask, and a
+    thread started later takes its starter's). Where masks are unknown, nothing changes."""
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return
+    for task in tasks:
+        # no masks on this platform, or the thread ended meanwhile
+        with contextlib.suppress(AttributeError, OSError, ValueError):
+            os.sched_setaffinity(int(task), cpus)
 
 
 #: parse threads even on one CPU: a daemon pinned to one CPU parsed the Python docs at
@@ -189,7 +232,7 @@ class _Died(Exception):
 class _Worker:
     """One parse process (:mod:`refresher.discover._parse_worker`) and the pipes to it."""
 
-    def __init__(self, log_format: str, log_level: str) -> None:
+    def __init__(self, log_format: str, log_level: str, cpus: frozenset[int] = frozenset()):
         to_child, from_parent = os.pipe()
         to_parent, from_child = os.pipe()
         try:
@@ -204,6 +247,9 @@ class _Worker:
         finally:
             os.close(to_child)
             os.close(from_child)
+        if cpus:  # before the interpreter starts a thread: each it starts takes this mask
+            with contextlib.suppress(OSError):  # already gone: its first call says so
+                os.sched_setaffinity(self.process.pid, cpus)
         widen(from_parent)
         widen(to_parent)
         # Both ends are trio streams: a call is a write and a read on the event loop, with
@@ -265,11 +311,18 @@ class ParseProcesses:
     starts a new one.
     """
 
-    def __init__(self, processes: int, *, log_format: str = "json", log_level: str = "info"):
+    def __init__(
+        self,
+        processes: int,
+        *,
+        log_format: str = "json",
+        log_level: str = "info",
+        cpus: frozenset[int] = frozenset(),
+    ):
         if processes < 1:
             raise ValueError(f"processes={processes}: give at least 1")
         self.processes = processes
-        self._start = (log_format, log_level)
+        self._start = (log_format, log_level, cpus)  # cpus: the workers' mask (empty: as ours)
         # the most recently used last: it takes the next call, so the others age and expire
         self._idle: list[_Idle] = []
         self._ended: list[_Worker] = []  # shut for idling, not yet reaped
@@ -372,6 +425,10 @@ class Parsers:
     for a thread. Calls that find no free slot
     wait in order of arrival, each handed the first slot freed that it may take. Everything
     here runs in the event loop's thread.
+
+    ``split`` (with processes, on two CPUs or more, :func:`split_cpus`): from the first
+    large body until :meth:`close`, every thread of this process keeps to one CPU, the
+    processes to the others; idle processes end as with ``prefer="thread"``.
     """
 
     def __init__(
@@ -379,20 +436,32 @@ class Parsers:
         *,
         processes: int = 0,
         prefer: str = "process",
+        split: bool = False,
         log_format: str = "json",
         log_level: str = "info",
     ) -> None:
         if prefer not in ("process", "thread"):
             raise ValueError(f"prefer={prefer!r}: give 'process' or 'thread'")
         self.threads = ParseThreads()
+        mask = cpu_mask()
+        halves = split_cpus(mask) if split and processes > 0 else None
         self.processes = (
-            ParseProcesses(processes, log_format=log_format, log_level=log_level)
+            ParseProcesses(
+                processes,
+                log_format=log_format,
+                log_level=log_level,
+                cpus=halves[1] if halves is not None else frozenset(),
+            )
             if processes > 0
             else None
         )
+        # the threads keep to halves[0] from the first large body until close (none pinned
+        # before: a Parsers made and never used leaves every mask as it was)
+        self._split = halves
+        self._mask: frozenset[int] | None = None  # while pinned: the mask to give back
         order = ("process", "thread") if prefer == "process" else ("thread", "process")
         self._order = order
-        self._adaptive = prefer == "thread"
+        self._adaptive = prefer == "thread" or halves is not None
         self._free = {"thread": self.threads.threads, "process": processes}
         self._any: deque[_Waiter] = deque()  # large bodies: a thread or a process
         self._thread_only: deque[_Waiter] = deque()
@@ -404,6 +473,11 @@ class Parsers:
         is large enough, ``fn`` runs the same there (``portable``) and a process is the
         first free slot; else on a thread. Not cancellable: a call is waited out."""
         either = self.processes is not None and portable and size >= PROCESS_MIN_BYTES
+        if either and self._split is not None and self._mask is None:
+            # the first page a process may take: small pages alone never reach a process,
+            # and their crawl keeps every CPU for its threads (and the hand-offs) as before
+            self._mask = cpu_mask()
+            keep_threads_to(self._split[0])
         with trio.CancelScope(shield=True):
             kind = await self._slot(either)
             self.calls[kind] += 1
@@ -459,3 +533,6 @@ class Parsers:
         self.threads.close()
         if self.processes is not None:
             self.processes.close()
+        if self._mask is not None:
+            keep_threads_to(self._mask)  # the threads left (the store's, trio's) as before
+            self._mask = None

@@ -96,6 +96,7 @@ RELOAD: Mapping[str, Apply] = {
     "discovery.sitemaps": _LIVE,
     "discovery.queue": _RESTART,  # a channel's size is fixed
     "discovery.parse_processes": _RESTART,  # the parse threads and processes start with the crawler
+    "discovery.split_cpus": _RESTART,  # so do the threads' and processes' CPU masks
     # fingerprints of one run come from one parser: a reload would compare across the two
     "discovery.html_parser": _RESTART,
     # how the allocator reads the history (Allocator.configure(inputs=...))

@@ -336,3 +336,62 @@ async def test_an_idle_process_ends_on_a_small_pages_call_too(
         assert parsers.statistics().processes == 0
     finally:
         parsers.close()
+
+
+def _masks() -> set[frozenset[int]]:
+    """The CPU mask of every thread of this process."""
+    return {frozenset(os.sched_getaffinity(int(task))) for task in os.listdir("/proc/self/task")}
+
+
+@pytest.mark.skipif(
+    not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
+    reason="needs CPU masks and two CPUs",
+)
+async def test_split_keeps_this_process_to_one_cpu_and_the_processes_to_the_others() -> None:
+    before = frozenset(os.sched_getaffinity(0))
+    own, others = _threads.split_cpus(before) or (frozenset(), frozenset())
+    unused = Parsers(processes=1, prefer="process", split=True)
+    assert _masks() == {before}  # made, never called: nothing pinned
+    unused.close()
+    parsers = Parsers(processes=1, prefer="process", split=True)
+    try:
+        await parsers.run(os.getpid, size=10)  # a small page never reaches a process
+        assert _masks() == {before}
+        # the first large page pins every thread, the parse thread started before too
+        worker = await parsers.run(os.getpid, size=PROCESS_MIN_BYTES)
+        assert _masks() == {own}
+        async with trio.open_nursery() as nursery:  # both parse threads busy: a second starts
+            for _ in range(2):
+                sleep = functools.partial(time.sleep, 0.05)
+                nursery.start_soon(functools.partial(parsers.run, sleep, size=10))
+        assert _masks() == {own}
+        assert worker != os.getpid()  # processes first: they have CPUs of their own
+        assert frozenset(os.sched_getaffinity(worker)) == others
+    finally:
+        parsers.close()
+    assert _masks() == {before}
+
+
+async def test_split_on_one_cpu_or_without_processes_leaves_every_mask_as_it_was(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    before = _masks()
+    for processes in (0, 1):
+        monkeypatch.setattr(_threads, "cpu_mask", lambda: frozenset({0}))
+        parsers = Parsers(processes=processes, split=True)
+        try:
+            assert _masks() == before
+        finally:
+            parsers.close()
+        monkeypatch.undo()
+        parsers = Parsers(processes=0, split=True)
+        try:
+            assert _masks() == before
+        finally:
+            parsers.close()
+
+
+def test_cpus_split_into_the_lowest_and_the_rest() -> None:
+    assert _threads.split_cpus(frozenset({3, 1, 2})) == (frozenset({1}), frozenset({2, 3}))
+    assert _threads.split_cpus(frozenset({0})) is None
+    assert _threads.split_cpus(frozenset()) is None

@@ -69,6 +69,7 @@ BAD: dict[str, str] = {
     "discovery.sitemaps": '"no"',
     "discovery.queue": "0",
     "discovery.parse_processes": "-1",
+    "discovery.split_cpus": '"yes"',
     "discovery.html_parser": '"html5lib"',
     "estimate.change": "some",
     "estimate.history": "0",
