@@ -614,9 +614,12 @@ def _log_normal_map(
         curv -= inv_var
         lo = np.where(live & (grad > 0.0), theta, lo)
         hi = np.where(live & (grad <= 0.0), theta, hi)
-        nxt = theta + np.clip(-grad / curv, -4.0, 4.0)
-        # inclusive: at the root θ is itself an end of the bracket
-        nxt = np.where((nxt >= lo) & (nxt <= hi), nxt, 0.5 * (lo + hi))
+        step = np.clip(-grad / curv, -4.0, 4.0)
+        nxt = theta + step
+        # strictly inside, or tiny (at the root θ is itself an end of the bracket): a step
+        # clipped to ±4 that lands exactly on the other end cycles between the ends
+        # (refresher.refresh._estimate_stats._inside)
+        nxt = np.where(((nxt > lo) & (nxt < hi)) | (np.abs(step) <= 1e-8), nxt, 0.5 * (lo + hi))
         step = np.where(live, nxt - theta, 0.0)
         theta = theta + step
         live &= np.abs(step) > 1e-10
