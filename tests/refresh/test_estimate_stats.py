@@ -162,6 +162,8 @@ def test_with_regular_intervals_the_statistics_give_the_historys_estimate_exactl
     assert got.prior_sd == want.prior_sd
     if model == "log-normal" and not fit:
         assert got.prior_sd == 2.0
+    if model == "log-normal":  # the rounds to 1e-5, the estimate to 1e-8 (both from θ̂'s start)
+        np.testing.assert_allclose(np.log(got.rate), np.log(want.rate), rtol=0, atol=1e-9)
     np.testing.assert_allclose(got.rate, want.rate, rtol=1e-6)
     np.testing.assert_allclose(got.n_eff, want.n_eff, rtol=1e-6, atol=1e-9)
     np.testing.assert_allclose(got.lower, want.lower, rtol=1e-6)
@@ -188,8 +190,11 @@ def test_a_fitted_spread_gives_the_estimate_of_that_spread_configured(
         statistics(f), f.host, f.n_hosts, history=64, mixture=True, spread=fitted.prior_sd
     )
     assert same.prior_mean is not None
-    np.testing.assert_allclose(fitted.prior_mean, same.prior_mean, rtol=1e-12)
-    np.testing.assert_allclose(fitted.rate, same.rate, rtol=1e-12)
+    # to the rounds' precision: the fitted sd's rounds start from the configured sd's first
+    # solve, the configured one's from each page's own rate, and the rounds stop at Newton
+    # steps of 1e-5 (errors of order 1e-10)
+    np.testing.assert_allclose(fitted.prior_mean, same.prior_mean, rtol=1e-9)
+    np.testing.assert_allclose(fitted.rate, same.rate, rtol=1e-9)
     history, _ = from_history(f, history=64, fit_spread=True)
     assert history.prior_sd is not None and history.prior_mean is not None
     configured, _ = from_history(f, history=64, spread=history.prior_sd)
