@@ -9,7 +9,9 @@ week and ten an hour, pages spread over N/100 hosts.
 statistics the store keeps (``fold`` is the time to fold the whole history into them, which
 the store does batch by batch as fetches are recorded, and the migration once).
 ``--statistics-only`` skips the history-based calls (for 10 M pages, whose history would not
-fit in memory here: the statistics are folded in chunks of 1 M pages).
+fit in memory here: the statistics are folded in chunks of 1 M pages). ``--allocator``
+estimates from the statistics as the allocator does (``mixture`` and ``fit_spread`` on: the
+empirical Bayes rounds, found again under the fitted spread where it moves, and P(static)).
 """
 
 from __future__ import annotations
@@ -106,7 +108,9 @@ def main() -> None:
     parser.add_argument("pages", nargs="*", type=int, default=[100_000, 1_000_000])
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--statistics-only", action="store_true")
+    parser.add_argument("--allocator", action="store_true")
     args = parser.parse_args()
+    as_allocator = {"mixture": True, "fit_spread": True} if args.allocator else {}
     print("load average " + " ".join(f"{x:.2f}" for x in os.getloadavg()))
     print(f"{'pages':>10} {'observations':>13}  {'call':<28} {'seconds':>8} {'CPU s':>8}")
     for pages in args.pages:
@@ -117,7 +121,9 @@ def main() -> None:
             n_hosts = int(host.max()) + 1
             seconds, cpu = median_of(
                 args.repeat,
-                lambda s=stats, h=host, k=n_hosts: estimate_statistics(s, h, k, history=32),
+                lambda s=stats, h=host, k=n_hosts: estimate_statistics(
+                    s, h, k, history=32, **as_allocator
+                ),
             )
             head = f"{pages:>10} {pages * OBSERVATIONS:>13}"
             print(f"{head}  {'history + fold':<28} {fold:>8.3f}")
@@ -159,7 +165,7 @@ def main() -> None:
             flush=True,
         )
         calls["estimate_statistics"] = lambda s=stats, h=h, k=n_hosts: estimate_statistics(
-            s, h["host"], k, history=32
+            s, h["host"], k, history=32, **as_allocator
         )
         for name, run in calls.items():
             seconds, cpu = median_of(args.repeat, run)

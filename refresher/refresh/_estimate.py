@@ -616,9 +616,12 @@ def _log_normal_map(
         curv -= inv_var
         lo = np.where(live & (grad > 0.0), theta, lo)
         hi = np.where(live & (grad <= 0.0), theta, hi)
-        nxt = theta + np.clip(-grad / curv, -4.0, 4.0)
-        # inclusive: at the root θ is itself an end of the bracket
-        nxt = np.where((nxt >= lo) & (nxt <= hi), nxt, 0.5 * (lo + hi))
+        step = np.clip(-grad / curv, -4.0, 4.0)
+        nxt = theta + step
+        # strictly inside, or tiny (at the root θ is itself an end of the bracket): a step
+        # clipped to ±4 that lands exactly on the other end cycles between the ends
+        # (refresher.refresh._estimate_stats._inside)
+        nxt = np.where(((nxt > lo) & (nxt < hi)) | (np.abs(step) <= 1e-8), nxt, 0.5 * (lo + hi))
         step = np.where(live, nxt - theta, 0.0)
         theta = theta + step
         live &= np.abs(step) > 1e-10
@@ -676,10 +679,11 @@ def _host_strength(
     if seen.sum() < 2:
         return 0.1  # one host: nothing to borrow from, its own mean is the global one
     host_mean = np.where(seen, total / np.maximum(count, 0.5), 0.0)
-    resid = theta - host_mean[host_of]
     dof = max(float(count[seen].sum() - seen.sum()), 1.0)
-    sq = np.where(seen[host_of], member * resid * resid, 0.0)
-    within = float(np.bincount(host_of, sq, minlength=n_hosts).sum()) / dof
+    # Σ member·(θ − host mean)² per host as Σ member·θ² − mean·Σ member·θ: one pass over
+    # the pages instead of a residual per page (the same sum to ~1e-14)
+    squares = np.bincount(host_of, member * theta * theta, minlength=n_hosts)
+    within = float((squares - total * host_mean)[seen].sum()) / dof
     between = float(host_mean[seen].var(ddof=1)) - within * float(np.mean(1.0 / count[seen]))
     if not between > 0.0:
         return 1000.0

@@ -128,7 +128,10 @@ def fit_spread(ev: SpreadEvidence, *, spread: float, static_share: float = 0.0) 
     profile = _peaks(total.reshape(_SIGMAS.size, _SHIFTS.size))
     score = profile - PENALTY * (np.log(_SIGMAS) - math.log(spread)) ** 2
     fitted = float(_SIGMAS[int(np.argmax(score))])
-    return fitted
+    # the grid's point at the configured spread is the spread itself, not a float off it
+    # (2.0 is 1.9999999999999998 there): the estimators find the host means again under a
+    # fitted sd unless it *is* the configured one, a second set of rounds for nothing
+    return spread if math.isclose(fitted, spread, rel_tol=1e-9) else fitted
 
 
 def _peaks(rows: Float) -> Float:

@@ -22,14 +22,20 @@ import math
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-__all__ = ["static_probability"]
+__all__ = ["static_of_pages", "static_probability"]
 
 Float = NDArray[np.float64]
 
 _NODES = 24
 _ROUNDS = 100
 _MAX_SHARE = 0.99  # π is kept below 1 so that a new change is never ruled out
-_BLOCK = 1 << 14  # quiet pages per block of the Gauss–Hermite sum
+_BLOCK = 1 << 14  # quiet pages (or table points) per block of the Gauss–Hermite sum
+#: L depends on a quiet page only through x = m + ln T: where pages outnumber the points of
+#: a table of ln L over their range of x at this step (natural-log units), they read it by
+#: linear interpolation instead of 24 terms each. The interpolation errs by at most step²/8
+#: times the curvature of ln L, which is about |ln L| where that is large: L is off by at
+#: most 8e-9·|ln L| relatively (6e-6 where L is about to underflow, 1e-8 where L ≈ π)
+_STEP = 1.0 / 4096.0
 
 
 def static_probability(
@@ -46,21 +52,22 @@ def static_probability(
     p = np.asarray(page_index, dtype=np.intp)
     t = np.asarray(intervals, dtype=np.float64)
     c = np.asarray(changed, dtype=bool)
-    exposure = np.bincount(p, t, minlength=n_pages)
+    exposure = np.bincount(p, t, minlength=n_pages).astype(np.float64, copy=False)
     changes = np.bincount(p, c, minlength=n_pages)
+    mean = np.broadcast_to(np.asarray(prior_mean, dtype=np.float64), (n_pages,))
+    return static_of_pages(exposure, changes > 0, mean, sd)
+
+
+def static_of_pages(
+    exposure: Float, changed: NDArray[np.bool_], prior_mean: Float, sd: float
+) -> tuple[Float, float]:
+    """:func:`static_probability` from each page's summed intervals ``exposure`` (seconds, 0
+    where it was never observed) and whether it ever ``changed``, arrays over pages."""
     seen = exposure > 0
-    quiet = seen & (changes == 0)
+    quiet = seen & ~changed
     if not seen.any():
-        return np.zeros(n_pages), 0.0
-    x, w = np.polynomial.hermite.hermgauss(_NODES)
-    z, w = math.sqrt(2.0) * x, w / math.sqrt(math.pi)
-    m = np.broadcast_to(np.asarray(prior_mean, dtype=np.float64), (n_pages,))[quiet]
-    t = exposure[quiet]
-    likely = np.empty(m.size)  # L per quiet page, by blocks: no (pages × nodes) array at once
-    for start in range(0, m.size, _BLOCK):
-        b = slice(start, start + _BLOCK)
-        lam = np.exp(np.clip(m[b, None] + sd * z[None, :], -700.0, 700.0))
-        likely[b] = np.exp(-lam * t[b, None]) @ w
+        return np.zeros(exposure.size), 0.0
+    likely = _quiet_likelihood(prior_mean[quiet], exposure[quiet], sd)
     share, n_seen = 0.5, float(seen.sum())
     for _ in range(_ROUNDS):
         post = share / (share + (1.0 - share) * likely)
@@ -72,3 +79,40 @@ def static_probability(
     out = np.where(seen, 0.0, share)
     out[quiet] = share / (share + (1.0 - share) * likely)
     return out, share
+
+
+def _hermite() -> tuple[Float, Float]:
+    """Gauss–Hermite nodes and weights for the expectation over a standard normal."""
+    x, w = np.polynomial.hermite.hermgauss(_NODES)
+    return math.sqrt(2.0) * x, w / math.sqrt(math.pi)
+
+
+def _quiet_likelihood(mean: Float, exposure: Float, sd: float) -> Float:
+    """L = E[e^(−λT)] per quiet page under N(``mean``, sd²) for ln λ, T = ``exposure``."""
+    z, w = _hermite()
+    x = mean + np.log(exposure)
+    if x.size:
+        lo, hi = float(x.min()), float(x.max())
+        points = math.ceil((hi - lo) / _STEP) + 1
+        if points < x.size // 2:  # a table pays: fewer points than pages
+            grid = np.asarray(lo + _STEP * np.arange(points), dtype=np.float64)
+            return np.exp(np.interp(x, grid, _log_expectation(grid, sd, z, w)))
+    likely = np.empty(x.size)  # by blocks: no (pages × nodes) array at once
+    for start in range(0, x.size, _BLOCK):
+        b = slice(start, start + _BLOCK)
+        lam = np.exp(np.clip(mean[b, None] + sd * z[None, :], -700.0, 700.0))
+        likely[b] = np.exp(-lam * exposure[b, None]) @ w
+    return likely
+
+
+def _log_expectation(x: Float, sd: float, z: Float, w: Float) -> Float:
+    """ln E[exp(−e^(x + sd·Z))] for Z standard normal, by Gauss–Hermite, summed in log space
+    so that it stays finite where the expectation underflows."""
+    out = np.empty(x.size)
+    log_w = np.log(w)
+    for start in range(0, x.size, _BLOCK):
+        b = slice(start, start + _BLOCK)
+        terms = log_w[None, :] - np.exp(np.clip(x[b, None] + sd * z[None, :], -700.0, 700.0))
+        top = terms.max(axis=1)
+        out[b] = top + np.log(np.exp(terms - top[:, None]).sum(axis=1))
+    return out

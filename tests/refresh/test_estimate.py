@@ -483,3 +483,18 @@ def test_with_a_fitted_spread_pages_whose_rates_hardly_differ_are_told_apart_les
         for name, est in (("fixed", fixed), ("fitted", fitted))
     }
     assert spread["fitted"] < 0.5 * spread["fixed"], spread
+
+
+def test_a_page_whose_every_interval_changed_reaches_its_map_from_any_start() -> None:
+    # its likelihood is flat above its intervals' rates, so Newton's steps are clipped to 4;
+    # one landing exactly on the bracket's other end cycled between its ends for ever
+    rng = np.random.default_rng(1)
+    n, k = 20_000, 20
+    t = np.exp(rng.uniform(math.log(100.0), math.log(10_000.0), (n, k))).ravel()
+    page = np.repeat(np.arange(n), k)
+    changed = np.ones(t.size, dtype=bool)
+    prior = LogNormalPrior(mean=rng.uniform(-12.0, -7.0, n), sd=2.0)
+    start = np.exp(rng.uniform(-10.0, 0.0, n))
+    started = estimate_log_normal(page, t, changed, n, prior=prior, start=start)
+    own = estimate_log_normal(page, t, changed, n, prior=prior)
+    np.testing.assert_allclose(np.log(started.rate), np.log(own.rate), rtol=0, atol=1e-9)
