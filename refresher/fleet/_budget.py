@@ -24,9 +24,10 @@ single node's allocator asks (:func:`refresher.refresh._replan.replan_reason`, `
 once the fetches the nodes have acknowledged since the last solve began reach
 ``policy.replan_share`` of the fleet's pages, not sooner than ``policy.replan_floor`` nor than
 20 × the last solve's cost, and at the latest every ``policy.resolve_interval`` seconds. Each
-node's row carries its store's count of acknowledged fetches, its page count and how long its
-last allocation pass took; the fleet's count is the sum of the live nodes' counts since the
-solve began, its pages the sum of theirs, and a solve's cost the longest pass among them
+node's row carries its store's count of acknowledged fetches, its page count and the CPU
+seconds of its last allocation pass (estimate and plan); the fleet's count is the sum of the
+live nodes' counts since the solve began, its pages the sum of theirs, and a solve's cost the
+costliest pass among them
 (each new solution has every node plan again). It also solves at once when the fleet's
 budget, policy, exploration share or ``policy.decide`` changes (its own configuration's) or a
 node joins or leaves (the set of live nodes differs from the one the last solve heard), and
@@ -117,8 +118,8 @@ class FleetBudget:
     SQL (:class:`refresher.store._pg_budget.PgBudget`), called from worker threads;
     ``replan`` the re-plan rule (``[policy]``, live: assign it); ``acknowledged`` this node's
     count of fetches its store acknowledged (:attr:`refresher.store.StoreStatistics.
-    acknowledged`; none: the fleet re-plans on the clock alone) and ``plan_seconds`` how long
-    its allocator's last pass took (seconds)."""
+    acknowledged`; none: the fleet re-plans on the clock alone) and ``plan_seconds`` the CPU
+    seconds of its allocator's last estimate and plan (``last_solve_cpu_seconds``)."""
 
     def __init__(
         self,

@@ -470,7 +470,7 @@ class Daemon:
 
         def plan_seconds() -> float:
             a = self._allocator
-            return 0.0 if a is None else a.statistics().last_solve_seconds
+            return 0.0 if a is None else a.statistics().last_solve_cpu_seconds
 
         self._fleet_budget = FleetBudget(
             store=PgBudget(c.fleet.dsn),

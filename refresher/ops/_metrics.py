@@ -206,7 +206,11 @@ METRICS: Mapping[str, Mapping[str, MetricSpec]] = {
         "pages": _g("Pages the allocation covers."),
         "uniform_interval": _g("Seconds between fetches of one page under the uniform rate."),
         "solves": _c("Allocation solves."),
-        "last_solve_seconds": _g("Seconds the last allocation solve took."),
+        "last_solve_seconds": _g("Seconds the last allocation solve took (wall)."),
+        "last_solve_cpu_seconds": _g(
+            "CPU seconds of the last allocation solve's estimate and plan (the re-plan "
+            "rule's cost)."
+        ),
         "solve_reasons": _c(
             "Allocation solves by why: start, settings, clock (policy.resolve_interval), "
             "learned (policy.replan_share of the pages fetched since the last).",

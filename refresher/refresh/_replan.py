@@ -8,8 +8,8 @@ spends the first minute on the prior's plan. So a plan is due when the fetches r
 the last one reach ``share`` of the pages tracked (half a round of new observations, by
 default), and at the latest ``interval`` seconds after it (``policy.resolve_interval``: the
 clock, which is all that a large node's half-round ever reaches); never sooner than ``floor``
-seconds, nor than :data:`COST_FACTOR` times the last solve's own duration, so re-planning costs
-at most 1/:data:`COST_FACTOR` of a core.
+seconds, nor than :data:`COST_FACTOR` times the last solve's own cost (the CPU seconds of its
+estimate and plan), so re-planning costs at most 1/:data:`COST_FACTOR` of a core for them.
 
 One rule, :func:`replan_reason`, a pure function of what the allocator knows; the daemon's
 allocator (:class:`refresher.refresh._allocate.Allocator`) and the offline model
@@ -67,7 +67,7 @@ class ReplanRule:
 
 def earliest(rule: ReplanRule, solve_seconds: float) -> float:
     """Seconds after a plan before which no new one is made (a setting's change aside): the
-    floor, or :data:`COST_FACTOR` × the last solve's duration (seconds) when that is longer;
+    floor, or :data:`COST_FACTOR` × the last solve's cost (CPU seconds) when that is longer;
     never past ``interval``."""
     return min(rule.interval, max(rule.floor, COST_FACTOR * solve_seconds))
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import threading
 from typing import Any
 
 import numpy as np
@@ -133,6 +134,20 @@ class _Store:
     async def save_plan(self, update: Any, *, now: float) -> None:
         pass
 
+    async def estimator_inputs(self, **how: Any) -> None:
+        pass
+
+
+class _QueuedStore(_Store):
+    """A store whose read waits ``wait`` seconds of wall time behind other writes, as the
+    daemon's does behind the writer's queued batch: time that is not the solve's CPU."""
+
+    wait = 0.4  # 20 × this is past the floor
+
+    async def estimator_inputs(self, **how: Any) -> None:
+        done = threading.Event()
+        await trio.to_thread.run_sync(lambda: done.wait(self.wait))
+
 
 class _Frontier:
     """Stands in for the frontier: notes the (trio) time of every reload."""
@@ -153,9 +168,12 @@ class _Frontier:
 class _Pages(InputSettings):
     """What the allocator reads: 1,000 pages, one host, no history (no store, no thread)."""
 
-    async def load(self, store: Any, *, now: float | None = None) -> PolicyInputs:
+    async def load_costed(
+        self, store: Any, *, now: float | None = None
+    ) -> tuple[PolicyInputs, float]:
+        await store.estimator_inputs()
         n = 1_000
-        return PolicyInputs(
+        inputs = PolicyInputs(
             page_ids=np.arange(1, n + 1),
             host_index=np.zeros(n, dtype=np.intp),
             host_caps=np.array([np.inf]),
@@ -164,6 +182,7 @@ class _Pages(InputSettings):
             rate_n=np.zeros(n),
             weights=np.ones(n),
         )
+        return inputs, 0.0
 
 
 @pytest.mark.parametrize(
@@ -194,4 +213,28 @@ async def test_the_allocator_plans_again_once_half_its_pages_were_fetched_but_no
     stats = allocator.statistics()
     assert stats.solve_reasons == {"start": 1, reason: 1}
     assert stats.replan_fetches == 500 and stats.fetched_since_solve == 0
+    nursery.cancel_scope.cancel()
+
+
+async def test_a_solve_that_waited_on_the_store_is_not_held_off_for_twenty_times_its_wall_time(
+    autojump_clock: trio.testing.MockClock, nursery: trio.Nursery
+) -> None:
+    store, frontier = _QueuedStore(), _Frontier()
+    allocator = Allocator(
+        store=store,  # type: ignore[arg-type]
+        frontier=frontier,  # type: ignore[arg-type]
+        budget=10.0,
+        policy="uniform",
+        replan=RULE,
+        inputs=_Pages(),
+    )
+    await nursery.start(allocator.run)
+    [started] = frontier.resets
+    stats = allocator.statistics()
+    assert stats.last_solve_seconds >= _QueuedStore.wait
+    store.recorded += 600
+    await frontier.changed.wait()
+    # the floor, not 20 × the wall time the read spent queued
+    assert frontier.resets[1] - started == pytest.approx(RULE.floor, abs=1e-6)
+    assert allocator.statistics().solve_reasons == {"start": 1, "learned": 1}
     nursery.cancel_scope.cancel()
