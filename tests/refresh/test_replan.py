@@ -114,6 +114,8 @@ def test_looking_when_next_look_says_finds_every_plan_the_rule_would_make(
 class _Store:
     """Stands in for the store: counts the fetches recorded, takes plans."""
 
+    wait = 0.0  # wall seconds the estimate's read waits (_QueuedStore)
+
     def __init__(self) -> None:
         self.recorded = 0
 
@@ -186,17 +188,23 @@ class _Pages(InputSettings):
 
 
 @pytest.mark.parametrize(
-    ("fetched", "at", "reason"),
-    [(600, RULE.floor, "learned"), (400, RULE.interval, "clock")],
+    ("store", "fetched", "at", "reason"),
+    [
+        (_Store(), 600, RULE.floor, "learned"),
+        (_Store(), 400, RULE.interval, "clock"),
+        # the floor, not 20 × the wall time the solve's read spent queued
+        (_QueuedStore(), 600, RULE.floor, "learned"),
+    ],
 )
 async def test_the_allocator_plans_again_once_half_its_pages_were_fetched_but_not_before_the_floor(
     autojump_clock: trio.testing.MockClock,
     nursery: trio.Nursery,
+    store: _Store,
     fetched: int,
     at: float,
     reason: str,
 ) -> None:
-    store, frontier = _Store(), _Frontier()
+    frontier = _Frontier()
     allocator = Allocator(
         store=store,  # type: ignore[arg-type]
         frontier=frontier,  # type: ignore[arg-type]
@@ -207,34 +215,11 @@ async def test_the_allocator_plans_again_once_half_its_pages_were_fetched_but_no
     )
     await nursery.start(allocator.run)
     [started] = frontier.resets
+    assert allocator.statistics().last_solve_seconds >= store.wait
     store.recorded += fetched  # at once: the floor alone holds the plan off (or the clock)
     await frontier.changed.wait()
     assert frontier.resets[1] - started == pytest.approx(at, abs=1e-6)
     stats = allocator.statistics()
     assert stats.solve_reasons == {"start": 1, reason: 1}
     assert stats.replan_fetches == 500 and stats.fetched_since_solve == 0
-    nursery.cancel_scope.cancel()
-
-
-async def test_a_solve_that_waited_on_the_store_is_not_held_off_for_twenty_times_its_wall_time(
-    autojump_clock: trio.testing.MockClock, nursery: trio.Nursery
-) -> None:
-    store, frontier = _QueuedStore(), _Frontier()
-    allocator = Allocator(
-        store=store,  # type: ignore[arg-type]
-        frontier=frontier,  # type: ignore[arg-type]
-        budget=10.0,
-        policy="uniform",
-        replan=RULE,
-        inputs=_Pages(),
-    )
-    await nursery.start(allocator.run)
-    [started] = frontier.resets
-    stats = allocator.statistics()
-    assert stats.last_solve_seconds >= _QueuedStore.wait
-    store.recorded += 600
-    await frontier.changed.wait()
-    # the floor, not 20 × the wall time the read spent queued
-    assert frontier.resets[1] - started == pytest.approx(RULE.floor, abs=1e-6)
-    assert allocator.statistics().solve_reasons == {"start": 1, "learned": 1}
     nursery.cancel_scope.cancel()
