@@ -19,6 +19,7 @@ import numpy as np
 import trio
 from numpy.typing import NDArray
 
+from refresher._cpus import every_cpu
 from refresher._errors import StoreError
 from refresher.ops._logging import get_logger
 from refresher.store._captures import BatchArchive, Capture, CaptureRow
@@ -300,10 +301,13 @@ class BatchedService(Generic[S]):
         t0 = time.perf_counter()
 
         def write(store: S) -> tuple[int, tuple[int, int, int]]:
-            # The batch's WARC records first, synced, then the transaction that indexes them.
-            synced = archive.write_batch(captures) if archive is not None else ()
-            written = store.write(records, hosts, robots, synced)
-            return written, store.counts()
+            # The batch's WARC records first, synced, then the transaction that indexes them;
+            # on every CPU (mostly without the GIL: gzip, DuckDB), however the daemon's
+            # threads are kept (refresher._cpus)
+            with every_cpu():
+                synced = archive.write_batch(captures) if archive is not None else ()
+                written = store.write(records, hosts, robots, synced)
+                return written, store.counts()
 
         # Shielded: a batch being written is finished even while the daemon shuts down.
         with trio.CancelScope(shield=True):

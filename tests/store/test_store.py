@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
@@ -15,8 +16,10 @@ import trio
 import trio.testing
 from conftest import fetch_record
 
+from refresher import _cpus
 from refresher._errors import StoreError
 from refresher.archive._warc import WarcWriter, read_record
+from refresher.discover._threads import keep_threads_to
 from refresher.store import (
     SCHEMA_VERSION,
     DocumentUpdate,
@@ -656,6 +659,39 @@ async def test_a_batchs_captures_are_archived_together_before_the_transaction_in
     for _, file, offset in indexed:  # the index points at the records on disk
         assert read_record(tmp_path / file, offset).body == b"<p>hi</p>"
     assert paged_store.hosts([1])[1].errors == 2 and paged_store.counts()[2] == 3
+
+
+class _MaskArchive(Archive):
+    """Notes the CPUs each batch's archiving may run on."""
+
+    def __init__(self, directory: Path, store: DuckDBStore) -> None:
+        super().__init__(directory, store)
+        self.masks: list[frozenset[int]] = []
+
+    def write_batch(self, captures: Sequence[Capture]) -> list[CaptureRow]:
+        self.masks.append(frozenset(os.sched_getaffinity(0)))
+        return super().write_batch(captures)
+
+
+@pytest.mark.skipif(
+    not hasattr(os, "sched_getaffinity") or len(_cpus.STARTED_ON) < 2,
+    reason="needs CPU masks and two CPUs",
+)
+async def test_a_batch_is_written_on_every_cpu_while_the_daemons_threads_keep_to_one(
+    paged_store: DuckDBStore, tmp_path: Path
+) -> None:
+    archive = _MaskArchive(tmp_path, paged_store)
+    service = StoreService(paged_store, flush_interval=10_000, batch_size=100, archive=archive)
+    keep_threads_to(frozenset({min(_cpus.STARTED_ON)}))  # as discovery.split_cpus does
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(service.run)
+            await service.record(fetch(1), a_capture(1))
+            await service.flush()
+            service.close()
+    finally:
+        keep_threads_to(_cpus.STARTED_ON)
+    assert archive.masks == [_cpus.STARTED_ON]
 
 
 async def test_large_captures_commit_their_batch_early_so_copies_do_not_pile_up_in_memory(
