@@ -15,10 +15,11 @@ import contextlib
 import os
 from collections.abc import Iterator
 
-__all__ = ["every_cpu"]
+__all__ = ["STARTED_ON", "cpu_mask", "every_cpu"]
 
 
-def _mask() -> frozenset[int]:
+def cpu_mask() -> frozenset[int]:
+    """The CPUs the calling thread may run on (empty where masks are unknown)."""
     try:
         return frozenset(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # no affinity masks on this platform (macOS)
@@ -27,14 +28,14 @@ def _mask() -> frozenset[int]:
 
 #: the CPUs this process was given when refresher was imported (systemd's CPUAffinity=, a
 #: cpuset), before any thread of it kept to one
-STARTED_ON = _mask()
+STARTED_ON = cpu_mask()
 
 
 @contextlib.contextmanager
 def every_cpu() -> Iterator[None]:
     """The calling thread on every CPU of :data:`STARTED_ON` for the block, on its own mask
     again after it; nothing changes (no system call) where it already is or masks are unknown."""
-    before = _mask()
+    before = cpu_mask()
     if not STARTED_ON or before in (frozenset(), STARTED_ON):
         yield
         return

@@ -62,6 +62,7 @@ from typing import Any, TypeVar
 
 import trio
 
+from refresher._cpus import cpu_mask
 from refresher.ops._logging import get_logger
 
 __all__ = [
@@ -105,14 +106,6 @@ async def _outcome(executor: Executor, fn: Callable[[], T]) -> T:
     with trio.CancelScope(shield=True):
         await done.wait()
     return future.result()
-
-
-def cpu_mask() -> frozenset[int]:
-    """The CPUs this process's calling thread may run on (empty where masks are unknown)."""
-    try:
-        return frozenset(os.sched_getaffinity(0))
-    except AttributeError:  # no affinity masks on this platform (macOS)
-        return frozenset()
 
 
 def usable_cpus() -> int:
