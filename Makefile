@@ -17,7 +17,7 @@ run: $(STAMP)
 	$(BIN)/refresher demo
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -n auto
+	$(BIN)/python -m pytest -q -n auto --dist loadgroup
 
 lint: $(STAMP)
 	$(BIN)/ruff check refresher policies tests bench analysis

@@ -22,6 +22,7 @@ import pytest
 import trio
 from hypothesis import settings
 
+from refresher._cpus import cpu_mask
 from refresher.sim import _harness as harness
 from refresher.sim._harness import harness_config, write_config
 from refresher.sim._site import HostSpec, PageSpec, Site, serve_site
@@ -37,6 +38,32 @@ settings.load_profile(
 
 #: Generous deadlines: a loaded 2-core CI machine must not fail a correct daemon.
 DEADLINE = 60.0
+
+#: `make test` runs this many pytest-xdist workers per CPU (`-n auto`). The end-to-end tests
+#: mostly wait on real time (a budget's window, a lease's expiry, a host's delay): with one
+#: worker per CPU the suite kept ~1 of 2 cores busy, with two it keeps ~1.5.
+WORKERS_PER_CPU = 2
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: no error where it is not loaded
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: :data:`WORKERS_PER_CPU` workers per CPU this process may run on."""
+    return WORKERS_PER_CPU * (len(cpu_mask()) or os.cpu_count() or 1)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # pytest-xdist's marker, known without it too (`-p no:xdist`, --strict-markers)
+    config.addinivalue_line(
+        "markers", "xdist_group(name): tests of one expensive module fixture, on one worker"
+    )
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The end-to-end tests (marked slow) first, each part's in its own order: `make test`
+    hands each worker a few tests at a time (``--dist loadgroup``), so that the long ones start
+    early and the short ones fill the workers up at the end, rather than a worker starting a
+    30 s test while the others run out of work."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 def query_db(db: Path, sql: str) -> list[tuple[Any, ...]]:

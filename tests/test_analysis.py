@@ -55,7 +55,8 @@ def assert_png(path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def short_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[compare.RunResult]:
-    """One 16 s optimal run on SMALL_WEB at 16 fetches/s: every page about every 2.5 s."""
+    """One 16 s optimal run on SMALL_WEB at 16 fetches/s: every page about every 2.5 s. Its
+    tests are one xdist group: `make test` runs them on one worker, which runs it once."""
     settings = compare.CompareSettings(
         simweb=SMALL_WEB,
         policies=("optimal",),
@@ -70,6 +71,7 @@ def short_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[compare.RunR
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("short_run")
 def test_plots_writes_three_pngs_of_a_run(short_run: compare.RunResult, tmp_path: Path) -> None:
     out = tmp_path / "plots"
     code = plots.main(["--db", short_run.store, "--truth", short_run.truth, "--out", str(out)])
@@ -79,6 +81,7 @@ def test_plots_writes_three_pngs_of_a_run(short_run: compare.RunResult, tmp_path
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("short_run")
 def test_plots_without_the_truth_still_draws_every_png(
     short_run: compare.RunResult, tmp_path: Path
 ) -> None:
@@ -88,6 +91,7 @@ def test_plots_without_the_truth_still_draws_every_png(
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("short_run")
 def test_the_allocation_plot_shows_the_figures_refresher_policy_prints(
     short_run: compare.RunResult,
 ) -> None:
@@ -112,6 +116,7 @@ def test_plots_says_what_is_wrong_with_a_missing_store(
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("short_run")
 def test_the_estimated_freshness_tracks_the_true_one(short_run: compare.RunResult) -> None:
     # Tolerance 0.15. The estimate uses each page's final λ̂ from only ~6 fetch intervals
     # (relative error ~40 % per page), and the fastest pages, which change before almost

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import pytest
 import trio
 
 from refresher._config import load_config
@@ -18,6 +19,8 @@ from refresher.archive._warc import read_record, scan_file
 from refresher.ops._control import request
 from refresher.sim._site import HostSpec, PageSpec, Site, serve_site
 from tests.conftest import DEADLINE, acli, cli, daemon_config, query_db, wait_for
+
+pytestmark = pytest.mark.slow
 
 
 def sha1(data: bytes) -> bytes:

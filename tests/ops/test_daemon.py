@@ -13,6 +13,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+import trio
 from conftest import DaemonProcess, acli, cli, daemon_config, query_db, wait_for
 
 from refresher.ops._control import request
@@ -522,8 +523,10 @@ async def test_sigterm_with_discoverys_queue_full_loses_no_link(nursery, short_d
     await d.ready()
 
     async def waiting() -> bool:
-        answer = await acli("status", "--config", str(config), "--json")
-        found = json.loads(answer.stdout)["discovery"]
+        # the control socket, as `refresher status` asks it, without a process per poll
+        sock = short_dir / "control.sock"
+        answer = await trio.to_thread.run_sync(request, sock, {"op": "status"})
+        found = answer["discovery"]
         return found["deferred"] + found["waited"] > 0
 
     await wait_for(waiting, what="discovery's queue full")
@@ -648,24 +651,30 @@ async def test_a_non_uniform_plan_keeps_the_budget_on_the_wire(nursery, short_di
     d = daemons(config)
     await d.ready()
 
+    # In a thread: the site is served by this event loop, which a blocking call would stop
+    # (a `cli` for a second or more under load), so that each request then waited on the
+    # site and politeness, not the budget, capped the wire rate. The waits ask the control
+    # socket (what `refresher status --json` prints): a `refresher status` process per poll
+    # took ~30 s of CPU over the wait, from the tests running beside this one.
     async def status() -> dict:
-        # in a thread: the site is served by this event loop, which a blocking `cli` would
-        # stop for the whole command (a second or more under load), so that each request
-        # then waited on the site and politeness, not the budget, capped the wire rate
-        result = await acli("status", "--config", str(config), "--json")
-        assert result.returncode == 0, result.stderr
-        return json.loads(result.stdout)
+        return await trio.to_thread.run_sync(request, short_dir / "control.sock", {"op": "status"})
+
+    def past(a: dict, uptime: float, dispatched: int = 0) -> bool:
+        f = a["frontier"]
+        return a["uptime"] > uptime and f["dispatched"] >= dispatched and f["early"] > 0
 
     async def after(uptime: float, dispatched: int = 0) -> dict | None:
         a = await status()
-        f = a["frontier"]
-        past = a["uptime"] > uptime and f["dispatched"] >= dispatched
-        return a if past and f["early"] > 0 else None
+        return a if past(a, uptime, dispatched) else None
 
     # past the first round (36 pages and the 6 hosts' robots.txt), pages fetched early
     first = await wait_for(lambda: after(0, 36 + 6), timeout=120, what="the first round")
-    # then a full wire window (30 s)
-    answer = await wait_for(lambda: after(first["uptime"] + 30), timeout=120, what="30 s more")
+    # then a full wire window (30 s), read as the operator does
+    await wait_for(lambda: after(first["uptime"] + 30), timeout=120, what="30 s more")
+    result = await acli("status", "--config", str(config), "--json")
+    assert result.returncode == 0, result.stderr
+    answer = json.loads(result.stdout)
+    assert past(answer, first["uptime"] + 30), answer
     # the pacer's credit carries a late wake-up's tokens: under load as idle, none lapsed
     # for want of a page a host may take
     assert answer["frontier"]["lapsed"] == first["frontier"]["lapsed"], (first, answer)

@@ -9,9 +9,12 @@ import itertools
 import signal
 from pathlib import Path
 
+import pytest
 from conftest import daemon_config, query_db, wait_for
 
 from refresher.sim._site import HostSpec, PageSpec, RequestRecord, Site, serve_site
+
+pytestmark = pytest.mark.slow
 
 
 def unequal_web(sizes: list[int]) -> Site:

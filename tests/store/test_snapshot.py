@@ -366,6 +366,7 @@ def test_the_snapshot_lives_beside_the_store_by_default(tmp_path: Path) -> None:
 HAS_SNAPSHOT_CONFIG = hasattr(Config(), "snapshot")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(
     not HAS_SNAPSHOT_CONFIG,
     reason="the daemon does not run the Snapshotter yet: Config has no [snapshot] section",
