@@ -132,7 +132,14 @@ def test_every_file_the_readme_links_to_is_in_the_project() -> None:
 _PATH = re.compile(
     r"`((?:refresher|policies|tests|bench|analysis|docs|ops|systemd|fuzz)/[^`\s<*]*)`"
 )
-_DOCS = ("README.md", "docs/operations.md", "docs/model.md", "systemd/README.md", "bench/README.md")
+_DOCS = (
+    "README.md",
+    "docs/operations.md",
+    "docs/model.md",
+    "docs/evaluation.md",
+    "systemd/README.md",
+    "bench/README.md",
+)
 
 
 def test_every_path_of_the_project_the_docs_quote_exists() -> None:
