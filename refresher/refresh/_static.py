@@ -28,7 +28,7 @@ __all__ = ["static_of_pages", "static_probability"]
 Float = NDArray[np.float64]
 
 _NODES = 24
-_ROUNDS = 100  # Newton steps on the share at most (7–20 in practice)
+_ROUNDS = 100  # Newton steps on the share at most (9–11 in practice)
 _MAX_SHARE = 0.99  # π is kept below 1 so that a new change is never ruled out
 _BLOCK = 1 << 14  # quiet pages (or table points) per block of the Gauss–Hermite sum
 #: L depends on a quiet page only through x = m + ln T: where pages outnumber the points of
@@ -90,17 +90,21 @@ def _ml_share(likely: Float, n_seen: float) -> float:
     stationary point is where g(π) = Σ_quiet 1/(π + (1 − π)·L) equals ``n_seen`` (also EM's
     fixed point), and g falls and is convex in π. EM crawled there by a share step per round:
     with the share still moving at its round cap, it stopped wherever 100 rounds landed.
-    Newton's steps on g from the left of the root climb to it monotonically; a bracket keeps
-    them inside [0, _MAX_SHARE]."""
+    Newton's steps on g from the left of the root climb to it monotonically (from its right
+    they may overshoot: a bracket keeps them inside [0, _MAX_SHARE] and bisects there).
+    9-11 evaluations of g on bench_replan's statistics."""
     lo, hi = 0.0, _MAX_SHARE
-    if likely.size == 0 or _share_slope(hi, likely)[0] >= n_seen:
+    rest = 1.0 - likely
+    if likely.size == 0 or _share_slope(hi, likely, rest)[0] >= n_seen:
         return hi if likely.size else 0.0
     with np.errstate(divide="ignore"):
         if float(np.sum(1.0 / likely)) <= n_seen:
             return 0.0  # no share of static pages is more likely than none
     share = 0.5
     for _ in range(_ROUNDS):
-        g, dg = _share_slope(share, likely)
+        g, dg = _share_slope(share, likely, rest)
+        if abs(g - n_seen) <= 1e-13 * n_seen:  # as close as the sum resolves
+            return share
         if g > n_seen:
             lo = share
         else:
@@ -115,12 +119,14 @@ def _ml_share(likely: Float, n_seen: float) -> float:
     return share
 
 
-def _share_slope(share: float, likely: Float) -> tuple[float, float]:
-    """(g, dg/dπ) of :func:`_ml_share` at ``share``."""
-    inverse = 1.0 / (share + (1.0 - share) * likely)
+def _share_slope(share: float, likely: Float, rest: Float) -> tuple[float, float]:
+    """(g, dg/dπ) of :func:`_ml_share` at ``share``; ``rest`` is 1 − ``likely``."""
+    inverse = rest * share  # π + (1 − π)·L = L + π·(1 − L)
+    inverse += likely
+    np.divide(1.0, inverse, out=inverse)
     g = float(inverse.sum())
     inverse *= inverse
-    return g, -float(np.dot(inverse, 1.0 - likely))
+    return g, -float(np.dot(inverse, rest))
 
 
 def _hermite() -> tuple[Float, Float]:
