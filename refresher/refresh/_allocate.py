@@ -576,46 +576,19 @@ def _solve(
 def worth_fetching(inputs: PolicyInputs, alloc: policies.Allocation) -> NDArray[np.float64]:
     """Per page, the posterior probability that its true λ is slow enough for the plan's
     multiplier to give it fetches (freshness: w/λ > μ, so P(ln λ < ln(w/μ))): where an
-    exploration fetch can change the plan. Pages surely too fast to keep fresh get ~0.
-
-    Block by block: at 10 M pages each page-sized temporary is fresh memory, faulted in."""
-    n = inputs.rates.size
-    levels = None
-    if alloc.host_multipliers is not None:
-        levels = np.asarray(alloc.host_multipliers, dtype=np.float64)
-    out = np.empty(n)
-    for start in range(0, n, _WORTH_BLOCK):
-        b = slice(start, start + _WORTH_BLOCK)
-        mu = (
-            np.full(out[b].size, alloc.multiplier)
-            if levels is None
-            else levels[inputs.host_index[b]]
-        )
-        w = inputs.weights[b]
-        if inputs.static_p is not None:
-            w = w * (1.0 - inputs.static_p[b])
-        sd = None if inputs.rate_sd is None else inputs.rate_sd[b]
-        out[b] = _worth(w, mu, inputs.rates[b], sd)
-    return out
-
-
-_WORTH_BLOCK = 1 << 16  # pages per block of :func:`worth_fetching`
-
-
-def _worth(
-    w: NDArray[np.float64],
-    mu: NDArray[np.float64],
-    rates: NDArray[np.float64],
-    sd: NDArray[np.float64] | None,
-) -> NDArray[np.float64]:
-    """:func:`worth_fetching` of one block: Φ((ln w − ln μ − ln λ̂)/sd)."""
+    exploration fetch can change the plan. Pages surely too fast to keep fresh get ~0."""
     from scipy.special import ndtr
 
-    sd = np.zeros_like(mu) if sd is None else sd
+    mu = np.full(inputs.rates.size, alloc.multiplier)
+    if alloc.host_multipliers is not None:
+        mu = np.asarray(alloc.host_multipliers, dtype=np.float64)[inputs.host_index]
+    w = _effective_weights(inputs)
+    sd = np.zeros_like(mu) if inputs.rate_sd is None else inputs.rate_sd
     with np.errstate(divide="ignore", invalid="ignore"):
-        gap = np.log(w) - np.log(mu) - np.log(rates)
+        gap = np.log(w) - np.log(mu) - np.log(inputs.rates)
         z = np.where(sd > 0, gap / np.maximum(sd, 1e-300), np.where(gap > 0, np.inf, -np.inf))
-    return np.asarray(np.where(np.isnan(z), 0.0, ndtr(z)), dtype=np.float64)
+    out = np.where(np.isnan(z), 0.0, ndtr(z))
+    return np.asarray(out, dtype=np.float64)
 
 
 #: what every freshness and age of :func:`policy_table`, the allocator's statistics and the

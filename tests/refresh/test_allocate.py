@@ -33,7 +33,6 @@ from refresher.refresh._allocate import (
     uncertainty,
     unplaced,
     within_caps,
-    worth_fetching,
 )
 from refresher.refresh._estimate import estimate_pages
 from refresher.sim._simweb import SimwebConfig, plan_web
@@ -922,33 +921,3 @@ def test_a_first_copys_quiet_time_does_not_make_a_page_look_static():
     assert share == pytest.approx(0.5, abs=0.05)
     assert p0[80:] == pytest.approx(share, abs=0.01)
     assert (counted[80:] > share + 0.1).all()  # 3 quiet seconds at a 5 s centre: "static"
-
-
-def test_the_worth_of_exploring_each_page_is_the_same_block_by_block_as_at_once(monkeypatch):
-    from dataclasses import replace
-
-    from scipy.special import ndtr
-
-    from refresher.refresh import _allocate
-
-    rng = np.random.default_rng(12)
-    n, hosts = 1_000, 30
-    host = rng.integers(0, hosts, n)
-    given = replace(
-        inputs(np.exp(rng.normal(-9.0, 2.0, n)), host, np.full(hosts, 0.02)),
-        rate_sd=np.where(rng.random(n) < 0.1, 0.0, rng.uniform(0.1, 1.5, n)),
-        static_p=np.where(rng.random(n) < 0.5, 0.0, rng.random(n)),
-        weights=rng.uniform(0.5, 2.0, n),
-    )
-    alloc = plan(given, "optimal", n / 86_400.0, explore=0.0, decide="expected").allocation
-    assert alloc.host_multipliers is not None
-    # the formula over every page at once (as it was computed before the blocks)
-    mu = np.asarray(alloc.host_multipliers)[host]
-    w = given.weights * (1.0 - given.static_p)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        gap = np.log(w) - np.log(mu) - np.log(given.rates)
-        sd = given.rate_sd
-        z = np.where(sd > 0, gap / np.maximum(sd, 1e-300), np.where(gap > 0, np.inf, -np.inf))
-    at_once = np.where(np.isnan(z), 0.0, ndtr(z))
-    monkeypatch.setattr(_allocate, "_WORTH_BLOCK", 64)
-    assert (worth_fetching(given, alloc) == at_once).all()
