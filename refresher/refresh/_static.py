@@ -7,7 +7,8 @@ T seconds of observed intervals is static with probability
 
     P₀ = π / (π + (1 − π)·L),   L = E[e^(−λT)] under its log-normal prior N(m, sd²),
 
-and 0 once it changed. π is the maximum-likelihood share (EM over the observed pages); a page
+and 0 once it changed. π is the maximum-likelihood share (Newton on the likelihood's 1-D
+stationarity condition over the observed pages, see :func:`_ml_share`); a page
 without observations gets P₀ = π. L is a Gauss–Hermite sum over the prior.
 
 A static page is always fresh and never old, so its expected value is (1 − P₀) times that of
@@ -27,7 +28,7 @@ __all__ = ["static_of_pages", "static_probability"]
 Float = NDArray[np.float64]
 
 _NODES = 24
-_ROUNDS = 100
+_ROUNDS = 100  # Newton steps on the share at most (9–11 in practice)
 _MAX_SHARE = 0.99  # π is kept below 1 so that a new change is never ruled out
 _BLOCK = 1 << 14  # quiet pages (or table points) per block of the Gauss–Hermite sum
 #: L depends on a quiet page only through x = m + ln T: where pages outnumber the points of
@@ -68,17 +69,64 @@ def static_of_pages(
     if not seen.any():
         return np.zeros(exposure.size), 0.0
     likely = _quiet_likelihood(prior_mean[quiet], exposure[quiet], sd)
-    share, n_seen = 0.5, float(seen.sum())
-    for _ in range(_ROUNDS):
-        post = share / (share + (1.0 - share) * likely)
-        new = min(float(post.sum()) / n_seen, _MAX_SHARE)
-        if abs(new - share) < 1e-9:
-            share = new
-            break
-        share = new
+    share = _ml_share(likely, float(seen.sum()))
     out = np.where(seen, 0.0, share)
-    out[quiet] = share / (share + (1.0 - share) * likely)
+    out[quiet] = _posterior(share, likely)
     return out, share
+
+
+def _posterior(share: float, likely: Float) -> Float:
+    """P₀ = π/(π + (1 − π)·L) of quiet pages of likelihood ``likely`` (0 where π is)."""
+    if share <= 0.0:
+        return np.zeros(likely.size)
+    return share / (share + (1.0 - share) * likely)
+
+
+def _ml_share(likely: Float, n_seen: float) -> float:
+    """The maximum-likelihood share π in [0, _MAX_SHARE] from the quiet pages' L and the
+    count of observed pages (quiet or changed).
+
+    The log-likelihood Σ_quiet ln(π + (1 − π)·L) + n_changed·ln(1 − π) is concave in π; its
+    stationary point is where g(π) = Σ_quiet 1/(π + (1 − π)·L) equals ``n_seen`` (also EM's
+    fixed point), and g falls and is convex in π. EM crawled there by a share step per round:
+    with the share still moving at its round cap, it stopped wherever 100 rounds landed.
+    Newton's steps on g from the left of the root climb to it monotonically (from its right
+    they may overshoot: a bracket keeps them inside [0, _MAX_SHARE] and bisects there).
+    9-11 evaluations of g on bench_replan's statistics."""
+    lo, hi = 0.0, _MAX_SHARE
+    rest = 1.0 - likely
+    if likely.size == 0 or _share_slope(hi, likely, rest)[0] >= n_seen:
+        return hi if likely.size else 0.0
+    with np.errstate(divide="ignore"):
+        if float(np.sum(1.0 / likely)) <= n_seen:
+            return 0.0  # no share of static pages is more likely than none
+    share = 0.5
+    for _ in range(_ROUNDS):
+        g, dg = _share_slope(share, likely, rest)
+        if abs(g - n_seen) <= 1e-13 * n_seen:  # as close as the sum resolves
+            return share
+        if g > n_seen:
+            lo = share
+        else:
+            hi = share
+        step = (g - n_seen) / dg if dg < 0.0 else math.nan
+        new = share - step
+        if not lo < new < hi:
+            new = 0.5 * (lo + hi)
+        if abs(new - share) <= 1e-13 * max(share, 1e-3):
+            return new
+        share = new
+    return share
+
+
+def _share_slope(share: float, likely: Float, rest: Float) -> tuple[float, float]:
+    """(g, dg/dπ) of :func:`_ml_share` at ``share``; ``rest`` is 1 − ``likely``."""
+    inverse = rest * share  # π + (1 − π)·L = L + π·(1 − L)
+    inverse += likely
+    np.divide(1.0, inverse, out=inverse)
+    g = float(inverse.sum())
+    inverse *= inverse
+    return g, -float(np.dot(inverse, rest))
 
 
 def _hermite() -> tuple[Float, Float]:

@@ -892,6 +892,15 @@ def test_the_stored_rate_gives_the_pages_freshness_over_every_range_of_rate_and_
     assert (stored[p0 == 0.0] == rates[p0 == 0.0]).all()
 
 
+def test_a_chance_of_never_changing_below_what_a_double_resolves_leaves_the_rate_as_it_is():
+    from dataclasses import replace
+
+    rates = np.array([0.05, 3.0, 1e-6])
+    target = np.array([0.02, 0.01, 0.5])
+    given = replace(inputs(rates), static_p=np.array([1e-18, 1e-17, 1e-19]))
+    np.testing.assert_allclose(reported_rates(given, target), rates, rtol=1e-13)
+
+
 def test_a_first_copys_quiet_time_does_not_make_a_page_look_static():
     # 40 pages never change, 40 change every 5 s (fetched every 10 s, eight times); 20 more
     # were fetched once, their Last-Modified 3 s before: as likely from a changing page as a

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from refresher.refresh import _static
 from refresher.refresh._static import static_of_pages, static_probability
@@ -49,3 +51,61 @@ def test_many_quiet_pages_read_a_table_that_agrees_with_the_sum_over_the_prior()
     p0, share = static_of_pages(exposure, changed, mean, sd)
     post = share / (share + (1.0 - share) * direct)
     np.testing.assert_allclose(p0[~changed], post[~changed], rtol=0, atol=1e-9)
+
+
+def _log_likelihood(share: float, likely: np.ndarray, n_changed: int) -> float:
+    return float(np.log(share + (1.0 - share) * likely).sum() + n_changed * np.log1p(-share))
+
+
+def _share_of(likely: np.ndarray, n_changed: int) -> tuple[np.ndarray, float]:
+    """static_of_pages over quiet pages whose likelihood L is ``likely`` and ``n_changed``
+    pages that changed."""
+    quiet = likely.size
+    exposure = np.ones(quiet + n_changed)
+    changed = np.arange(quiet + n_changed) >= quiet
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_static, "_quiet_likelihood", lambda mean, exposure, sd: likely)
+        return static_of_pages(exposure, changed, np.zeros(exposure.size), 1.0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    quiet=st.integers(1, 300),
+    changed=st.integers(0, 300),
+    power=st.floats(0.2, 6.0),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_the_share_maximises_the_likelihood_of_what_was_seen(
+    quiet: int, changed: int, power: float, seed: int
+) -> None:
+    likely = np.random.default_rng(seed).random(quiet) ** power
+    p0, share = _share_of(likely, changed)
+    assert 0.0 <= share <= _static._MAX_SHARE
+    best = _log_likelihood(share, likely, changed)
+    # no share on a fine grid, nor a step of 1e-6 either way, is more likely
+    grid = np.concatenate((np.linspace(0.0, _static._MAX_SHARE, 201), [share - 1e-6, share + 1e-6]))
+    grid = grid[(grid >= 0.0) & (grid <= _static._MAX_SHARE)]
+    assert all(_log_likelihood(s, likely, changed) <= best + 1e-9 for s in grid)
+    if share > 0.0:
+        np.testing.assert_allclose(p0[:quiet], share / (share + (1.0 - share) * likely))
+    assert (p0[quiet:] == 0.0).all()
+
+
+def test_the_share_is_the_likelihoods_maximum_where_em_had_not_reached_it() -> None:
+    # few static pages among pages that were likely to stay quiet anyway: EM's share moves
+    # by ever smaller steps, and 100 rounds from 0.5 stopped at 1.2 % where the maximum is
+    # at 0.2 %
+    likely = np.random.default_rng(3).uniform(0.3, 1.0, 20_000)
+    n_seen = (1.0 / (0.002 + 0.998 * likely)).sum()  # quiet and changed pages
+    _, share = _share_of(likely, round(n_seen) - likely.size)
+    assert share == pytest.approx(0.002, rel=0.05)
+    best = _log_likelihood(share, likely, round(n_seen) - likely.size)
+    assert best > _log_likelihood(0.0117, likely, round(n_seen) - likely.size)
+
+
+def test_the_share_stays_at_zero_or_its_cap_when_the_likelihood_keeps_rising_there() -> None:
+    p0, share = _share_of(np.array([0.9, 0.95, 0.99]), 7)  # many changed pages: none static
+    assert share == 0.0 and (p0 == 0.0).all()
+    assert _share_of(np.array([1e-9, 1e-12]), 0)[1] == _static._MAX_SHARE
+    p0, share = static_of_pages(np.array([10.0, 10.0]), np.array([True, True]), np.zeros(2), 1.0)
+    assert share == 0.0 and (p0 == 0.0).all()
