@@ -23,6 +23,7 @@ from refresher.discover._parse import Document, Extracted, HtmlLinks, Link, proc
 from refresher.discover._threads import (
     MIN_PARSE_THREADS,
     PIPE_BYTES,
+    PIPELINE,
     PROCESS_MIN_BYTES,
     ParseCrashed,
     ParseProcesses,
@@ -238,21 +239,75 @@ async def test_a_large_page_takes_an_idle_thread_while_every_process_is_busy(
     me = os.getpid()
     try:
         async with trio.open_nursery() as nursery:
-            # the process blocks reading the FIFO until the test writes to it
+            # the process blocks reading the FIFO until the test writes to it; the calls
+            # after it wait in its pipe until every one of its PIPELINE places is taken
             nursery.start_soon(
                 functools.partial(
                     parsers.run, functools.partial(fifo.read_bytes), size=PROCESS_MIN_BYTES
                 )
             )
+            for _ in range(PIPELINE - 1):
+                nursery.start_soon(
+                    functools.partial(parsers.run, os.getpid, size=PROCESS_MIN_BYTES)
+                )
             await trio.testing.wait_all_tasks_blocked()
-            assert parsers.statistics().process_calls == 1
+            assert parsers.statistics().process_calls == PIPELINE
+            assert parsers.statistics().processes == 1
             assert await parsers.run(os.getpid, size=PROCESS_MIN_BYTES) == me
             await trio.to_thread.run_sync(fifo.write_bytes, b"done")
         assert parsers.statistics() == ParsersStatistics(
-            thread_calls=1, process_calls=1, waiting=0, processes=1
+            thread_calls=1, process_calls=PIPELINE, waiting=0, processes=1
         )
     finally:
         parsers.close()
+
+
+async def test_a_process_takes_calls_while_it_works_and_answers_each_its_own(
+    tmp_path: Path,
+) -> None:
+    fifo = tmp_path / "held"
+    os.mkfifo(fifo)
+    processes = ParseProcesses(1, pipeline=3)
+    answers: dict[int, object] = {}
+
+    async def call(i: int, fn: object) -> None:
+        answers[i] = await processes.run(fn)  # type: ignore[arg-type]
+
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(call, 0, functools.partial(fifo.read_bytes))
+            nursery.start_soon(call, 1, functools.partial(operator.mul, 6, 7))
+            nursery.start_soon(call, 2, os.getpid)
+            await trio.testing.wait_all_tasks_blocked()
+            assert answers == {} and len(processes.pids()) == 1  # one process, three calls
+            await trio.to_thread.run_sync(fifo.write_bytes, b"done")
+        assert answers == {0: b"done", 1: 42, 2: processes.pids()[0]}
+    finally:
+        processes.close()
+
+
+async def test_a_dying_process_fails_the_calls_queued_behind_its_own_too() -> None:
+    processes = ParseProcesses(1, pipeline=2)
+    failed: list[int] = []
+
+    async def call(i: int, fn: object) -> None:
+        with pytest.raises(ParseCrashed):
+            await processes.run(fn)  # type: ignore[arg-type]
+        failed.append(i)
+
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(call, 0, functools.partial(os._exit, 3))
+            nursery.start_soon(call, 1, os.getpid)
+        assert sorted(failed) == [0, 1] and processes.crashes == 1
+        assert await processes.run(os.getpid) == processes.pids()[0]
+    finally:
+        processes.close()
+
+
+def test_a_pipeline_below_one_call_is_refused() -> None:
+    with pytest.raises(ValueError, match="at least 1"):
+        ParseProcesses(1, pipeline=0)
 
 
 async def test_with_threads_preferred_a_crawl_the_threads_keep_up_with_starts_no_process() -> None:
