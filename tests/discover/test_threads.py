@@ -275,10 +275,16 @@ async def test_a_process_takes_calls_while_it_works_and_answers_each_its_own(
 
     try:
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(call, 0, functools.partial(fifo.read_bytes))
-            nursery.start_soon(call, 1, functools.partial(operator.mul, 6, 7))
-            nursery.start_soon(call, 2, os.getpid)
-            await trio.testing.wait_all_tasks_blocked()
+            # one at a time, so they reach the process in this order (trio shuffles tasks)
+            for i, fn in enumerate(
+                [
+                    functools.partial(fifo.read_bytes),
+                    functools.partial(operator.mul, 6, 7),
+                    os.getpid,
+                ]
+            ):
+                nursery.start_soon(call, i, fn)
+                await trio.testing.wait_all_tasks_blocked()
             assert answers == {} and len(processes.pids()) == 1  # one process, three calls
             await trio.to_thread.run_sync(fifo.write_bytes, b"done")
         assert answers == {0: b"done", 1: 42, 2: processes.pids()[0]}
@@ -286,21 +292,32 @@ async def test_a_process_takes_calls_while_it_works_and_answers_each_its_own(
         processes.close()
 
 
-async def test_a_dying_process_fails_the_calls_queued_behind_its_own_too() -> None:
-    processes = ParseProcesses(1, pipeline=2)
-    failed: list[int] = []
+async def test_a_dying_process_fails_the_calls_queued_behind_its_own_too(tmp_path: Path) -> None:
+    fifo = tmp_path / "held"
+    os.mkfifo(fifo)
+    processes = ParseProcesses(1, pipeline=3)
+    outcomes: dict[str, object] = {}
 
-    async def call(i: int, fn: object) -> None:
-        with pytest.raises(ParseCrashed):
-            await processes.run(fn)  # type: ignore[arg-type]
-        failed.append(i)
+    async def call(name: str, fn: object) -> None:
+        try:
+            outcomes[name] = await processes.run(fn)  # type: ignore[arg-type]
+        except ParseCrashed:
+            outcomes[name] = "crashed"
 
     try:
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(call, 0, functools.partial(os._exit, 3))
-            nursery.start_soon(call, 1, os.getpid)
-        assert sorted(failed) == [0, 1] and processes.crashes == 1
-        assert await processes.run(os.getpid) == processes.pids()[0]
+            # one at a time, so they reach the process in this order (trio shuffles tasks)
+            for name, fn in [
+                ("held", functools.partial(fifo.read_bytes)),
+                ("dies", functools.partial(os._exit, 3)),
+                ("behind", os.getpid),
+            ]:
+                nursery.start_soon(call, name, fn)
+                await trio.testing.wait_all_tasks_blocked()
+            await trio.to_thread.run_sync(fifo.write_bytes, b"done")
+        assert outcomes == {"held": b"done", "dies": "crashed", "behind": "crashed"}
+        assert processes.crashes == 1
+        assert await processes.run(os.getpid) == processes.pids()[0]  # a new process
     finally:
         processes.close()
 
