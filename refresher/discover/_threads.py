@@ -62,7 +62,7 @@ from typing import Any, TypeVar
 
 import trio
 
-from refresher._cpus import cpu_mask
+from refresher._cpus import cpu_mask, keep_threads_to, split_cpus, usable_cpus
 from refresher.ops._logging import get_logger
 
 __all__ = [
@@ -77,10 +77,7 @@ __all__ = [
     "ParseThreads",
     "Parsers",
     "ParsersStatistics",
-    "keep_threads_to",
     "pickled_call",
-    "split_cpus",
-    "usable_cpus",
     "widen",
 ]
 
@@ -107,37 +104,6 @@ async def _outcome(executor: Executor, fn: Callable[[], T]) -> T:
     with trio.CancelScope(shield=True):
         await done.wait()
     return future.result()
-
-
-def usable_cpus() -> int:
-    """The CPUs this process may run on: its affinity mask (systemd's ``CPUAffinity=``,
-    ``taskset``, a container's cpuset), not every CPU of the machine."""
-    try:
-        return len(os.sched_getaffinity(0)) or 1
-    except AttributeError:  # no affinity masks on this platform (macOS)
-        return os.cpu_count() or 1
-
-
-def split_cpus(cpus: frozenset[int]) -> tuple[frozenset[int], frozenset[int]] | None:
-    """``cpus`` split into the one the daemon's own threads keep to (the lowest) and the
-    others, for its parse processes; None for fewer than two."""
-    if len(cpus) < 2:
-        return None
-    own = frozenset({min(cpus)})
-    return own, cpus - own
-
-
-def keep_threads_to(cpus: frozenset[int]) -> None:
-    """Every thread of this process on ``cpus`` (Linux: each thread has its own mask, and a
-    thread started later takes its starter's). Where masks are unknown, nothing changes."""
-    try:
-        tasks = os.listdir("/proc/self/task")
-    except OSError:
-        return
-    for task in tasks:
-        # no masks on this platform, or the thread ended meanwhile
-        with contextlib.suppress(AttributeError, OSError, ValueError):
-            os.sched_setaffinity(int(task), cpus)
 
 
 #: parse threads even on one CPU: a daemon pinned to one CPU parsed the Python docs at

@@ -18,6 +18,7 @@ import trio
 import trio.testing
 from _pages import DATA
 
+from refresher._cpus import split_cpus
 from refresher.discover import _threads
 from refresher.discover._parse import Document, Extracted, HtmlLinks, Link, process
 from refresher.discover._threads import (
@@ -91,7 +92,8 @@ def test_the_parse_threads_follow_the_cpus_the_process_may_run_on_but_are_at_lea
     # a real child process under a one-CPU mask, as systemd's CPUAffinity= or taskset sets
     # it: one thread per CPU of the machine would fight for that one CPU
     code = (
-        "from refresher.discover._threads import ParseThreads, usable_cpus; "
+        "from refresher._cpus import usable_cpus; "
+        "from refresher.discover._threads import ParseThreads; "
         "print(usable_cpus(), ParseThreads().threads)"
     )
     cpu = min(os.sched_getaffinity(0))
@@ -421,7 +423,7 @@ def _masks() -> set[frozenset[int]]:
 )
 async def test_split_keeps_this_process_to_one_cpu_and_the_processes_to_the_others() -> None:
     before = frozenset(os.sched_getaffinity(0))
-    own, others = _threads.split_cpus(before) or (frozenset(), frozenset())
+    own, others = split_cpus(before) or (frozenset(), frozenset())
     unused = Parsers(processes=1, prefer="process", split=True)
     assert _masks() == {before}  # made, never called: nothing pinned
     unused.close()
@@ -464,6 +466,6 @@ async def test_split_on_one_cpu_or_without_processes_leaves_every_mask_as_it_was
 
 
 def test_cpus_split_into_the_lowest_and_the_rest() -> None:
-    assert _threads.split_cpus(frozenset({3, 1, 2})) == (frozenset({1}), frozenset({2, 3}))
-    assert _threads.split_cpus(frozenset({0})) is None
-    assert _threads.split_cpus(frozenset()) is None
+    assert split_cpus(frozenset({3, 1, 2})) == (frozenset({1}), frozenset({2, 3}))
+    assert split_cpus(frozenset({0})) is None
+    assert split_cpus(frozenset()) is None
