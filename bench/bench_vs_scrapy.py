@@ -585,6 +585,7 @@ def print_stages(before: dict[str, Any], after: dict[str, Any]) -> None:
     print(f"  frontier at the end: {after['frontier']}")
     print(f"  store at the end: {after['store']}")
     print(f"  discovery at the end: {after.get('discovery')}")
+    print(f"  parse at the end: {after.get('parse')}")
 
 
 def cpu_by_thread_kind(

@@ -1,11 +1,13 @@
-"""The CPUs this process started on, for work that should not keep to the daemon's one.
+"""The CPUs this process may run on, how the daemon splits them, and the CPUs it started on
+for work that should not keep to the daemon's one.
 
-With ``discovery.split_cpus`` the daemon's threads keep to one CPU
-(:mod:`refresher.discover._threads`): every hand-off between them wakes a thread, and a
-wake-up across CPUs is dear. A store batch is the exception: one wake-up per batch, and most
-of its work (the WARC records' gzip, DuckDB's insert) runs without the GIL, so it may as well
-use the CPUs the parse processes leave idle. On the Rust book, refresher alone in turns, the
-batch on every CPU gave 669.8, 701.2 against 596.7, 613.8 pages/s at the same CPU per page
+With ``discovery.split_cpus`` the daemon's threads keep to one CPU (:func:`split_cpus`,
+:func:`keep_threads_to`, from the parse stage, :mod:`refresher.discover._threads`): every
+hand-off between them wakes a thread, and a wake-up across CPUs is dear. A store batch is the
+exception: one wake-up per batch, and most of its work (the WARC records' gzip, DuckDB's
+insert) runs without the GIL, so it may as well use the CPUs the parse processes leave idle.
+On the Rust book, refresher alone in turns, the batch on every CPU gave 669.8, 701.2 against
+596.7, 613.8 pages/s at the same CPU per page
 (bench/README.md, "The store's batch on every CPU").
 """
 
@@ -15,7 +17,14 @@ import contextlib
 import os
 from collections.abc import Iterator
 
-__all__ = ["STARTED_ON", "cpu_mask", "every_cpu"]
+__all__ = [
+    "STARTED_ON",
+    "cpu_mask",
+    "every_cpu",
+    "keep_threads_to",
+    "split_cpus",
+    "usable_cpus",
+]
 
 
 def cpu_mask() -> frozenset[int]:
@@ -44,3 +53,34 @@ def every_cpu() -> Iterator[None]:
         yield
     finally:
         os.sched_setaffinity(0, before)
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on: its affinity mask (systemd's ``CPUAffinity=``,
+    ``taskset``, a container's cpuset), not every CPU of the machine."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except AttributeError:  # no affinity masks on this platform (macOS)
+        return os.cpu_count() or 1
+
+
+def split_cpus(cpus: frozenset[int]) -> tuple[frozenset[int], frozenset[int]] | None:
+    """``cpus`` split into the one the daemon's own threads keep to (the lowest) and the
+    others, for its parse processes; None for fewer than two."""
+    if len(cpus) < 2:
+        return None
+    own = frozenset({min(cpus)})
+    return own, cpus - own
+
+
+def keep_threads_to(cpus: frozenset[int]) -> None:
+    """Every thread of this process on ``cpus`` (Linux: each thread has its own mask, and a
+    thread started later takes its starter's). Where masks are unknown, nothing changes."""
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return
+    for task in tasks:
+        # no masks on this platform, or the thread ended meanwhile
+        with contextlib.suppress(AttributeError, OSError, ValueError):
+            os.sched_setaffinity(int(task), cpus)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 import trio
 
 from refresher._config import Config, DiscoveryConfig
+from refresher._cpus import usable_cpus
 from refresher._errors import DNSFailure, FetchError
 from refresher.archive._keep import Keeper
 from refresher.crawl._fetch import Fetcher, FetchResult
@@ -45,7 +46,7 @@ from refresher.discover._parse import (
     portable,
     process,
 )
-from refresher.discover._threads import ParseCrashed, Parsers, usable_cpus
+from refresher.discover._threads import ParseCrashed, Parsers
 from refresher.discover._url import canonicalize
 from refresher.ops._logging import get_logger
 from refresher.refresh._allocate import Allocator

@@ -62,13 +62,14 @@ from typing import Any, TypeVar
 
 import trio
 
-from refresher._cpus import cpu_mask
+from refresher._cpus import cpu_mask, keep_threads_to, split_cpus, usable_cpus
 from refresher.ops._logging import get_logger
 
 __all__ = [
     "HEADER",
     "IDLE_SECONDS",
     "MIN_PARSE_THREADS",
+    "PIPELINE",
     "PIPE_BYTES",
     "PROCESS_MIN_BYTES",
     "ParseCrashed",
@@ -76,10 +77,7 @@ __all__ = [
     "ParseThreads",
     "Parsers",
     "ParsersStatistics",
-    "keep_threads_to",
     "pickled_call",
-    "split_cpus",
-    "usable_cpus",
     "widen",
 ]
 
@@ -106,37 +104,6 @@ async def _outcome(executor: Executor, fn: Callable[[], T]) -> T:
     with trio.CancelScope(shield=True):
         await done.wait()
     return future.result()
-
-
-def usable_cpus() -> int:
-    """The CPUs this process may run on: its affinity mask (systemd's ``CPUAffinity=``,
-    ``taskset``, a container's cpuset), not every CPU of the machine."""
-    try:
-        return len(os.sched_getaffinity(0)) or 1
-    except AttributeError:  # no affinity masks on this platform (macOS)
-        return os.cpu_count() or 1
-
-
-def split_cpus(cpus: frozenset[int]) -> tuple[frozenset[int], frozenset[int]] | None:
-    """``cpus`` split into the one the daemon's own threads keep to (the lowest) and the
-    others, for its parse processes; None for fewer than two."""
-    if len(cpus) < 2:
-        return None
-    own = frozenset({min(cpus)})
-    return own, cpus - own
-
-
-def keep_threads_to(cpus: frozenset[int]) -> None:
-    """Every thread of this process on ``cpus`` (Linux: each thread has its own mask, and a
-    thread started later takes its starter's). Where masks are unknown, nothing changes."""
-    try:
-        tasks = os.listdir("/proc/self/task")
-    except OSError:
-        return
-    for task in tasks:
-        # no masks on this platform, or the thread ended meanwhile
-        with contextlib.suppress(AttributeError, OSError, ValueError):
-            os.sched_setaffinity(int(task), cpus)
 
 
 #: parse threads even on one CPU: a daemon pinned to one CPU parsed the Python docs at
@@ -178,6 +145,13 @@ HEADER = 8
 #: unprivileged maximum by default): a 350 kB body then goes in one write, where the default
 #: 64 KiB pipe took six, each waking the event loop and the worker again
 PIPE_BYTES = 1 << 20
+
+#: calls a parse process takes at a time: while the event loop gets round to reading one
+#: answer, the process works on the next call, already in its pipe. A call's round trip was
+#: 5-8 ms in the daemon on the Rust book against ~1.2 CPU ms in the process (the loop's CPU
+#: busy), so with one call each the processes idled while large pages waited or went to the
+#: parse threads, on the event loop's CPU
+PIPELINE = 4
 
 
 def widen(fd: int) -> None:
@@ -250,24 +224,65 @@ class _Worker:
         self._calls = trio.lowlevel.FdStream(from_parent)
         self._answers = trio.lowlevel.FdStream(to_parent)
         self._buffer = bytearray()
+        self._sending = trio.Lock()
+        # one event per call sent and not yet answered, in the order sent: the answers
+        # come back in that order, and each caller reads its own when it is first
+        self._turns: deque[trio.Event] = deque()
+        self.dead = False
+        self.inflight = 0  # calls sent or being sent, not yet answered
+        self.since = time.monotonic()  # when its last call was answered
 
     async def call(self, request: bytes, body: bytes) -> tuple[bool, Any]:
         """Send one pickled call and its body (:func:`pickled_call`); its ``(ok, result or
-        exception)``."""
+        exception)``. Calls may overlap (:data:`PIPELINE`): each waits for the answers of
+        the calls sent before it, which the process works through in order."""
         head = len(request).to_bytes(HEADER, "little") + len(body).to_bytes(HEADER, "little")
+        turn = trio.Event()
+        self.inflight += 1
         try:
-            await self._calls.send_all(head + request)
+            async with self._sending:
+                if self.dead:
+                    raise _Died
+                self._turns.append(turn)
+                await self._send(head + request, body)
+            if self._turns[0] is not turn:
+                await turn.wait()
+            if self.dead:
+                raise _Died
+            size = int.from_bytes(await self._read(HEADER), "little")
+            answer: tuple[bool, Any] = pickle.loads(await self._read(size))
+            return answer
+        except _Died:
+            self._die()
+            raise
+        finally:
+            self.inflight -= 1
+            self.since = time.monotonic()
+            if turn in self._turns:
+                self._turns.remove(turn)
+                if self._turns:
+                    self._turns[0].set()
+
+    async def _send(self, head: bytes, body: bytes) -> None:
+        try:
+            await self._calls.send_all(head)
             if body:
                 await self._calls.send_all(body)
         except (trio.BrokenResourceError, trio.ClosedResourceError) as e:
             raise _Died from e
-        size = int.from_bytes(await self._read(HEADER), "little")
-        answer: tuple[bool, Any] = pickle.loads(await self._read(size))
-        return answer
+
+    def _die(self) -> None:
+        """The process is gone: every call still waiting on it fails too."""
+        self.dead = True
+        for turn in self._turns:
+            turn.set()
 
     async def _read(self, n: int) -> bytes:
         while len(self._buffer) < n:
-            chunk = await self._answers.receive_some(max(n - len(self._buffer), 1 << 16))
+            try:
+                chunk = await self._answers.receive_some(max(n - len(self._buffer), 1 << 16))
+            except (trio.BrokenResourceError, trio.ClosedResourceError) as e:
+                raise _Died from e
             if not chunk:
                 raise _Died
             self._buffer += chunk
@@ -289,19 +304,14 @@ class _Worker:
             self.process.wait()
 
 
-@dataclass(frozen=True, slots=True)
-class _Idle:
-    worker: _Worker
-    since: float  # time.monotonic() when it finished its last call
-
-
 class ParseProcesses:
-    """Runs picklable calls on ``processes`` worker processes, started on first use.
+    """Runs picklable calls on ``processes`` worker processes, started on first use, each
+    taking up to ``pipeline`` calls at a time (:data:`PIPELINE`).
 
     A call is pickled onto the worker's stdin pipe and its answer read from its stdout by the
     event loop itself. A worker that dies mid-call fails that call with :class:`ParseCrashed`
-    (the daemon goes on: isolating a crash in C code is a gain of its own) and the next call
-    starts a new one.
+    (the daemon goes on: isolating a crash in C code is a gain of its own), and the calls
+    sent to it after that one; the next call starts a new one.
     """
 
     def __init__(
@@ -311,72 +321,84 @@ class ParseProcesses:
         log_format: str = "json",
         log_level: str = "info",
         cpus: frozenset[int] = frozenset(),
+        pipeline: int | None = None,
     ):
         if processes < 1:
             raise ValueError(f"processes={processes}: give at least 1")
         self.processes = processes
+        self.pipeline = PIPELINE if pipeline is None else pipeline
+        if self.pipeline < 1:
+            raise ValueError(f"pipeline={self.pipeline}: give at least 1")
         self._start = (log_format, log_level, cpus)  # cpus: the workers' mask (empty: as ours)
-        # the most recently used last: it takes the next call, so the others age and expire
-        self._idle: list[_Idle] = []
+        self._running: list[_Worker] = []  # idle or busy
         self._ended: list[_Worker] = []  # shut for idling, not yet reaped
-        self._busy: set[_Worker] = set()
         self._slots: trio.Semaphore | None = None  # made in the event loop, on first use
         self.crashes = 0
 
+    @property
+    def slots(self) -> int:
+        """Calls the processes take at a time."""
+        return self.processes * self.pipeline
+
+    def _worker(self) -> _Worker:
+        """The worker to take a call: the idle one used last (so the others age and expire),
+        else a new one while there are fewer than ``processes``, else the least busy."""
+        idle = [w for w in self._running if w.inflight == 0]
+        if idle:
+            return max(idle, key=lambda w: w.since)
+        if len(self._running) < self.processes:
+            worker = _Worker(*self._start)
+            self._running.append(worker)
+            return worker
+        return min(self._running, key=lambda w: w.inflight)
+
     async def run(self, fn: Callable[[], T]) -> T:
         """``fn()`` in a worker process; its result, or its exception re-raised. Not
-        cancellable once sent: the worker's pipe carries one call at a time."""
+        cancellable once sent: the worker's pipe carries its calls in order."""
         if self._slots is None:
-            self._slots = trio.Semaphore(self.processes)
+            self._slots = trio.Semaphore(self.slots)
         request, body = pickled_call(fn)
         async with self._slots:
-            worker = self._idle.pop().worker if self._idle else _Worker(*self._start)
-            self._busy.add(worker)
+            worker = self._worker()
             try:
                 with trio.CancelScope(shield=True):
                     ok, result = await worker.call(request, body)
             except _Died as e:
-                self._busy.discard(worker)
-                self.crashes += 1
                 status = worker.process.poll()
-                log.error("a parse process died; a new one takes the next call", status=status)
-                worker.shut()
-                await trio.to_thread.run_sync(worker.reap)
+                if worker in self._running:  # the first of its calls to fail
+                    self._running.remove(worker)
+                    self.crashes += 1
+                    log.error("a parse process died; a new one takes the next call", status=status)
+                    worker.shut()
+                    await trio.to_thread.run_sync(worker.reap)
                 raise ParseCrashed(f"the parse process exited (status {status})") from e
-            self._busy.discard(worker)
-            self._idle.append(_Idle(worker, time.monotonic()))
         if not ok:
             raise result
         return result  # type: ignore[no-any-return]
 
     def close(self) -> None:
         """Stop the workers, from the event loop's thread once no call is running."""
-        workers = [idle.worker for idle in self._idle] + [*self._busy]
-        for worker in workers:
+        for worker in self._running:
             worker.shut()
-        for worker in [*workers, *self._ended]:
+        for worker in [*self._running, *self._ended]:
             worker.reap()
-        self._idle.clear()
-        self._busy.clear()
+        self._running.clear()
         self._ended.clear()
 
     def expire(self, idle_seconds: float, now: float) -> int:
         """End the workers that took no call for ``idle_seconds`` (their memory goes back to
         the system); how many. Without blocking: each is reaped later, or by :meth:`close`."""
         self._ended = [w for w in self._ended if w.process.poll() is None]
-        ended = 0
-        while self._idle and now - self._idle[0].since >= idle_seconds:
-            worker = self._idle.pop(0).worker
+        old = [w for w in self._running if w.inflight == 0 and now - w.since >= idle_seconds]
+        for worker in old:
+            self._running.remove(worker)
             worker.shut()
             self._ended.append(worker)
-            ended += 1
-        return ended
+        return len(old)
 
     def pids(self) -> list[int]:
         """The process ids of the workers running now (idle or busy)."""
-        return [idle.worker.process.pid for idle in self._idle] + [
-            w.process.pid for w in self._busy
-        ]
+        return [w.process.pid for w in self._running]
 
 
 #: with ``prefer="thread"`` (``parse_processes = "auto"``) a process that took no call for
@@ -455,7 +477,8 @@ class Parsers:
         order = ("process", "thread") if prefer == "process" else ("thread", "process")
         self._order = order
         self._adaptive = prefer == "thread" or halves is not None
-        self._free = {"thread": self.threads.threads, "process": processes}
+        slots = self.processes.slots if self.processes is not None else 0
+        self._free = {"thread": self.threads.threads, "process": slots}
         self._any: deque[_Waiter] = deque()  # large bodies: a thread or a process
         self._thread_only: deque[_Waiter] = deque()
         self._arrivals = 0

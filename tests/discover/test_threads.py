@@ -18,11 +18,13 @@ import trio
 import trio.testing
 from _pages import DATA
 
+from refresher._cpus import split_cpus
 from refresher.discover import _threads
 from refresher.discover._parse import Document, Extracted, HtmlLinks, Link, process
 from refresher.discover._threads import (
     MIN_PARSE_THREADS,
     PIPE_BYTES,
+    PIPELINE,
     PROCESS_MIN_BYTES,
     ParseCrashed,
     ParseProcesses,
@@ -90,7 +92,8 @@ def test_the_parse_threads_follow_the_cpus_the_process_may_run_on_but_are_at_lea
     # a real child process under a one-CPU mask, as systemd's CPUAffinity= or taskset sets
     # it: one thread per CPU of the machine would fight for that one CPU
     code = (
-        "from refresher.discover._threads import ParseThreads, usable_cpus; "
+        "from refresher._cpus import usable_cpus; "
+        "from refresher.discover._threads import ParseThreads; "
         "print(usable_cpus(), ParseThreads().threads)"
     )
     cpu = min(os.sched_getaffinity(0))
@@ -238,21 +241,92 @@ async def test_a_large_page_takes_an_idle_thread_while_every_process_is_busy(
     me = os.getpid()
     try:
         async with trio.open_nursery() as nursery:
-            # the process blocks reading the FIFO until the test writes to it
+            # the process blocks reading the FIFO until the test writes to it; the calls
+            # after it wait in its pipe until every one of its PIPELINE places is taken
             nursery.start_soon(
                 functools.partial(
                     parsers.run, functools.partial(fifo.read_bytes), size=PROCESS_MIN_BYTES
                 )
             )
+            for _ in range(PIPELINE - 1):
+                nursery.start_soon(
+                    functools.partial(parsers.run, os.getpid, size=PROCESS_MIN_BYTES)
+                )
             await trio.testing.wait_all_tasks_blocked()
-            assert parsers.statistics().process_calls == 1
+            assert parsers.statistics().process_calls == PIPELINE
+            assert parsers.statistics().processes == 1
             assert await parsers.run(os.getpid, size=PROCESS_MIN_BYTES) == me
             await trio.to_thread.run_sync(fifo.write_bytes, b"done")
         assert parsers.statistics() == ParsersStatistics(
-            thread_calls=1, process_calls=1, waiting=0, processes=1
+            thread_calls=1, process_calls=PIPELINE, waiting=0, processes=1
         )
     finally:
         parsers.close()
+
+
+async def test_a_process_takes_calls_while_it_works_and_answers_each_its_own(
+    tmp_path: Path,
+) -> None:
+    fifo = tmp_path / "held"
+    os.mkfifo(fifo)
+    processes = ParseProcesses(1, pipeline=3)
+    answers: dict[int, object] = {}
+
+    async def call(i: int, fn: object) -> None:
+        answers[i] = await processes.run(fn)  # type: ignore[arg-type]
+
+    try:
+        async with trio.open_nursery() as nursery:
+            # one at a time, so they reach the process in this order (trio shuffles tasks)
+            for i, fn in enumerate(
+                [
+                    functools.partial(fifo.read_bytes),
+                    functools.partial(operator.mul, 6, 7),
+                    os.getpid,
+                ]
+            ):
+                nursery.start_soon(call, i, fn)
+                await trio.testing.wait_all_tasks_blocked()
+            assert answers == {} and len(processes.pids()) == 1  # one process, three calls
+            await trio.to_thread.run_sync(fifo.write_bytes, b"done")
+        assert answers == {0: b"done", 1: 42, 2: processes.pids()[0]}
+    finally:
+        processes.close()
+
+
+async def test_a_dying_process_fails_the_calls_queued_behind_its_own_too(tmp_path: Path) -> None:
+    fifo = tmp_path / "held"
+    os.mkfifo(fifo)
+    processes = ParseProcesses(1, pipeline=3)
+    outcomes: dict[str, object] = {}
+
+    async def call(name: str, fn: object) -> None:
+        try:
+            outcomes[name] = await processes.run(fn)  # type: ignore[arg-type]
+        except ParseCrashed:
+            outcomes[name] = "crashed"
+
+    try:
+        async with trio.open_nursery() as nursery:
+            # one at a time, so they reach the process in this order (trio shuffles tasks)
+            for name, fn in [
+                ("held", functools.partial(fifo.read_bytes)),
+                ("dies", functools.partial(os._exit, 3)),
+                ("behind", os.getpid),
+            ]:
+                nursery.start_soon(call, name, fn)
+                await trio.testing.wait_all_tasks_blocked()
+            await trio.to_thread.run_sync(fifo.write_bytes, b"done")
+        assert outcomes == {"held": b"done", "dies": "crashed", "behind": "crashed"}
+        assert processes.crashes == 1
+        assert await processes.run(os.getpid) == processes.pids()[0]  # a new process
+    finally:
+        processes.close()
+
+
+def test_a_pipeline_below_one_call_is_refused() -> None:
+    with pytest.raises(ValueError, match="at least 1"):
+        ParseProcesses(1, pipeline=0)
 
 
 async def test_with_threads_preferred_a_crawl_the_threads_keep_up_with_starts_no_process() -> None:
@@ -349,7 +423,7 @@ def _masks() -> set[frozenset[int]]:
 )
 async def test_split_keeps_this_process_to_one_cpu_and_the_processes_to_the_others() -> None:
     before = frozenset(os.sched_getaffinity(0))
-    own, others = _threads.split_cpus(before) or (frozenset(), frozenset())
+    own, others = split_cpus(before) or (frozenset(), frozenset())
     unused = Parsers(processes=1, prefer="process", split=True)
     assert _masks() == {before}  # made, never called: nothing pinned
     unused.close()
@@ -392,6 +466,6 @@ async def test_split_on_one_cpu_or_without_processes_leaves_every_mask_as_it_was
 
 
 def test_cpus_split_into_the_lowest_and_the_rest() -> None:
-    assert _threads.split_cpus(frozenset({3, 1, 2})) == (frozenset({1}), frozenset({2, 3}))
-    assert _threads.split_cpus(frozenset({0})) is None
-    assert _threads.split_cpus(frozenset()) is None
+    assert split_cpus(frozenset({3, 1, 2})) == (frozenset({1}), frozenset({2, 3}))
+    assert split_cpus(frozenset({0})) is None
+    assert split_cpus(frozenset()) is None

@@ -19,7 +19,6 @@ from conftest import fetch_record
 from refresher import _cpus
 from refresher._errors import StoreError
 from refresher.archive._warc import WarcWriter, read_record
-from refresher.discover._threads import keep_threads_to
 from refresher.store import (
     SCHEMA_VERSION,
     DocumentUpdate,
@@ -682,7 +681,7 @@ async def test_a_batch_is_written_on_every_cpu_while_the_daemons_threads_keep_to
 ) -> None:
     archive = _MaskArchive(tmp_path, paged_store)
     service = StoreService(paged_store, flush_interval=10_000, batch_size=100, archive=archive)
-    keep_threads_to(frozenset({min(_cpus.STARTED_ON)}))  # as discovery.split_cpus does
+    _cpus.keep_threads_to(frozenset({min(_cpus.STARTED_ON)}))  # as discovery.split_cpus does
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(service.run)
@@ -690,7 +689,7 @@ async def test_a_batch_is_written_on_every_cpu_while_the_daemons_threads_keep_to
             await service.flush()
             service.close()
     finally:
-        keep_threads_to(_cpus.STARTED_ON)
+        _cpus.keep_threads_to(_cpus.STARTED_ON)
     assert archive.masks == [_cpus.STARTED_ON]
 
 
