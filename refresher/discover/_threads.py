@@ -229,8 +229,26 @@ class _Worker:
         # come back in that order, and each caller reads its own when it is first
         self._turns: deque[trio.Event] = deque()
         self.dead = False
+        self.ready = False  # its ready notice read: its imports are done (_parse_worker)
+        self.readied = trio.Event()  # set once the notice is read, or the process has died
         self.inflight = 0  # calls sent or being sent, not yet answered
         self.since = time.monotonic()  # when its last call was answered
+
+    async def watch(self) -> None:
+        """Read the ready notice (the only reader until it is read: calls wait for
+        ``readied``), then set ``readied``; a process whose pipe ends or that begins with
+        anything else is dead."""
+        try:
+            notice = await self._read(HEADER)
+            if any(notice):
+                log.error("a parse process began without its ready notice", notice=notice.hex())
+                self._die()
+            else:
+                self.ready = True
+        except _Died:
+            self._die()
+        finally:
+            self.readied.set()
 
     async def call(self, request: bytes, body: bytes) -> tuple[bool, Any]:
         """Send one pickled call and its body (:func:`pickled_call`); its ``(ok, result or
@@ -247,6 +265,7 @@ class _Worker:
                 await self._send(head + request, body)
             if self._turns[0] is not turn:
                 await turn.wait()
+            await self.readied.wait()  # the notice comes before the first answer
             if self.dead:
                 raise _Died
             size = int.from_bytes(await self._read(HEADER), "little")
@@ -333,6 +352,8 @@ class ParseProcesses:
         self._running: list[_Worker] = []  # idle or busy
         self._ended: list[_Worker] = []  # shut for idling, not yet reaped
         self._slots: trio.Semaphore | None = None  # made in the event loop, on first use
+        #: called when a worker has said it is ready (:class:`Parsers` hands it the waiting)
+        self.on_ready: Callable[[], None] | None = None
         self.crashes = 0
 
     @property
@@ -341,16 +362,49 @@ class ParseProcesses:
         return self.processes * self.pipeline
 
     def _worker(self) -> _Worker:
-        """The worker to take a call: the idle one used last (so the others age and expire),
-        else a new one while there are fewer than ``processes``, else the least busy."""
-        idle = [w for w in self._running if w.inflight == 0]
+        """The worker to take a call: the idle ready one used last (so the others age and
+        expire), else a new one while there are fewer than ``processes``, else the least busy
+        (of the ready ones, if any is)."""
+        idle = [w for w in self._running if w.inflight == 0 and w.ready]
         if idle:
             return max(idle, key=lambda w: w.since)
         if len(self._running) < self.processes:
-            worker = _Worker(*self._start)
-            self._running.append(worker)
-            return worker
-        return min(self._running, key=lambda w: w.inflight)
+            return self._spawn()
+        ready = [w for w in self._running if w.ready] or self._running
+        return min(ready, key=lambda w: w.inflight)
+
+    def _spawn(self) -> _Worker:
+        """A new worker, running, and a system task that reads its ready notice and then
+        calls ``on_ready`` (in the event loop's thread)."""
+        worker = _Worker(*self._start)
+        self._running.append(worker)
+        trio.lowlevel.spawn_system_task(self._watch, worker)
+        return worker
+
+    async def _watch(self, worker: _Worker) -> None:
+        await worker.watch()
+        if worker.ready and self.on_ready is not None:
+            self.on_ready()
+
+    def ready(self) -> bool:
+        """Start every worker not running (without waiting for it); whether one of them has
+        said it is ready (:mod:`refresher.discover._parse_worker`)."""
+        for worker in [w for w in self._running if w.dead and not w.inflight]:
+            self._running.remove(worker)  # died before its first call: the next takes over
+            self._ended.append(worker)
+            self.crashes += 1
+            log.error("a parse process ended before it was ready; a new one starts")
+        while len(self._running) < self.processes:
+            self._spawn()
+        return any(w.ready and not w.dead for w in self._running)
+
+    async def started(self) -> None:
+        """Start every worker not running and wait until each is ready or dead (a warm
+        pool for tests and benches; the daemon never waits: :class:`Parsers` hands large pages
+        to the threads meanwhile)."""
+        self.ready()
+        for worker in list(self._running):
+            await worker.readied.wait()
 
     async def run(self, fn: Callable[[], T]) -> T:
         """``fn()`` in a worker process; its result, or its exception re-raised. Not
@@ -483,6 +537,8 @@ class Parsers:
         self._thread_only: deque[_Waiter] = deque()
         self._arrivals = 0
         self.calls = {"thread": 0, "process": 0}
+        if self.processes is not None:
+            self.processes.on_ready = self._hand_to_processes
 
     async def run(self, fn: Callable[[], T], *, size: int, portable: bool = True) -> T:
         """``fn()`` for a body of ``size`` bytes: in a process when there are any, the body
@@ -515,7 +571,7 @@ class Parsers:
             # (or below the threads' rate) still ends the processes it no longer needs
             self.processes.expire(IDLE_SECONDS, time.monotonic())
         for kind in self._order if either else ("thread",):
-            if self._free[kind] > 0:
+            if self._free[kind] > 0 and (kind == "thread" or self._processes_ready()):
                 self._free[kind] -= 1
                 return kind
         self._arrivals += 1
@@ -523,6 +579,23 @@ class Parsers:
         (self._any if either else self._thread_only).append(waiter)
         await waiter.ready.wait()  # shielded: once queued, a call is always handed a slot
         return waiter.kind
+
+    def _processes_ready(self) -> bool:
+        """Whether a worker process can take a call now; starts those not running. A large
+        page waits for a thread meanwhile rather than for a new interpreter's start (~1 s on
+        a busy machine): calls sent to a process that is still importing held their hosts, and
+        on a 20-host web the 8 hosts whose pages went to the two processes first ended the pass
+        a second after the others (bench/README.md, "The git docs")."""
+        assert self.processes is not None
+        return self.processes.ready()
+
+    def _hand_to_processes(self) -> None:
+        """A process has become ready: the large pages waiting take its free slots."""
+        while self._any and self._free["process"] > 0:
+            self._free["process"] -= 1
+            waiter = self._any.popleft()
+            waiter.kind = "process"
+            waiter.ready.set()
 
     def _release(self, kind: str) -> None:
         """Hand the freed slot to the longest-waiting call that may take it, or free it."""

@@ -168,6 +168,8 @@ async def test_a_large_page_goes_to_a_process_a_small_one_or_an_unportable_call_
     parsers = Parsers(processes=1)
     me = os.getpid()
     try:
+        assert parsers.processes is not None
+        await parsers.processes.started()
         assert await parsers.run(os.getpid, size=PROCESS_MIN_BYTES - 1) == me
         assert await parsers.run(os.getpid, size=PROCESS_MIN_BYTES, portable=False) == me
         assert await parsers.run(os.getpid, size=PROCESS_MIN_BYTES) != me
@@ -240,6 +242,8 @@ async def test_a_large_page_takes_an_idle_thread_while_every_process_is_busy(
     parsers = Parsers(processes=1, prefer="process")
     me = os.getpid()
     try:
+        assert parsers.processes is not None
+        await parsers.processes.started()
         async with trio.open_nursery() as nursery:
             # the process blocks reading the FIFO until the test writes to it; the calls
             # after it wait in its pipe until every one of its PIPELINE places is taken
@@ -248,6 +252,9 @@ async def test_a_large_page_takes_an_idle_thread_while_every_process_is_busy(
                     parsers.run, functools.partial(fifo.read_bytes), size=PROCESS_MIN_BYTES
                 )
             )
+            # the held call first: the process is ready, so a call ahead of it would be
+            # answered at once (trio shuffles the tasks started together)
+            await trio.testing.wait_all_tasks_blocked()
             for _ in range(PIPELINE - 1):
                 nursery.start_soon(
                     functools.partial(parsers.run, os.getpid, size=PROCESS_MIN_BYTES)
@@ -324,6 +331,38 @@ async def test_a_dying_process_fails_the_calls_queued_behind_its_own_too(tmp_pat
         processes.close()
 
 
+async def test_a_large_page_takes_a_thread_while_the_processes_start_and_then_a_process() -> None:
+    # a call sent to a process still importing would wait out its start (~1 s when busy)
+    parsers = Parsers(processes=1, prefer="process")
+    me = os.getpid()
+    try:
+        assert await parsers.run(os.getpid, size=PROCESS_MIN_BYTES) == me
+        assert parsers.statistics().processes == 1  # started by that call, not waited for
+        assert parsers.processes is not None
+        await parsers.processes.started()
+        assert await parsers.run(os.getpid, size=PROCESS_MIN_BYTES) != me
+        assert parsers.statistics().thread_calls == 1
+    finally:
+        parsers.close()
+
+
+async def test_a_process_that_dies_before_it_is_ready_is_replaced_by_the_next_call(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    processes = ParseProcesses(1)
+    try:
+        monkeypatch.setattr(sys, "executable", "/bin/false")  # exits at once, says nothing
+        processes.ready()
+        await processes.started()
+        monkeypatch.undo()
+        assert not processes.ready() and processes.crashes == 1  # a new one is starting
+        await processes.started()
+        assert processes.ready()
+        assert await processes.run(os.getpid) == processes.pids()[0]
+    finally:
+        processes.close()
+
+
 def test_a_pipeline_below_one_call_is_refused() -> None:
     with pytest.raises(ValueError, match="at least 1"):
         ParseProcesses(1, pipeline=0)
@@ -340,10 +379,12 @@ async def test_with_threads_preferred_a_crawl_the_threads_keep_up_with_starts_no
         parsers.close()
 
 
-async def test_with_threads_preferred_a_process_takes_a_large_page_when_every_thread_is_busy() -> (
-    None
-):
-    parsers = Parsers(processes=1, prefer="thread")
+@pytest.mark.parametrize("prefer", ["thread", "process"])
+async def test_a_process_takes_a_large_page_when_every_thread_is_busy_once_it_is_ready(
+    prefer: str,
+) -> None:
+    # the process starts with the call and is not ready: the page waits for it (or a thread)
+    parsers = Parsers(processes=1, prefer=prefer)
     me = os.getpid()
     release = threading.Event()
     try:
@@ -430,6 +471,9 @@ async def test_split_keeps_this_process_to_one_cpu_and_the_processes_to_the_othe
     parsers = Parsers(processes=1, prefer="process", split=True)
     try:
         await parsers.run(os.getpid, size=10)  # a small page never reaches a process
+        assert _masks() == {before}
+        assert parsers.processes is not None
+        await parsers.processes.started()  # started (pinned to the others), not yet called
         assert _masks() == {before}
         # the first large page pins every thread, the parse thread started before too
         worker = await parsers.run(os.getpid, size=PROCESS_MIN_BYTES)
