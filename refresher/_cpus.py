@@ -58,10 +58,7 @@ def every_cpu() -> Iterator[None]:
 def usable_cpus() -> int:
     """The CPUs this process may run on: its affinity mask (systemd's ``CPUAffinity=``,
     ``taskset``, a container's cpuset), not every CPU of the machine."""
-    try:
-        return len(os.sched_getaffinity(0)) or 1
-    except AttributeError:  # no affinity masks on this platform (macOS)
-        return os.cpu_count() or 1
+    return len(cpu_mask()) or os.cpu_count() or 1
 
 
 def split_cpus(cpus: frozenset[int]) -> tuple[frozenset[int], frozenset[int]] | None:

@@ -22,7 +22,7 @@ import pytest
 import trio
 from hypothesis import settings
 
-from refresher._cpus import cpu_mask
+from refresher._cpus import usable_cpus
 from refresher.sim import _harness as harness
 from refresher.sim._harness import harness_config, write_config
 from refresher.sim._site import HostSpec, PageSpec, Site, serve_site
@@ -48,7 +48,7 @@ WORKERS_PER_CPU = 2
 @pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: no error where it is not loaded
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """``-n auto``: :data:`WORKERS_PER_CPU` workers per CPU this process may run on."""
-    return WORKERS_PER_CPU * (len(cpu_mask()) or os.cpu_count() or 1)
+    return WORKERS_PER_CPU * usable_cpus()
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -229,10 +229,14 @@ class _Worker:
         # come back in that order, and each caller reads its own when it is first
         self._turns: deque[trio.Event] = deque()
         self.dead = False
-        self.ready = False  # its ready notice read: its imports are done (_parse_worker)
         self.readied = trio.Event()  # set once the notice is read, or the process has died
         self.inflight = 0  # calls sent or being sent, not yet answered
         self.since = time.monotonic()  # when its last call was answered
+
+    @property
+    def ready(self) -> bool:
+        """Its ready notice read (its imports are done, :mod:`._parse_worker`), and alive."""
+        return self.readied.is_set() and not self.dead
 
     async def watch(self) -> None:
         """Read the ready notice (the only reader until it is read: calls wait for
@@ -243,8 +247,6 @@ class _Worker:
             if any(notice):
                 log.error("a parse process began without its ready notice", notice=notice.hex())
                 self._die()
-            else:
-                self.ready = True
         except _Died:
             self._die()
         finally:
@@ -396,7 +398,7 @@ class ParseProcesses:
             log.error("a parse process ended before it was ready; a new one starts")
         while len(self._running) < self.processes:
             self._spawn()
-        return any(w.ready and not w.dead for w in self._running)
+        return any(w.ready for w in self._running)
 
     async def started(self) -> None:
         """Start every worker not running and wait until each is ready or dead (a warm
