@@ -139,6 +139,7 @@ _DOCS = (
     "docs/evaluation.md",
     "systemd/README.md",
     "bench/README.md",
+    "bench/history.md",
 )
 
 
