@@ -51,13 +51,6 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     return WORKERS_PER_CPU * usable_cpus()
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    # pytest-xdist's marker, known without it too (`-p no:xdist`, --strict-markers)
-    config.addinivalue_line(
-        "markers", "xdist_group(name): tests of one expensive module fixture, on one worker"
-    )
-
-
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The end-to-end tests (marked slow) first, each part's in its own order: `make test`
     hands each worker a few tests at a time (``--dist loadgroup``), so that the long ones start

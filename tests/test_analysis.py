@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import fcntl
 import itertools
 import json
 import math
+import os
+import shutil
 import sys
-from collections.abc import Iterator
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
@@ -53,10 +55,8 @@ def assert_png(path: Path) -> None:
     assert len(data) > 10_000, (path, len(data))
 
 
-@pytest.fixture(scope="module")
-def short_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[compare.RunResult]:
-    """One 16 s optimal run on SMALL_WEB at 16 fetches/s: every page about every 2.5 s. Its
-    tests are one xdist group: `make test` runs them on one worker, which runs it once."""
+def _short_run(out: Path) -> compare.RunResult:
+    """One 16 s optimal run on SMALL_WEB at 16 fetches/s: every page about every 2.5 s."""
     settings = compare.CompareSettings(
         simweb=SMALL_WEB,
         policies=("optimal",),
@@ -67,11 +67,39 @@ def short_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[compare.RunR
         resolve_interval=2.0,
         plots=False,
     )
-    yield compare.run_policy("optimal", settings, tmp_path_factory.mktemp("run"))
+    return compare.run_policy("optimal", settings, out)
+
+
+@pytest.fixture(scope="module")
+def short_run(tmp_path_factory: pytest.TempPathFactory) -> compare.RunResult:
+    """:func:`_short_run`, made once per `make test`: the first xdist worker that needs it
+    makes it under a file lock and leaves its result beside its files; the others wait on the
+    lock and copy the files (a DuckDB file is one writer's at a time). pytest-xdist's
+    ``xdist_group`` would put these tests on one worker, but 3.8 ignores it under pytest 9.2
+    (pytest-xdist issue 1386)."""
+    own = tmp_path_factory.mktemp("run")
+    run_id = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if run_id is None:  # no xdist: this process is the only one that needs it
+        return _short_run(own)
+    shared = tmp_path_factory.getbasetemp().parent / f"short-run-{run_id}"
+    shared.mkdir(exist_ok=True)
+    with (shared / "lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = shared / "result.json"
+        if not done.exists():
+            result = _short_run(shared / "files")
+            done.write_text(json.dumps(asdict(result)))
+    made = json.loads(done.read_text())
+    for name in ("store", "truth"):
+        for path in (Path(made[name]), Path(made[name] + ".wal")):
+            if path.exists():
+                shutil.copy(path, own)
+        made[name] = str(own / Path(made[name]).name)
+    made["block_freshness"] = tuple(made["block_freshness"])
+    return compare.RunResult(**made)
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("short_run")
 def test_plots_writes_three_pngs_of_a_run(short_run: compare.RunResult, tmp_path: Path) -> None:
     out = tmp_path / "plots"
     code = plots.main(["--db", short_run.store, "--truth", short_run.truth, "--out", str(out)])
@@ -81,7 +109,6 @@ def test_plots_writes_three_pngs_of_a_run(short_run: compare.RunResult, tmp_path
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("short_run")
 def test_plots_without_the_truth_still_draws_every_png(
     short_run: compare.RunResult, tmp_path: Path
 ) -> None:
@@ -91,7 +118,6 @@ def test_plots_without_the_truth_still_draws_every_png(
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("short_run")
 def test_the_allocation_plot_shows_the_figures_refresher_policy_prints(
     short_run: compare.RunResult,
 ) -> None:
@@ -116,7 +142,6 @@ def test_plots_says_what_is_wrong_with_a_missing_store(
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("short_run")
 def test_the_estimated_freshness_tracks_the_true_one(short_run: compare.RunResult) -> None:
     # Tolerance 0.15. The estimate uses each page's final λ̂ from only ~6 fetch intervals
     # (relative error ~40 % per page), and the fastest pages, which change before almost
