@@ -913,3 +913,103 @@ def test_a_replanned_copy_carries_every_field_of_the_page_it_copies():
     copy = frontier_module._replanned(row, 1.5, 2.5, 3.5, 4.5)
     assert copy == dataclasses.replace(row, due_at=1.5, target_rate=2.5, rate=3.5, weight=4.5)
     assert all(getattr(copy, f.name) != f.default for f in dataclasses.fields(PageRow))
+
+
+# -- first fetches first -------------------------------------------------------------------
+
+
+def refresh(i: int, host: int, due: float, *, rate: float = 1 / 86400) -> PageRow:
+    """A page with a copy, planned once a second, changing about once a day (``rate``)."""
+    return dataclasses.replace(
+        page(i, host, due), digest=b"copy", tried=True, target_rate=1.0, rate=rate
+    )
+
+
+async def first_fetch_in_flight_then_refresh(
+    busy: float, refresh_page: PageRow, *, budget: float = 1000.0
+) -> tuple[float, Frontier, object]:
+    """A worker holds host 1's first fetch; another asks for a page and gets host 2's refresh:
+    returns when (trio seconds), the frontier, and the first fetch's lease (released at 2 s)."""
+    pages = [page(1, host=1, due=EPOCH), refresh_page]
+    frontier, _ = make(pages, budget=budget, busy=lambda: busy)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(frontier.run)
+        first = await frontier.acquire()
+        assert first is not None and first.page.id == 1
+
+        async def finish_first() -> None:
+            await trio.sleep(2.0)
+            frontier.release(first, next_due=None)
+
+        nursery.start_soon(finish_first)
+        got = await frontier.acquire()
+        assert got is not None and got.page.id == refresh_page.id
+        at = trio.current_time()
+        frontier.close()
+        nursery.cancel_scope.cancel()
+    return at, frontier, first
+
+
+async def test_a_refresh_worth_little_waits_for_the_first_fetch_in_flight_when_the_loop_is_loaded(
+    autojump_clock,
+):
+    at, frontier, _ = await first_fetch_in_flight_then_refresh(0.95, refresh(2, 2, EPOCH))
+    # handed out once the first fetch was done, within one look after it
+    assert 2.0 <= at <= 2.0 + frontier_module.YIELD_RECHECK
+    assert frontier.statistics().yielded >= 1
+
+
+async def test_a_refresh_goes_at_once_beside_a_first_fetch_when_the_loop_is_idle(autojump_clock):
+    at, frontier, _ = await first_fetch_in_flight_then_refresh(0.1, refresh(2, 2, EPOCH))
+    assert at == 0.0 and frontier.statistics().yielded == 0
+
+
+async def test_a_refresh_likely_changed_does_not_yield_to_a_first_fetch(autojump_clock):
+    # planned once a second, changing once a second: worth 1 − e^−1 = 0.63 of a first fetch
+    at, frontier, _ = await first_fetch_in_flight_then_refresh(
+        0.95, refresh(2, 2, EPOCH, rate=1.0)
+    )
+    assert at == 0.0 and frontier.statistics().yielded == 0
+
+
+async def test_a_refresh_does_not_yield_when_the_budget_sets_the_pace(autojump_clock):
+    # a token every 2 s: the first fetch took the second of credit, the refresh waits for the
+    # next token (the budget's pace, 1 s on), not for the first fetch
+    at, frontier, _ = await first_fetch_in_flight_then_refresh(
+        0.95, refresh(2, 2, EPOCH), budget=0.5
+    )
+    assert at == pytest.approx(1.0) and frontier.statistics().yielded == 0
+
+
+async def test_a_refresh_does_not_yield_to_a_first_fetch_that_politeness_holds(autojump_clock):
+    # host 1's first page was fetched; its second waits out a 10 s delay, nothing in flight
+    pages = [page(1, host=1, due=EPOCH), page(3, host=1, due=EPOCH), refresh(2, 2, EPOCH + 1)]
+    frontier, _ = make(pages, busy=lambda: 0.95)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(frontier.run)
+        first = await frontier.acquire()
+        assert first is not None and first.page.id == 1
+        timing = HostTiming(next_allowed=wall() + 10.0, delay=10.0, backoff=0.0, errors=0)
+        frontier.release(first, next_due=None, timing=timing)
+        got = await frontier.acquire()
+        assert got is not None and got.page.id == 2 and trio.current_time() == pytest.approx(1.0)
+        assert frontier.statistics().yielded == 0
+        frontier.close()
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_host_whose_refresh_yielded_keeps_its_politeness_state(autojump_clock):
+    at, frontier, _ = await first_fetch_in_flight_then_refresh(0.95, refresh(2, 2, EPOCH))
+    host = next(h for h in frontier._hosts.values() if h.id == 2)
+    assert host.next_allowed == 0.0 and host.delay is None  # as its row left it
+
+
+def test_a_refresh_is_worth_the_chance_that_the_page_changed_since_its_last_fetch() -> None:
+    p = refresh(1, 1, EPOCH + 1.0, rate=0.1)  # fetched at EPOCH (one interval of 1 s before)
+    assert frontier_module.refresh_value(p, EPOCH + 10.0) == pytest.approx(1 - math.exp(-1.0))
+    heavy = dataclasses.replace(p, weight=3.0)
+    assert frontier_module.refresh_value(heavy, EPOCH + 10.0) == pytest.approx(
+        3 * (1 - math.exp(-1.0))
+    )
+    unknown = dataclasses.replace(p, rate=None)
+    assert frontier_module.refresh_value(unknown, EPOCH) == math.inf
