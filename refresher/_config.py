@@ -174,10 +174,6 @@ class FrontierConfig:
     #: requests per second go on the wire whenever pages and politeness allow; false: a page
     #: is fetched only once due (the budget idles while too few are)
     work_conserving: bool = True
-    #: while the fetch capacity, not the budget, sets the rate and the event loop is loaded, a
-    #: refresh worth less than half a first fetch yields to the first fetches in flight (a
-    #: page with no copy is stale; a page fetched seconds ago likely is not)
-    first_fetches_first: bool = True
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -17,16 +17,6 @@ pages and politeness allow. Only the due gate is relaxed; an early page owes not
 (:func:`refresher.store.due_after`: due one interval after the fetch). The loader then also looks
 ahead beyond the window, up to B × window pages held, so there is something to pull forward.
 
-First fetches first (``busy`` given, the daemon's ``frontier.first_fetches_first``): a page
-with no copy is stale, so its first fetch gains about one page of freshness, while a refresh
-of a page fetched seconds ago gains only the chance that it changed since. When the fetch
-capacity, not the budget, sets the rate (the pacer has a token free now), first fetches are
-in flight and the event loop is busy (``busy()`` ≥ :data:`LOADED`: every fetch then takes
-time from the others in flight), a host whose next page is a refresh worth less than half a
-first fetch (:func:`refresh_value`) yields: it goes back to the heap :data:`YIELD_RECHECK`
-seconds later, its politeness state untouched, and a first fetch has the time. Politeness is
-untouched; nothing yields to a first fetch that politeness or the budget holds back.
-
 A re-plan moves due times in the store, which alone computes them
 (:func:`refresher.store.next_due`): :meth:`Frontier.reset` has the loader read the window anew and
 swap the rows in for the pages held not in a worker's hands, with no wait in between. The pages
@@ -83,7 +73,6 @@ __all__ = [
     "Pacer",
     "PageSource",
     "next_allowed_after",
-    "refresh_value",
 ]
 
 #: Work conservation looks at this many of the pages due soonest for one whose host is
@@ -91,14 +80,6 @@ __all__ = [
 EARLY_SCAN = 32
 #: How far ahead (seconds) the work-conserving loader looks: every page with a due time.
 LOOK_AHEAD = 1e9
-
-#: The event loop's busy share (0–1) from which its own work, not the network, sets the pace of
-#: the fetches in flight: a refresh worth little then yields to first fetches.
-LOADED = 0.75
-#: Seconds a host whose refresh yielded waits before it is looked at again.
-YIELD_RECHECK = 0.5
-#: A refresh yields to first fetches when it is worth less than this share of one.
-YIELD_VALUE = 0.5
 
 #: Rows read from the store at a time: a load, and a re-plan's rescan, hold at most this many
 #: rows (with DuckDB's copy of them) beyond the pages held.
@@ -290,8 +271,6 @@ class FrontierStatistics:
     backing_off: int = 0  # known hosts waiting out an error backoff now
     paused: int = 0  # known hosts paused
     early: int = 0  # pages handed out before they were due (work conservation)
-    yielded: int = 0  # refreshes put off for first fetches (first fetches first)
-    loop_busy: float = 0.0  # the event loop's busy share (0–1) over its last window
     lapsed: float = 0.0  # budget tokens left unused beyond the pacer's one second of credit
 
 
@@ -364,7 +343,6 @@ class Frontier:
         seed: int = 0,
         work_conserving: bool = False,
         limits: DelayLimits = DelayLimits(),
-        busy: Callable[[], float] | None = None,
     ) -> None:
         self._source = source
         self._limits = limits
@@ -389,10 +367,6 @@ class Frontier:
         self._leased = 0
         self._dispatched = 0
         self._early = 0  # pages handed out before they were due (work conservation)
-        #: the event loop's busy share (0–1); None: refreshes never yield to first fetches
-        self._busy = busy
-        self._first_in_flight: set[int] = set()  # ids of new pages in workers' hands
-        self._yielded = 0  # refreshes put off for first fetches
         self._cursor: tuple[float, int] = (-math.inf, -1)
         # Idle workers park here. A released host wakes one of them, not all: with hundreds
         # of workers a broadcast made each re-check the queues for every release.
@@ -589,12 +563,10 @@ class Frontier:
                 if not host.leased and not host.paused:
                     self._push_ready(host)
 
-    def _push_ready(self, host: HostState, at: float | None = None) -> None:
-        """Put ``host`` in the heap, keyed by its next-allowed time (or ``at``, later)."""
+    def _push_ready(self, host: HostState) -> None:
         host.token += 1
         self._seq += 1
-        key = host.next_allowed if at is None else max(at, host.next_allowed)
-        heapq.heappush(self._ready, (key, self._seq, host.token, host))
+        heapq.heappush(self._ready, (host.next_allowed, self._seq, host.token, host))
 
     def _select(self) -> PageRow | None:
         """Mercator's biased selector: queue i is picked with weight 2^−i among non-empty ones."""
@@ -615,11 +587,6 @@ class Frontier:
                 t, _, token, host = self._ready[0]
                 if token != host.token or host.leased or host.paused or not host.queue:
                     heapq.heappop(self._ready)
-                    continue
-                if t <= now and self._yields(host.queue[0], now):
-                    heapq.heappop(self._ready)
-                    self._push_ready(host, now + YIELD_RECHECK)
-                    self._yielded += 1
                     continue
                 if t <= now:
                     heapq.heappop(self._ready)
@@ -645,8 +612,6 @@ class Frontier:
                         self._unlease(host)
                         continue
                     self._dispatched += 1
-                    if page.new:
-                        self._first_in_flight.add(page.id)
                     # Hand on: another worker takes the next ready host or the timer.
                     self._poke(everyone=False)
                     return Lease(page, host)
@@ -660,17 +625,6 @@ class Frontier:
                     wake = min(wake, early)
             await self._park(wake)
         return None
-
-    def _yields(self, page: PageRow, now: float) -> bool:
-        """Whether ``page``, a host's next, is a refresh that yields to first fetches now (see
-        the module docstring): the budget is not the limit (a token is free), first fetches
-        are in flight, the event loop is loaded and the refresh is worth less than
-        :data:`YIELD_VALUE` of a first fetch."""
-        if self._busy is None or page.new or not self._first_in_flight:
-            return False
-        if self.pacer.free_at() > trio.current_time():
-            return False  # the budget sets the pace: the plan's order stands
-        return self._busy() >= LOADED and refresh_value(page, now) < YIELD_VALUE
 
     def _pull_forward(self, now: float) -> float | None:
         """Work conservation, with nothing due on a host allowed now: put the page due soonest
@@ -752,7 +706,6 @@ class Frontier:
 
     def _forget(self, page: PageRow, host: HostState) -> None:
         """``page`` (out of every queue, its host leased) is held no more."""
-        self._first_in_flight.discard(page.id)
         self._paged.discard(page.id)
         host.in_memory -= 1
 
@@ -784,7 +737,6 @@ class Frontier:
         window; otherwise, or when None, the page is dropped and the store brings it back.
         """
         page, host = lease.page, lease.host
-        self._first_in_flight.discard(page.id)
         _apply(host, timing, robots)
         if next_due is not None and self._fresh is not None:
             self._fresh[page.id] = next_due
@@ -805,7 +757,6 @@ class Frontier:
     ) -> None:
         """Give the host back with the page at the head of its back queue, still held; with
         its new ``timing`` and ``robots`` as :meth:`release`."""
-        self._first_in_flight.discard(lease.page.id)
         _apply(lease.host, timing, robots)
         if self.owns(lease.host.name):
             lease.host.queue.appendleft(lease.page)
@@ -992,8 +943,6 @@ class Frontier:
             hosts_known=len(self._hosts),
             dispatched=self._dispatched,
             early=self._early,
-            yielded=self._yielded,
-            loop_busy=self._busy() if self._busy is not None else 0.0,
             lapsed=self.pacer.lapsed(),
             cursor=self._cursor[0],
             backing_off=sum(1 for h in self._hosts.values() if h.errors and h.next_allowed > now),
@@ -1105,18 +1054,6 @@ def _nan(value: float | None) -> float:
 
 def _none(value: float) -> float | None:
     return None if math.isnan(value) else value
-
-
-def refresh_value(page: PageRow, now: float) -> float:
-    """What fetching ``page`` now gains, in pages of freshness: its weight times the chance
-    that it changed since its last fetch, 1 − e^(−λ̂·age), the age taken from its due time
-    and planned interval (due_at − 1/f). A page without λ̂ or a positive f has an
-    unbounded value (nothing known: it never yields)."""
-    rate, target = page.rate, page.target_rate
-    if rate is None or target is None or not target > 0 or math.isnan(rate):
-        return math.inf
-    age = max(now - page.due_at + 1.0 / target, 0.0)
-    return page.weight * -math.expm1(-rate * age)
 
 
 def _apply(host: HostState, timing: HostTiming | None, robots: HostRobots | None) -> None:

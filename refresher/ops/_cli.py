@@ -384,9 +384,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
             f"  frontier   {f.get('in_memory')} pages in memory, "
             f"{f.get('active_hosts')} active hosts, {f.get('ready_hosts')} waiting their turn, "
             f"{f.get('early', 0)} fetched before due, "
-            f"{f.get('yielded', 0)} refreshes put off for first fetches, "
-            f"{f.get('lapsed', 0.0):.0f} budget tokens lapsed; event loop busy "
-            f"{f.get('loop_busy', 0.0):.0%}"
+            f"{f.get('lapsed', 0.0):.0f} budget tokens lapsed"
         )
         if answer.get("owed_documents"):
             print(

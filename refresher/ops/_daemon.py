@@ -36,7 +36,6 @@ from refresher.archive._warc import WarcWriter
 from refresher.crawl._dns import Resolver
 from refresher.crawl._fetch import Fetcher
 from refresher.crawl._frontier import DelayLimits, Frontier
-from refresher.crawl._load import LoopLoad
 from refresher.crawl._workers import Crawler
 from refresher.discover._discovery import Discovery
 from refresher.discover._filter import UrlFilter
@@ -624,11 +623,6 @@ class Daemon:
         c = self.config
         assert self._store is not None
         back_queues = c.crawl.workers * c.frontier.back_queues_per_worker
-        busy = None
-        if c.frontier.first_fetches_first:
-            load = LoopLoad()
-            trio.lowlevel.add_instrument(load)
-            busy = load.busy
         frontier = Frontier(
             source=self._page_source,
             budget=c.budget.fetches_per_second,
@@ -640,7 +634,6 @@ class Daemon:
             wall_clock=self._wall,
             work_conserving=c.frontier.work_conserving,
             limits=DelayLimits.from_config(c.politeness),
-            busy=busy,
         )
         self._frontier = frontier
         policy = await self._store.policy_in_force(c.policy.name)

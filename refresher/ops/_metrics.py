@@ -163,8 +163,6 @@ METRICS: Mapping[str, Mapping[str, MetricSpec]] = {
         "backing_off": _g("Known hosts waiting out an error backoff."),
         "paused": _g("Known hosts paused."),
         "early": _c("Pages handed out before they were due (frontier.work_conserving)."),
-        "yielded": _c("Refreshes put off for first fetches (frontier.first_fetches_first)."),
-        "loop_busy": _g("The event loop's busy share (0-1) over its last half-second window."),
         "lapsed": _c("Budget tokens left unused beyond the pacer's one second of credit."),
     },
     "store": {

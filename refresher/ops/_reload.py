@@ -71,7 +71,6 @@ RELOAD: Mapping[str, Apply] = {
     "frontier.max_pages_in_memory": _RESTART,
     "frontier.back_queues_per_worker": _RESTART,
     "frontier.work_conserving": _RESTART,
-    "frontier.first_fetches_first": _RESTART,
     # discovery: the URL filter's scope and limits (UrlFilter.configure), the link kinds
     # (Discovery.configure) and the parser's settings (Crawler.configure) are live
     "discovery.allowed_hosts": _LIVE,

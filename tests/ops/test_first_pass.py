@@ -92,9 +92,6 @@ async def test_a_host_is_fetched_through_once_before_any_of_its_pages_again(
         budget={"fetches_per_second": 5000.0},
         # no re-plan: a re-solve may let a due re-fetch in among a host's new pages (README)
         policy={"name": "uniform", "resolve_interval": 3600.0, "replan_share": 0.0},
-        # refreshes during the pass, whatever the daemon's load: the order within a host is
-        # what is checked (with it on, a loaded daemon puts them off until the pass ends)
-        frontier={"first_fetches_first": False},
     )
     requests = page_requests(site)
     refreshed = 0
