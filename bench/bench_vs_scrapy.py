@@ -755,6 +755,41 @@ class Complete:
         )
 
 
+#: refresher's fetches of one --complete pass from its store: each fetch numbered per page
+#: (1: the page's first), the pass ending at the last first fetch, each host's first pass
+#: at its own last first fetch
+REFETCHES = """
+    WITH f AS (
+        SELECT host_id, started_at,
+               row_number() OVER (PARTITION BY page_id ORDER BY started_at) AS n
+        FROM fetches),
+    hosts AS (SELECT host_id, max(started_at) AS ended FROM f WHERE n = 1 GROUP BY host_id),
+    pass AS (SELECT min(ended) AS first_end, max(ended) AS last_end FROM hosts)
+    SELECT count(*) FILTER (WHERE n = 1),
+           count(*) FILTER (WHERE n > 1 AND started_at <= last_end),
+           count(*) FILTER (WHERE n > 1 AND started_at < ended),
+           count(*) FILTER (WHERE n > 1 AND started_at <= last_end
+                            AND started_at > last_end - 1.0),
+           any_value(last_end - first_end)
+    FROM f JOIN hosts USING (host_id), pass
+"""
+
+
+def refetch_line(db: Path) -> str:
+    """What refresher's store (``db``, the daemon stopped) says of its --complete pass: first
+    fetches, and re-fetches made before the last first fetch (pages fetched again while
+    others had no copy yet), how many of them before their own host's last first fetch and
+    in the pass's last second; and the spread of the hosts' first passes' ends (seconds)."""
+    [(first, again, own, last, spread)] = query(db, REFETCHES, {})
+    if not first:
+        return "  refresher's store: no fetch recorded"
+    return (
+        f"  refresher's store: {first} first fetches, {again} re-fetches before the last of "
+        f"them ({again / first:.1%}; {own} before their own host's last first fetch, {last} "
+        f"in the pass's last second); the hosts' first passes ended within {spread:.2f} s"
+    )
+
+
 def run_complete(directory: Path, web: Web, args: argparse.Namespace, crawler: str) -> Complete:
     """``crawler`` (seeded with every page of the web) until nginx has served it every page
     once, or for ``--limit`` seconds; measured from its first request, polled every 0.2 s."""
@@ -810,6 +845,8 @@ def run_complete(directory: Path, web: Web, args: argparse.Namespace, crawler: s
         print_profile(Path(args.py_spy) / f"daemon-{args.workers}.txt", top=40)
     t0, c0, w0, s0, st0 = first
     print(machine_account(machine0, machine1, len(log.served), now - t0))
+    if crawler == "refresher":  # the daemon has stopped: its store may be read
+        print(refetch_line(directory / "refresher.duckdb"))
     run = Run(
         crawler,
         len(log.served),

@@ -29,6 +29,7 @@ from bench_vs_scrapy import (  # noqa: E402
     machine_account,
     machine_reading,
     parse_cpus,
+    refetch_line,
     steal_ticks,
     thread_switches,
     thread_waits,
@@ -260,3 +261,20 @@ def test_the_header_reads_the_kernels_autogroup_setting() -> None:
     path = Path("/proc/sys/kernel/sched_autogroup_enabled")
     expected = ("on" if path.read_text().strip() == "1" else "off") if path.exists() else "absent"
     assert autogroup() == expected
+
+
+def test_the_store_tells_re_fetches_made_while_other_pages_had_no_copy(tmp_path: Path) -> None:
+    import duckdb
+
+    db = tmp_path / "refresher.duckdb"
+    con = duckdb.connect(str(db))
+    con.execute("CREATE TABLE fetches (page_id BIGINT, host_id INTEGER, started_at DOUBLE)")
+    # host 1 ends its pass at 2.0 and re-fetches page 1 at 2.5 and 3.2; host 2 ends at 4.0
+    # after re-fetching its page 3 at 3.5 (before its own last first fetch); page 1 again at 9
+    rows = [(1, 1, 1.0), (2, 1, 2.0), (1, 1, 2.5), (1, 1, 3.2), (3, 2, 1.5), (3, 2, 3.5)]
+    rows += [(4, 2, 4.0), (1, 1, 9.0)]
+    con.executemany("INSERT INTO fetches VALUES (?, ?, ?)", rows)
+    con.close()
+    line = refetch_line(db)
+    assert "4 first fetches, 3 re-fetches before the last of them (75.0%; 1 before" in line
+    assert "2 in the pass's last second" in line and "within 2.00 s" in line
