@@ -417,6 +417,7 @@ def solve_expected(
     hosts: ArrayLike | None = None,
     host_caps: ArrayLike | None = None,
     hint: Allocation | None = None,
+    warm: Allocation | None = None,
 ) -> Allocation:
     """Maximise Σ wᵢ·E[V(λᵢ, fᵢ)] for ln λᵢ ~ N(``log_rate``ᵢ, ``log_sd``ᵢ²) (ln of changes
     per second; sd in natural-log units), V = F̄ for ``name`` "optimal", −Ā for
@@ -424,11 +425,13 @@ def solve_expected(
     Budget the caps leave is spread over the weightless pages with room, as by
     :func:`refresher.policies.solve`, and what is left is ``unplaced``. ``hint``: an
     allocation of the same pages at another budget, whose multipliers start the search
-    (the answer is the same without it, to the search's tolerance)."""
+    (the answer is the same without it, to the search's tolerance). ``warm``: an earlier
+    plan's allocation (other rates or pages, hosts numbered alike), whose multipliers
+    start the searches; likewise the answer does not depend on it."""
     pages, index, problem, unvalued = expected_pages(
         name, log_rate, log_sd, budget, weights=weights, hosts=hosts, host_caps=host_caps
     )
-    return solve_pages(name, pages, problem, problem.pages, index, unvalued, hint)
+    return solve_pages(name, pages, problem, problem.pages, index, unvalued, hint, warm)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -60,6 +60,10 @@ _UTOL = 1e-8  # a bracket on log μ this narrow is the answer (see _solve_groups
 _MAX_ITERATIONS = 200
 _ELASTIC = 16.0  # the most |d ln f/du| a page's slope counts with (see _smooth_slope)
 _CAP_SLACK = 1e-9  # a host is over its cap when its sum exceeds c_h·(1 + slack)
+# how far above an earlier plan's global level (in ln μ) a warm solve first evaluates the
+# pages: far enough that the root is below it after the rates have moved a little, so that
+# the hosts over their caps there are settled (see _solve_global)
+_PROBE = 0.02
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -740,8 +744,11 @@ def _solve_groups(
     return u, f_out, df_out
 
 
-def optimal(name: str, response: Response, problem: Problem) -> Allocation:
-    """Maximise Σ w_i·V(λ_i, f_i) for the objective tabulated by ``response``."""
+def optimal(
+    name: str, response: Response, problem: Problem, warm: Allocation | None = None
+) -> Allocation:
+    """Maximise Σ w_i·V(λ_i, f_i) for the objective tabulated by ``response``; ``warm`` as
+    :func:`solve_pages` takes it."""
     lam, w = problem.rates, problem.weights
     everything = lam.size > 0 and lam.min() > 0.0 and (w is None or w.min() > 0.0)
     valued = np.ones(lam.shape, dtype=bool) if everything else lam > 0.0
@@ -755,7 +762,7 @@ def optimal(name: str, response: Response, problem: Problem) -> Allocation:
         w_v = None if w is None else w[index]
     unvalued = None if index is None else ~valued
     pages = response_pages(response, lam_v, w_v)
-    return solve_pages(name, pages, problem, lam.size, index, unvalued)
+    return solve_pages(name, pages, problem, lam.size, index, unvalued, warm=warm)
 
 
 def response_pages(response: Response, rates: Float, weights: Float | None) -> ResponsePages:
@@ -779,19 +786,24 @@ def solve_pages(
     index: Index | None,
     unvalued: Mask | None,
     hint: Allocation | None = None,
+    warm: Allocation | None = None,
 ) -> Allocation:
     """The optimum over ``pages``: the pages at ``index`` (None: all) of ``n``, under the
     problem's budget and host caps; ``unvalued`` marks the pages left out (they take what
     the caps leave, see ``_finish``). ``hint``: an allocation of the same pages and hosts
     whose multipliers start the searches (a capped host's own level does not depend on the
-    budget, so a second solve at another budget finds most of them at once)."""
+    budget, so a second solve at another budget finds most of them at once). ``warm``: an
+    earlier plan's allocation (other rates, other pages; its hosts numbered as these where
+    its arrays have their shape): only where the searches start, nothing of it is trusted,
+    so the answer is the same as without it (to the search's tolerance)."""
     budget = problem.budget
     hosts, caps = problem.hosts, problem.caps
     if pages.size == 0:
         return _finish(name, problem, np.zeros(n), budget, 0.0, None, None, unvalued)
     first = None
-    if hint is not None and 0.0 < hint.multiplier < math.inf:
-        first = np.array([math.log(hint.multiplier)])
+    guide = hint if hint is not None else warm
+    if guide is not None and 0.0 < guide.multiplier < math.inf:
+        first = np.array([math.log(guide.multiplier)])
     if hosts is None or caps is None:
         u, fv, _ = _solve_groups(pages, None, np.array([budget]), start=first)
         return _finish(name, problem, _spread(fv, index, n), 0.0, _exp(u[0]), None, None, unvalued)
@@ -823,15 +835,16 @@ def solve_pages(
             budget,
             first,
             known,
+            probe=hint is None and warm is not None,
         )
         leftover = 0.0
         f_v = _spread(f_open, rows_open, pages.size)
         lo_h = np.full(n_hosts, u_global)
-    if capped.any() and hint is not None and hint.host_multipliers is not None:
-        levels = np.asarray(hint.host_multipliers)
-        if levels.shape == caps.shape and hint.capped_hosts is not None:
+    if capped.any() and guide is not None and guide.host_multipliers is not None:
+        levels = np.asarray(guide.host_multipliers)
+        if levels.shape == caps.shape and guide.capped_hosts is not None:
             with np.errstate(divide="ignore"):
-                known = np.where(hint.capped_hosts & (levels > 0.0), np.log(levels), np.nan)
+                known = np.where(guide.capped_hosts & (levels > 0.0), np.log(levels), np.nan)
             start = np.where(np.isfinite(known), known, start)
     if capped.any():
         host_u[capped], f_rows, rows = _solve_hosts(pages, host_v, caps, capped, lo_h, start)
@@ -845,7 +858,14 @@ def solve_pages(
 
 
 def _solve_global(
-    pages: Pages, host: Index, caps: Float, budget: float, first: Float | None, known: Mask
+    pages: Pages,
+    host: Index,
+    caps: Float,
+    budget: float,
+    first: Float | None,
+    known: Mask,
+    *,
+    probe: bool = False,
 ) -> tuple[float, Float, Mask, Float]:
     """The global multiplier under the caps: (u, f per page at u, the hosts over their caps,
     a first guess of each one's own level).
@@ -855,7 +875,9 @@ def _solve_global(
     hint's, at a smaller budget); otherwise the pages are first evaluated at the uncapped
     root (``Pages.start``), where Σf is the budget, so that the caps' sum falls short of it
     and the hosts over their caps there are settled. The rest is solved without them, from
-    the root of the hosts' local models."""
+    the root of the hosts' local models. ``probe``: ``first`` is an earlier plan's level,
+    not known to be above the root: the pages are first evaluated a little above it instead
+    (at the uncapped root if the root is not below that after all)."""
     n_hosts = caps.size
     f, df = np.zeros(pages.size), np.zeros(pages.size)
     start_h = np.full(n_hosts, np.nan)
@@ -863,6 +885,8 @@ def _solve_global(
     seen = None
     settled = known
     guess = None if first is not None or known.any() else pages.start(budget)
+    if probe and first is not None:
+        guess, hi, first = (float(first[0]) + _PROBE, math.nan), None, None
     if guess is not None:
         u0 = np.array([guess[0]])
         work = _Work(pages)
@@ -877,6 +901,9 @@ def _solve_global(
                 # the rest's error there: the secant through it takes the step after
                 held = float(caps[over].sum())
                 seen = (guess[0], math.log((total[0] - held) / (budget - held)))
+        elif probe and math.isfinite(model):
+            # the root is above the earlier level after all: on from the local models' root
+            first, seen = np.array([model]), (guess[0], math.log(total[0] / budget))
         else:
             first = u0
     rest = None if not settled.any() else np.flatnonzero(~settled[host])
