@@ -313,6 +313,12 @@ class ExpectedPages(Pages):
         np.multiply(f, du_lo, out=df)
         np.negative(df, out=df)
 
+    def alive(self, u: Float | float) -> Mask | None:
+        if self.table.power != 1:
+            return None
+        # past the lower row's cut-off (ln y ≥ σ²/2 of it) a page takes nothing (``rates``)
+        return np.less(self.s + u, np.take(self.table.tops, self.row))
+
     def bounds(self, block: slice) -> Float:
         """e^(θ − (s + ln 2 − [p=1]σ²)/2 + 1) per page of ``block``: M_σ(u) ≤
         e^(2u)·E[e^((2−p)σz)]/2 (g(x), q(x) ≤ x²/2), so u ≥ (ln y + ln 2 − [p=1]σ²/2)/2 and

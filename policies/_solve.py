@@ -318,6 +318,12 @@ class Pages:
         there, from a compressed stand-in for the pages; None: no cheaper way than trying."""
         return None
 
+    def alive(self, u: Float | float) -> Mask | None:
+        """The pages that take something at level u (one, or one per page); every other
+        page takes nothing at any level from u up (past its drop-out). None: every page
+        takes something."""
+        return None
+
 
 class ResponsePages(Pages):
     """The plug-in optimum: f = A·e^(−u/2)·R(u + ln s) (see ``_table``)."""
@@ -336,6 +342,11 @@ class ResponsePages(Pages):
     def level(self, u: Float) -> object:
         with np.errstate(over="ignore"):
             return u, np.exp(-0.5 * u)
+
+    def alive(self, u: Float | float) -> Mask | None:
+        if not self.drops_out:
+            return None
+        return np.less(self.log_s, -u)  # R(v) = 0 from v = ln μ + ln s = 0 on
 
     def rates(self, block: slice, level: object, group: Index | None, f: Float, df: Float) -> None:
         u, scale = cast(tuple[Float, Float], level)
@@ -387,8 +398,9 @@ class _Work:
         index = rows if self.index is None else self.index[rows]
         return _Work(self.pages.take(rows), self.group[rows], index)
 
-    def evaluate(self, u: Float, *, step: bool = False) -> tuple[Float, Float]:
-        """Σf and dΣf/du per group at u = log μ (one entry per group); fills f and df, and
+    def evaluate(self, u: Float, *, step: bool = False, slope: bool = True) -> tuple[Float, Float]:
+        """Σf and dΣf/du per group at u = log μ (one entry per group; without ``slope`` only
+        Σf, and NaN for the slope: :meth:`slope` sums it when needed); fills f and df, and
         with ``step`` ``self.step``."""
         level = self.pages.level(u)
         n = self.f.size
@@ -407,7 +419,14 @@ class _Work:
                     self.step += group_sum(group, _step_slope(f, df), u.size)
         if self.group is None:
             return np.array([self.f.sum()]), np.array([self.df.sum()])
-        return group_sum(self.group, self.f, u.size), group_sum(self.group, self.df, u.size)
+        total = group_sum(self.group, self.f, u.size)
+        return total, self.slope(u.size) if slope else np.full(u.size, np.nan)
+
+    def slope(self, groups: int) -> Float:
+        """dΣf/du per group at the last evaluation."""
+        if self.group is None:
+            return np.array([self.df.sum()])
+        return group_sum(self.group, self.df, groups)
 
 
 class _Histogram:
@@ -515,20 +534,34 @@ def _between(
     return u, _exactly(g, f, budgets), df_lo
 
 
+def _capped_slope(work: _Work, caps_by: tuple[Index, Float, Mask], over: Mask) -> Float:
+    """The derivative in u of Σ_h min(D_h, c_h) at ``work``'s last evaluation (``over``: the
+    hosts over their caps there, whose sums do not move)."""
+    host, caps, _ = caps_by
+    return np.array([float(np.where(over, 0.0, group_sum(host, work.df, caps.size)).sum())])
+
+
 def _capped_totals(
-    work: _Work, caps_by: tuple[Index, Float, Mask], u: float = math.nan, budget: float = 0.0
+    work: _Work,
+    caps_by: tuple[Index, Float, Mask],
+    u: float = math.nan,
+    budget: float = 0.0,
+    *,
+    slope: bool = True,
 ) -> tuple[Float, Float, Float, Mask, float]:
     """(Σ_h min(D_h, c_h), its derivative in u, the slope to step along, hosts over their
     caps, the u where the hosts' local models take ``budget``) for ``work``'s last evaluation
     at u, D_h being the sum over host h's pages. The model holds each D_h log-linear in u
-    through its value and slope (to step along; only asked for with a ``budget``)."""
+    through its value and slope (to step along; only asked for with a ``budget``). Without
+    ``slope`` the derivative and the slope to step along are NaN (:func:`_capped_slope`)."""
     host, caps, _ = caps_by
     demand = group_sum(host, work.f, caps.size)
-    dslope = group_sum(host, work.df, caps.size)
     over = demand > caps * (1.0 + _CAP_SLACK)
     total = float(np.where(over, caps, demand).sum())
-    slope = float(np.where(over, 0.0, dslope).sum())
-    step = slope
+    if not slope:
+        return np.array([total]), np.full(1, np.nan), np.full(1, np.nan), over, math.nan
+    derivative = _capped_slope(work, caps_by, over)
+    step = float(derivative[0])
     model = math.nan
     if math.isfinite(u) and budget > 0.0:
         dslope = group_sum(host, _step_slope(work.f, work.df), caps.size)
@@ -556,7 +589,7 @@ def _capped_totals(
                 mid = 0.5 * (lo + hi)
                 lo, hi = (mid, hi) if taken(mid) > budget else (lo, mid)
             model = 0.5 * (lo + hi)
-    return np.array([total]), np.array([slope]), np.array([step]), over, model
+    return np.array([total]), derivative, np.array([step]), over, model
 
 
 def _solve_groups(
@@ -629,13 +662,18 @@ def _solve_groups(
     elastic = np.full(groups, np.nan)  # d ln Σf/du to step along, from the first evaluation
     for iteration in range(_MAX_ITERATIONS):
         first = iteration == 0
-        total, slope = work.evaluate(np.where(active, u, 0.0), step=first and caps_by is None)
+        # the slopes serve the first step and the last (summed when a group converges)
+        total, slope = work.evaluate(
+            np.where(active, u, 0.0), step=first and caps_by is None, slope=first
+        )
         step_slope = work.step
         model = math.nan
         if caps_by is not None:
             # the hosts' local models only serve the first step
             ask = float(budgets[0]) if first and seen is None else 0.0
-            total, slope, step_slope, over, model = _capped_totals(work, caps_by, float(u[0]), ask)
+            total, slope, step_slope, over, model = _capped_totals(
+                work, caps_by, float(u[0]), ask, slope=first
+            )
         with np.errstate(divide="ignore", invalid="ignore"):
             if first:
                 elastic = step_slope / total
@@ -670,6 +708,10 @@ def _solve_groups(
             # μ absorb most of it. A rescale then makes the sum exact. (When the budget is
             # below what a double resolves on the steep pages, the correction can cancel to
             # nothing; then the rescale alone places it.)
+            if not first:
+                slope = (
+                    work.slope(groups) if caps_by is None else _capped_slope(work, caps_by, over)
+                )
             flat = converged & (slope != 0.0)  # a sum held at the caps has no slope
             delta = np.divide(budgets - total, slope, out=np.zeros(groups), where=flat)
             u = np.where(converged, u + delta, u)
@@ -706,15 +748,19 @@ def _solve_groups(
             f_out[out] = f_rows
             df_out[out] = df_rows
         finished = converged | narrow
-        if finished.any():
-            active &= ~finished
-            if not active.any():
-                break
-            # drop the finished groups' pages once they are a good part of the work (their
-            # rates are out already; until then they are evaluated along, unused)
-            dropping = ~active[work.group]
-            if dropping.mean() > 0.25:
-                work = work.keep(~dropping)
+        active &= ~finished
+        if not active.any():
+            break
+        if work.group is not None:
+            # drop the finished groups' pages, and those past their drop-out at their
+            # group's lower end (they take nothing from there up), once they are a good
+            # part of the work (until then they are evaluated along, unused)
+            keeping = active[work.group]
+            alive = work.pages.alive(lo_u[work.group])
+            if alive is not None:
+                keeping &= alive
+            if keeping.mean() < 0.75:
+                work = work.keep(keeping)
         # Newton/secant in (log μ, log Σf) unless it leaves the bracket or fails to halve the
         # error; then false position on the bracket (Illinois), or bisection where an end has
         # nothing to interpolate (Σf = 0), or a step outward (doubling) while a side is open.
@@ -820,7 +866,8 @@ def solve_pages(
         # every host with pages can be filled: each takes its cap, the rest is unplaced
         capped = has_pages & ~closed
         u_global, leftover = -np.inf, budget - room
-        start = np.full(n_hosts, np.nan)
+        guided = _guided_levels(guide, caps)
+        start = np.full(n_hosts, np.nan) if guided is None else guided
         lo_h = None
         f_v = np.zeros(pages.size)
     else:
@@ -836,17 +883,13 @@ def solve_pages(
             first,
             known,
             probe=hint is None and warm is not None,
+            levels=_guided_levels(guide, caps),
         )
         leftover = 0.0
         f_v = _spread(f_open, rows_open, pages.size)
         lo_h = np.full(n_hosts, u_global)
-    if capped.any() and guide is not None and guide.host_multipliers is not None:
-        levels = np.asarray(guide.host_multipliers)
-        if levels.shape == caps.shape and guide.capped_hosts is not None:
-            with np.errstate(divide="ignore"):
-                known = np.where(guide.capped_hosts & (levels > 0.0), np.log(levels), np.nan)
-            start = np.where(np.isfinite(known), known, start)
     if capped.any():
+        f_v[capped[host_v]] = 0.0  # (their pages past their drop-out are left out below)
         host_u[capped], f_rows, rows = _solve_hosts(pages, host_v, caps, capped, lo_h, start)
         f_v[rows] = f_rows
     capped |= closed
@@ -855,6 +898,18 @@ def solve_pages(
     with np.errstate(over="ignore"):  # a host capped near 0 has μ_h = ∞
         levels = np.where(capped, np.exp(host_u), mu)
     return _finish(name, problem, f, leftover, mu, levels, capped, unvalued)
+
+
+def _guided_levels(guide: Allocation | None, caps: Float) -> Float | None:
+    """ln μ_h of the hosts ``guide`` (a hint or warm split, hosts numbered alike) had at
+    their caps, NaN for the others; None without one."""
+    if guide is None or guide.host_multipliers is None or guide.capped_hosts is None:
+        return None
+    levels = np.asarray(guide.host_multipliers)
+    if levels.shape != caps.shape:
+        return None
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(guide.capped_hosts & (levels > 0.0), np.log(levels), np.nan)
 
 
 def _solve_global(
@@ -866,6 +921,7 @@ def _solve_global(
     known: Mask,
     *,
     probe: bool = False,
+    levels: Float | None = None,
 ) -> tuple[float, Float, Mask, Float]:
     """The global multiplier under the caps: (u, f per page at u, the hosts over their caps,
     a first guess of each one's own level).
@@ -877,8 +933,11 @@ def _solve_global(
     and the hosts over their caps there are settled. The rest is solved without them, from
     the root of the hosts' local models. ``probe``: ``first`` is an earlier plan's level,
     not known to be above the root: the pages are first evaluated a little above it instead
-    (at the uncapped root if the root is not below that after all)."""
+    (at the uncapped root if the root is not below that after all). ``levels``: a first
+    guess of a capped host's own level where finite (the hosts left without one get
+    theirs from a Newton step), returned as it is."""
     n_hosts = caps.size
+    guessed = np.zeros(n_hosts, dtype=bool) if levels is None else np.isfinite(levels)
     f, df = np.zeros(pages.size), np.zeros(pages.size)
     start_h = np.full(n_hosts, np.nan)
     hi = first
@@ -895,7 +954,7 @@ def _solve_global(
         if total[0] < budget and over.any():
             settled, hi = over, u0
             f, df = work.f, work.df
-            start_h = _host_start(guess[0], host, f, df, caps, over)
+            start_h = _host_start(guess[0], host, f, df, caps, over & ~guessed)
             if math.isfinite(model):
                 first = np.array([model])
                 # the rest's error there: the secant through it takes the step after
@@ -925,14 +984,20 @@ def _solve_global(
         f[rest], df[rest] = f_rest, df_rest
     # the capped hosts' own μ_h > μ: a Newton step off the global solution, or off the
     # level at which a settled host was last evaluated (its pages' rates are those there)
-    later = _host_start(float(u[0]), _take(host, rest), f_rest, df_rest, caps, capped)
+    later = _host_start(float(u[0]), _take(host, rest), f_rest, df_rest, caps, capped & ~guessed)
     start_h = np.where(capped, later, start_h)
+    if levels is not None:
+        start_h = np.where(guessed, levels, start_h)
     return float(u[0]), f, capped | settled, start_h
 
 
 def _host_start(u: float, host: Index, f: Float, df: Float, caps: Float, capped: Mask) -> Float:
     """A Newton step from ``u`` towards each capped host's own level, from its pages' sum
     and slope to step along at u (NaN elsewhere)."""
+    if not capped.any():
+        return np.full(caps.size, np.nan)
+    rows = np.flatnonzero(capped[host])  # (the sums of the others are not needed)
+    host, f, df = host[rows], f[rows], df[rows]
     demand = group_sum(host, f, caps.size)
     slope = group_sum(host, _step_slope(f, df), caps.size)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -954,7 +1019,10 @@ def _solve_hosts(
     ids = np.flatnonzero(capped)
     dense = np.full(caps.size, -1, np.intp)
     dense[ids] = np.arange(ids.size)
-    rows = np.flatnonzero(capped[host])
+    # a host's own level is above ``lo``: the pages past their drop-out there take nothing
+    # (a capped host has some that do not: it was over its cap at lo)
+    alive = None if lo is None else pages.alive(float(lo[ids].max()) if ids.size else 0.0)
+    rows = np.flatnonzero(capped[host] if alive is None else capped[host] & alive)
     u, f, _ = _solve_groups(
         pages.take(rows),
         dense[host[rows]],
