@@ -46,6 +46,8 @@ import duckdb  # sql-ok: builds the synthetic store
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench_allocate import memory  # the same numpy memory as there (the daemon's)
+
 from refresher.refresh._allocate import InputSettings, plan, reported_rates
 from refresher.store import DuckDBStore, PlanUpdate
 
@@ -178,17 +180,6 @@ def fetched_again(path: Path, salt: int) -> None:
         con.execute("CHECKPOINT")  # sql-ok: synthetic store
     finally:
         con.close()
-
-
-def memory(hugepages: bool) -> str:
-    """Make numpy's memory as the daemon's (no huge pages) unless ``hugepages``; says which."""
-    try:
-        from refresher.ops._daemon import tune_numpy
-    except ImportError:  # a tree from before it: numpy's default
-        return "numpy's transparent huge pages: asked for (numpy's default; no tune_numpy)"
-    if hugepages or not tune_numpy():
-        return "numpy's transparent huge pages: asked for (numpy's default)"
-    return "numpy's transparent huge pages: not asked for (the daemon's tune_numpy)"
 
 
 def timed(run: Callable[[], Any]) -> tuple[Any, float, float]:
