@@ -124,15 +124,16 @@ def _plug_in(
     return policies.solve(name, rates, budget, **kw)
 
 
-def memory(hugepages: bool) -> str:
-    """Make numpy's memory as the daemon's (no huge pages) unless ``hugepages``; says which."""
-    try:
-        from refresher.ops._daemon import tune_numpy
-    except ImportError:  # a tree from before it: numpy's default
-        return "numpy's transparent huge pages: asked for (numpy's default; no tune_numpy)"
-    if hugepages or not tune_numpy():
-        return "numpy's transparent huge pages: asked for (numpy's default)"
-    return "numpy's transparent huge pages: not asked for (the daemon's tune_numpy)"
+def memory(library: bool) -> str:
+    """Set glibc malloc and numpy up as the daemon does (``tune_malloc``, ``tune_numpy``)
+    unless ``library`` (their defaults: a library user's process); says which. A tree from
+    before ``tune_numpy`` gets only what it has."""
+    from refresher.ops import _daemon
+
+    if library:
+        return "memory: glibc's and numpy's defaults (--library)"
+    done = [name for name in ("tune_malloc", "tune_numpy") if getattr(_daemon, name, bool)()]
+    return f"memory: as the daemon's ({', '.join(done) or 'nothing to tune'})"
 
 
 def load() -> str:
@@ -156,12 +157,12 @@ def main() -> None:
     parser.add_argument("--only", nargs="*", default=[])
     parser.add_argument("--warm", action="store_true", help="also re-plans from the last one")
     parser.add_argument(
-        "--hugepages",
+        "--library",
         action="store_true",
-        help="leave numpy asking for transparent huge pages (the daemon stops it: tune_numpy)",
+        help="glibc's and numpy's memory defaults, not the daemon's tune_malloc, tune_numpy",
     )
     args = parser.parse_args()
-    print(memory(args.hugepages))
+    print(memory(args.library))
     counter = Counted()
     print(load(), flush=True)
     # build the tables outside the timings (the expected-value table's rows a solve needs

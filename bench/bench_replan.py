@@ -46,7 +46,7 @@ import duckdb  # sql-ok: builds the synthetic store
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench_allocate import memory  # the same numpy memory as there (the daemon's)
+from bench_allocate import memory  # the daemon's glibc and numpy memory settings
 
 from refresher.refresh._allocate import InputSettings, plan, reported_rates
 from refresher.store import DuckDBStore, PlanUpdate
@@ -198,12 +198,12 @@ def main() -> None:
         "--cold", action="store_true", help="every plan from scratch, not from the last one's"
     )
     parser.add_argument(
-        "--hugepages",
+        "--library",
         action="store_true",
-        help="leave numpy asking for transparent huge pages (the daemon stops it: tune_numpy)",
+        help="glibc's and numpy's memory defaults, not the daemon's tune_malloc, tune_numpy",
     )
     args = parser.parse_args()
-    print(memory(args.hugepages))
+    print(memory(args.library))
     settings = InputSettings(weights="none", min_delay=1.0)
     reads_history = "history" in inspect.signature(DuckDBStore.estimator_inputs).parameters
     print("load average " + " ".join(f"{x:.2f}" for x in os.getloadavg()))
