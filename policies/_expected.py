@@ -264,10 +264,11 @@ class ExpectedPages(Pages):
         return self.theta.size
 
     def take(self, index: Index) -> ExpectedPages:
+        theta = self.theta[index]
         return ExpectedPages(
             self.table,
-            self.theta[index],
-            self.s[index],
+            theta,
+            theta if self.s is self.theta else self.s[index],  # (freshness, weights 1)
             self.row[index],
             self.weight[index],
             compressed=self.compressed,
@@ -313,11 +314,16 @@ class ExpectedPages(Pages):
         np.multiply(f, du_lo, out=df)
         np.negative(df, out=df)
 
-    def alive(self, u: Float | float) -> Mask | None:
+    def alive(self, u: Float, group: Index | None) -> Mask | None:
         if self.table.power != 1:
             return None
-        # past the lower row's cut-off (ln y ≥ σ²/2 of it) a page takes nothing (``rates``)
-        return np.less(self.s + u, np.take(self.table.tops, self.row))
+        tops = self.table.tops
+
+        def dead(block: slice, level: Float) -> Mask:
+            # past the lower row's cut-off (ln y ≥ σ²/2 of it) a page takes nothing (rates)
+            return np.asarray(self.s[block] + level >= np.take(tops, self.row[block]))
+
+        return self._alive(u, group, dead)
 
     def bounds(self, block: slice) -> Float:
         """e^(θ − (s + ln 2 − [p=1]σ²)/2 + 1) per page of ``block``: M_σ(u) ≤

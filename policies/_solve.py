@@ -32,6 +32,7 @@ hosts still have room, and what is left after that is returned as ``unplaced``.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol, TypeVar, cast
 
@@ -318,11 +319,21 @@ class Pages:
         there, from a compressed stand-in for the pages; None: no cheaper way than trying."""
         return None
 
-    def alive(self, u: Float | float) -> Mask | None:
-        """The pages that take something at level u (one, or one per page); every other
-        page takes nothing at any level from u up (past its drop-out). None: every page
-        takes something."""
+    def alive(self, u: Float, group: Index | None) -> Mask | None:
+        """The pages that take something at their group's level ``u`` (``group``: per page,
+        None: one group); every other page takes nothing at any level from there up (past
+        its drop-out). None: every page takes something."""
         return None
+
+    def _alive(self, u: Float, group: Index | None, dead: Callable[[slice, Float], Mask]) -> Mask:
+        """:meth:`alive` block by block (no page-sized temporaries), ``dead(block, u per
+        page)`` saying which of a block's pages take nothing."""
+        out = np.empty(self.size, dtype=bool)
+        for start in range(0, self.size, _CHUNK):
+            block = slice(start, start + _CHUNK)
+            level = u[group[block]] if group is not None else np.broadcast_to(u[0], (1,))
+            np.logical_not(dead(block, level), out=out[block])
+        return out
 
 
 class ResponsePages(Pages):
@@ -343,10 +354,11 @@ class ResponsePages(Pages):
         with np.errstate(over="ignore"):
             return u, np.exp(-0.5 * u)
 
-    def alive(self, u: Float | float) -> Mask | None:
+    def alive(self, u: Float, group: Index | None) -> Mask | None:
         if not self.drops_out:
             return None
-        return np.less(self.log_s, -u)  # R(v) = 0 from v = ln μ + ln s = 0 on
+        # R(v) = 0 from v = ln μ + ln s = 0 on
+        return self._alive(u, group, lambda block, level: self.log_s[block] + level >= 0.0)
 
     def rates(self, block: slice, level: object, group: Index | None, f: Float, df: Float) -> None:
         u, scale = cast(tuple[Float, Float], level)
@@ -372,6 +384,15 @@ class ResponsePages(Pages):
         return _Histogram(self.log_s, self.amp).start(self.response, budget)
 
 
+def _step_sums(group: Index, f: Float, df: Float, groups: int) -> Float:
+    """Σ of :func:`_step_slope` per group, in blocks (no page-sized temporaries)."""
+    out = np.zeros(groups)
+    for start in range(0, f.size, 1 << 20):
+        b = slice(start, start + (1 << 20))
+        out += group_sum(group[b], _step_slope(f[b], df[b]), groups)
+    return out
+
+
 def _step_slope(f: Float, df: Float) -> Float:
     """df/du held to at most ``_ELASTIC`` times f in size: the slope to step along. A page
     close to its drop-out (or, under a posterior, to its cut-off) has a slope that a step of
@@ -386,17 +407,28 @@ class _Work:
     """Pages of one solve (of one group, or of several with ``group``), evaluated block by
     block into reusable buffers. ``index`` maps them to the caller's order (None: same)."""
 
-    def __init__(self, pages: Pages, group: Index | None = None, index: Index | None = None):
+    def __init__(
+        self,
+        pages: Pages,
+        group: Index | None = None,
+        index: Index | None = None,
+        buffers: tuple[Float, Float] | None = None,
+    ):
         self.pages, self.group, self.index = pages, group, index
-        self.f = np.empty(pages.size)
-        self.df = np.empty(pages.size)
+        n = pages.size
+        # a smaller work than the one it came from takes that one's buffers (fresh memory
+        # of this size costs page faults, as much as a pass over it)
+        self.f = np.empty(n) if buffers is None else buffers[0][:n]
+        self.df = np.empty(n) if buffers is None else buffers[1][:n]
         self.step = np.zeros(0)  # per group, Σ of _step_slope (when asked for)
 
-    def keep(self, mask: Mask) -> _Work:
+    def keep(self, mask: Mask, *, reuse: bool = False) -> _Work:
+        """The pages of ``mask``; ``reuse``: in this work's buffers (this one is done with)."""
         assert self.group is not None
         rows = np.flatnonzero(mask)
         index = rows if self.index is None else self.index[rows]
-        return _Work(self.pages.take(rows), self.group[rows], index)
+        buffers = (self.f, self.df) if reuse else None
+        return _Work(self.pages.take(rows), self.group[rows], index, buffers)
 
     def evaluate(self, u: Float, *, step: bool = False, slope: bool = True) -> tuple[Float, Float]:
         """Σf and dΣf/du per group at u = log μ (one entry per group; without ``slope`` only
@@ -564,7 +596,7 @@ def _capped_totals(
     step = float(derivative[0])
     model = math.nan
     if math.isfinite(u) and budget > 0.0:
-        dslope = group_sum(host, _step_slope(work.f, work.df), caps.size)
+        dslope = _step_sums(host, work.f, work.df, caps.size)
         step = float(np.where(over, 0.0, dslope).sum())
         live = demand > 0.0
         d, c = demand[live], caps[live]
@@ -657,8 +689,15 @@ def _solve_groups(
     err_hi = np.full(groups, -np.inf)
     last_side = np.zeros(groups, np.int8)
     work = _Work(pages, group)
-    if group is not None and not active[group].all():
-        work = work.keep(active[group])
+    if group is not None:
+        # the groups with a budget, without their pages past their drop-out at ``lo`` (a
+        # group's level is above it: they take nothing; the group has pages that do not)
+        keeping = active[group]
+        alive = None if lo is None else pages.alive(lo_u, group)
+        if alive is not None:
+            keeping &= alive
+        if not keeping.all():
+            work = work.keep(keeping, reuse=True)
     elastic = np.full(groups, np.nan)  # d ln Σf/du to step along, from the first evaluation
     for iteration in range(_MAX_ITERATIONS):
         first = iteration == 0
@@ -756,11 +795,11 @@ def _solve_groups(
             # group's lower end (they take nothing from there up), once they are a good
             # part of the work (until then they are evaluated along, unused)
             keeping = active[work.group]
-            alive = work.pages.alive(lo_u[work.group])
+            alive = work.pages.alive(lo_u, work.group)
             if alive is not None:
                 keeping &= alive
             if keeping.mean() < 0.75:
-                work = work.keep(keeping)
+                work = work.keep(keeping, reuse=True)
         # Newton/secant in (log μ, log Σf) unless it leaves the bracket or fails to halve the
         # error; then false position on the bracket (Illinois), or bisection where an end has
         # nothing to interpolate (Σf = 0), or a step outward (doubling) while a side is open.
@@ -999,7 +1038,7 @@ def _host_start(u: float, host: Index, f: Float, df: Float, caps: Float, capped:
     rows = np.flatnonzero(capped[host])  # (the sums of the others are not needed)
     host, f, df = host[rows], f[rows], df[rows]
     demand = group_sum(host, f, caps.size)
-    slope = group_sum(host, _step_slope(f, df), caps.size)
+    slope = _step_sums(host, f, df, caps.size)
     with np.errstate(divide="ignore", invalid="ignore"):
         start = u - (np.log(demand) - np.log(caps)) * demand / slope
     return np.where(capped, start, np.nan)
@@ -1019,10 +1058,7 @@ def _solve_hosts(
     ids = np.flatnonzero(capped)
     dense = np.full(caps.size, -1, np.intp)
     dense[ids] = np.arange(ids.size)
-    # a host's own level is above ``lo``: the pages past their drop-out there take nothing
-    # (a capped host has some that do not: it was over its cap at lo)
-    alive = None if lo is None else pages.alive(float(lo[ids].max()) if ids.size else 0.0)
-    rows = np.flatnonzero(capped[host] if alive is None else capped[host] & alive)
+    rows = np.flatnonzero(capped[host])
     u, f, _ = _solve_groups(
         pages.take(rows),
         dense[host[rows]],
