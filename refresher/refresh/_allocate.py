@@ -158,7 +158,6 @@ class WarmStart:
 
     allocation: policies.Allocation
     hosts: NDArray[np.int64] | None
-    decide: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -450,7 +449,7 @@ def plan(
     expected = plans_expected(inputs, policy, decide)
     share = budget * (1.0 - explore)
     alloc = _solve(inputs, policy, share, expected, warm=carried(warm, inputs, policy))
-    kept = WarmStart(allocation=alloc, hosts=inputs.hosts, decide=decide)
+    kept = WarmStart(allocation=alloc, hosts=inputs.hosts)
     target = np.array(alloc.rates, dtype=np.float64)
     starved = target <= 0.0
     spare = budget - share

@@ -829,7 +829,7 @@ def test_a_warm_start_carries_each_hosts_level_by_its_store_id() -> None:
         host_multipliers=levels,
         capped_hosts=np.array([False, True, True]),
     )
-    warm = WarmStart(allocation=alloc, hosts=np.array([10, 20, 30]), decide="expected")
+    warm = WarmStart(allocation=alloc, hosts=np.array([10, 20, 30]))
     now = dataclasses.replace(inputs([1.0, 1.0, 1.0], [0, 1, 2]), hosts=np.array([5, 20, 30]))
     got = carried(warm, now, "optimal")
     assert got is not None and got.capped_hosts is not None
