@@ -125,15 +125,13 @@ def _plug_in(
 
 
 def memory(library: bool) -> str:
-    """Set glibc malloc and numpy up as the daemon does (``tune_malloc``, ``tune_numpy``)
-    unless ``library`` (their defaults: a library user's process); says which. A tree from
-    before ``tune_numpy`` gets only what it has."""
-    from refresher.ops import _daemon
-
+    """Set glibc malloc up as the daemon does (``tune_malloc``) unless ``library`` (its
+    defaults: a library user's process); says which."""
     if library:
-        return "memory: glibc's and numpy's defaults (--library)"
-    done = [name for name in ("tune_malloc", "tune_numpy") if getattr(_daemon, name, bool)()]
-    return f"memory: as the daemon's ({', '.join(done) or 'nothing to tune'})"
+        return "memory: glibc's defaults (--library)"
+    from refresher.ops._daemon import tune_malloc
+
+    return f"memory: as the daemon's (tune_malloc: {tune_malloc()})"
 
 
 def load() -> str:
@@ -159,7 +157,7 @@ def main() -> None:
     parser.add_argument(
         "--library",
         action="store_true",
-        help="glibc's and numpy's memory defaults, not the daemon's tune_malloc, tune_numpy",
+        help="glibc's malloc defaults, not the daemon's tune_malloc",
     )
     args = parser.parse_args()
     print(memory(args.library))

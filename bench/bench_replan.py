@@ -46,7 +46,7 @@ import duckdb  # sql-ok: builds the synthetic store
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench_allocate import memory  # the daemon's glibc and numpy memory settings
+from bench_allocate import memory  # the daemon's malloc settings
 
 from refresher.refresh._allocate import InputSettings, plan, reported_rates
 from refresher.store import DuckDBStore, PlanUpdate
@@ -200,7 +200,7 @@ def main() -> None:
     parser.add_argument(
         "--library",
         action="store_true",
-        help="glibc's and numpy's memory defaults, not the daemon's tune_malloc, tune_numpy",
+        help="glibc's malloc defaults, not the daemon's tune_malloc",
     )
     args = parser.parse_args()
     print(memory(args.library))

@@ -23,7 +23,6 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import trio
 
 from refresher import policies
@@ -850,26 +849,10 @@ def tune_malloc() -> bool:
     return all([mallopt(param, value) == 1 for param, value in MALLOC_SETTINGS])
 
 
-def tune_numpy() -> bool:
-    """Stop numpy from asking the kernel for transparent huge pages for its arrays (above 4
-    MB it does, with ``madvise``); False where this numpy has no such switch. A re-plan of
-    10 M pages makes ~1.7 GB of fresh page-sized arrays; with huge pages asked for, each
-    fault clears 2 MB and, with the kernel's ``defrag`` on ``madvise`` (Debian's default),
-    may compact memory first: 1.5–2.3 s of system time per 10 M-page allocation, against
-    0.6 s for the same memory in small pages (bench/README.md, "Warm starts")."""
-    core = getattr(np, "_core", None)
-    switch = getattr(getattr(core, "multiarray", None), "_set_madvise_hugepage", None)
-    if switch is None:
-        return False
-    switch(False)
-    return True
-
-
 def run_daemon(config_loader: Callable[[], Config]) -> int:
     """Run the daemon in the foreground until a stop signal; returns the exit status."""
     tune_gc()
     tune_malloc()
-    tune_numpy()
     try:
         return trio.run(Daemon(config_loader).run)
     except RefresherError as e:

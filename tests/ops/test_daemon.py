@@ -741,33 +741,19 @@ def test_tuned_malloc_keeps_a_parse_threads_memory_instead_of_faulting_it_in_per
     assert tuned * 2 < untuned, (tuned, untuned)
 
 
-def test_the_daemon_tunes_malloc_and_numpy_before_it_starts(monkeypatch: pytest.MonkeyPatch):
+def test_the_daemon_tunes_malloc_before_it_starts(monkeypatch: pytest.MonkeyPatch):
     from refresher._errors import ConfigError
     from refresher.ops import _daemon
 
-    calls: list[str] = []
-    monkeypatch.setattr(_daemon, "tune_malloc", lambda: calls.append("malloc") or True)
-    monkeypatch.setattr(_daemon, "tune_numpy", lambda: calls.append("numpy") or True)
+    calls: list[bool] = []
+    monkeypatch.setattr(_daemon, "tune_malloc", lambda: calls.append(True) or True)
     monkeypatch.setattr(_daemon, "tune_gc", lambda: None)
 
     def broken() -> object:
         raise ConfigError("no config here", key="store.path")
 
     assert _daemon.run_daemon(broken) == 1  # type: ignore[arg-type]
-    assert calls == ["malloc", "numpy"]
-
-
-def test_tuned_numpy_no_longer_asks_for_huge_pages():
-    from numpy._core import multiarray
-
-    from refresher.ops._daemon import tune_numpy
-
-    before = multiarray._get_madvise_hugepage()
-    try:
-        assert tune_numpy()
-        assert multiarray._get_madvise_hugepage() is False
-    finally:
-        multiarray._set_madvise_hugepage(before)
+    assert calls == [True]
 
 
 def _refuse_constant(name: str) -> object:
