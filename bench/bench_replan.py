@@ -20,7 +20,12 @@ Steps, as the daemon's allocator makes them (``policy.decide = "expected"``, wei
 under host caps, 5 % exploration), ``report`` (the rate each page is saved with, counting its
 chance of never changing: ``reported_rates``), ``save`` (``save_plan``: λ̂, f and due time per
 page). The first plan of a process also builds the rows of the expected-value table it
-needs: ``first plan`` is printed apart. The load average is printed before and after.
+needs, and starts cold: ``first plan`` is printed apart. Before each later pass half of the
+pages (another half each time) are fetched once more at their interval, a change drawn at
+their rate, and folded into their statistics, as the daemon's re-plan after
+``policy.replan_share`` = 0.5 of the pages sees them (not timed); that pass's plan starts
+from the last one's levels (``Plan.warm``) as the daemon's does, or cold with ``--cold``.
+The load average is printed before and after.
 """
 
 from __future__ import annotations
@@ -40,6 +45,8 @@ from typing import Any
 import duckdb  # sql-ok: builds the synthetic store
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench_allocate import memory  # the daemon's malloc settings
 
 from refresher.refresh._allocate import InputSettings, plan, reported_rates
 from refresher.store import DuckDBStore, PlanUpdate
@@ -141,6 +148,40 @@ def build(path: Path, pages: int, history: int) -> float:
     return time.perf_counter() - start
 
 
+# a page's rate and interval, as ``build`` draws them from its id
+_RATE = "exp(ln(1 / (168 * 3600.0)) + (hash(id + 7) / 18446744073709551615.0) * ln(1680))"
+_INTERVAL = "3600.0 * (0.5 + hash(id + 13) / 18446744073709551615.0)"
+
+
+def fetched_again(path: Path, salt: int) -> None:
+    """Half of the pages (by the hash of id and ``salt``) fetched once more, one interval
+    after their last fetch, changed with probability 1 − e^(−λ·interval) (drawn from the
+    hash too), folded into the raw statistics as the store folds an observation without
+    Last-Modified."""
+    con = duckdb.connect(str(path))  # sql-ok: synthetic store
+    try:
+        con.execute(  # sql-ok: synthetic store
+            f"""
+            UPDATE pages SET stat_n = stat_n + 1, stat_time = stat_time + _q.iv,
+                stat_changes = stat_changes + _q.c, stat_changed_time = stat_changed_time
+                    + _q.c * _q.iv, stat_untimed = stat_untimed + _q.c,
+                stat_log1 = stat_log1 + _q.c * ln(_q.iv),
+                stat_log2 = stat_log2 + _q.c * pow(ln(_q.iv), 2),
+                stat_log3 = stat_log3 + _q.c * pow(ln(_q.iv), 3),
+                stat_last_ok = stat_last_ok + _q.iv
+            FROM (SELECT id, iv, CASE WHEN hash(id * 7 + $s) / 18446744073709551615.0
+                                      < 1 - exp(-rate * iv) THEN 1 ELSE 0 END AS c
+                  FROM (SELECT id, {_RATE} AS rate, {_INTERVAL} AS iv FROM pages)
+                  WHERE hash(id * 3 + $s) % 2 = 0) _q
+            WHERE pages.id = _q.id
+            """,
+            {"s": salt},
+        )
+        con.execute("CHECKPOINT")  # sql-ok: synthetic store
+    finally:
+        con.close()
+
+
 def timed(run: Callable[[], Any]) -> tuple[Any, float, float]:
     start, cpu = time.perf_counter(), time.process_time()
     out = run()
@@ -153,7 +194,16 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--history", type=int, default=0)
     parser.add_argument("--dir", type=Path, default=None, help="scratch directory")
+    parser.add_argument(
+        "--cold", action="store_true", help="every plan from scratch, not from the last one's"
+    )
+    parser.add_argument(
+        "--library",
+        action="store_true",
+        help="glibc's malloc defaults, not the daemon's tune_malloc",
+    )
     args = parser.parse_args()
+    print(memory(args.library))
     settings = InputSettings(weights="none", min_delay=1.0)
     reads_history = "history" in inspect.signature(DuckDBStore.estimator_inputs).parameters
     print("load average " + " ".join(f"{x:.2f}" for x in os.getloadavg()))
@@ -169,8 +219,13 @@ def main() -> None:
             store = DuckDBStore(scratch / "s.duckdb", memory_limit="1GB")
             steps: dict[str, list[tuple[float, float]]] = {}
             budget = pages / 86_400.0
+            warm = {"warm": None} if "warm" in inspect.signature(plan).parameters else {}
             try:
                 for i in range(args.repeat + 1):
+                    if i:  # half the pages fetched again since the last plan
+                        store.close()
+                        fetched_again(scratch / "s.duckdb", i)
+                        store = DuckDBStore(scratch / "s.duckdb", memory_limit="1GB")
                     extra = {"history": settings.history} if reads_history else {}
                     raw, *read = timed(
                         lambda e=extra, s=store: s.estimator_inputs(
@@ -179,10 +234,12 @@ def main() -> None:
                     )
                     inputs, *est = timed(lambda r=raw: settings.estimate(r))
                     result, *solve = timed(
-                        lambda x=inputs, b=budget: plan(
-                            x, "optimal", b, explore=0.05, decide="expected"
+                        lambda x=inputs, b=budget, w=warm: plan(
+                            x, "optimal", b, explore=0.05, decide="expected", **w
                         )
                     )
+                    if warm and not args.cold:
+                        warm["warm"] = result.warm
                     stored, *report = timed(lambda x=inputs, r=result: reported_rates(x, r.target))
                     update = PlanUpdate(
                         page_ids=inputs.page_ids,

@@ -36,14 +36,19 @@ class _Builtin:
         weights: ArrayLike | None = None,
         hosts: ArrayLike | None = None,
         host_caps: ArrayLike | None = None,
+        warm: Allocation | None = None,
     ) -> Allocation:
         """Split ``budget`` (fetches per second) over pages changing at ``rates`` (changes
         per second). ``hosts`` gives each page's host id, ``host_caps[h]`` the most fetches
-        per second host h may receive (∞: no cap). Raises ValueError on malformed input."""
+        per second host h may receive (∞: no cap). ``warm``: an earlier allocation whose
+        multipliers start the optimal policies' searches (hosts numbered alike; the answer
+        does not depend on it). Raises ValueError on malformed input."""
         problem = Problem.build(rates, budget, weights=weights, hosts=hosts, host_caps=host_caps)
-        return self._solve(problem)
+        return self._solve(problem, warm)
 
-    def _solve(self, problem: Problem) -> Allocation:  # pragma: no cover - abstract
+    def _solve(  # pragma: no cover - abstract
+        self, problem: Problem, warm: Allocation | None
+    ) -> Allocation:
         raise NotImplementedError
 
     def __repr__(self) -> str:
@@ -56,7 +61,7 @@ class Uniform(_Builtin):
 
     name = "uniform"
 
-    def _solve(self, problem: Problem) -> Allocation:
+    def _solve(self, problem: Problem, warm: Allocation | None) -> Allocation:
         return water_fill(self.name, problem, None)
 
 
@@ -66,7 +71,7 @@ class Proportional(_Builtin):
 
     name = "proportional"
 
-    def _solve(self, problem: Problem) -> Allocation:
+    def _solve(self, problem: Problem, warm: Allocation | None) -> Allocation:
         return water_fill(self.name, problem, problem.rates)
 
 
@@ -76,8 +81,8 @@ class OptimalFreshness(_Builtin):
 
     name = "optimal"
 
-    def _solve(self, problem: Problem) -> Allocation:
-        return optimal(self.name, freshness_response(), problem)
+    def _solve(self, problem: Problem, warm: Allocation | None) -> Allocation:
+        return optimal(self.name, freshness_response(), problem, warm)
 
 
 class OptimalAge(_Builtin):
@@ -85,8 +90,8 @@ class OptimalAge(_Builtin):
 
     name = "optimal-age"
 
-    def _solve(self, problem: Problem) -> Allocation:
-        return optimal(self.name, age_response(), problem)
+    def _solve(self, problem: Problem, warm: Allocation | None) -> Allocation:
+        return optimal(self.name, age_response(), problem, warm)
 
 
 BUILTIN: tuple[_Builtin, ...] = (Uniform(), Proportional(), OptimalFreshness(), OptimalAge())

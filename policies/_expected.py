@@ -264,10 +264,11 @@ class ExpectedPages(Pages):
         return self.theta.size
 
     def take(self, index: Index) -> ExpectedPages:
+        theta = self.theta[index]
         return ExpectedPages(
             self.table,
-            self.theta[index],
-            self.s[index],
+            theta,
+            theta if self.s is self.theta else self.s[index],  # (freshness, weights 1)
             self.row[index],
             self.weight[index],
             compressed=self.compressed,
@@ -312,6 +313,17 @@ class ExpectedPages(Pages):
             f *= live
         np.multiply(f, du_lo, out=df)
         np.negative(df, out=df)
+
+    def alive(self, u: Float, group: Index | None) -> Mask | None:
+        if self.table.power != 1:
+            return None
+        tops = self.table.tops
+
+        def dead(block: slice, level: Float) -> Mask:
+            # past the lower row's cut-off (ln y ≥ σ²/2 of it) a page takes nothing (rates)
+            return np.asarray(self.s[block] + level >= np.take(tops, self.row[block]))
+
+        return self._alive(u, group, dead)
 
     def bounds(self, block: slice) -> Float:
         """e^(θ − (s + ln 2 − [p=1]σ²)/2 + 1) per page of ``block``: M_σ(u) ≤
@@ -417,6 +429,7 @@ def solve_expected(
     hosts: ArrayLike | None = None,
     host_caps: ArrayLike | None = None,
     hint: Allocation | None = None,
+    warm: Allocation | None = None,
 ) -> Allocation:
     """Maximise Σ wᵢ·E[V(λᵢ, fᵢ)] for ln λᵢ ~ N(``log_rate``ᵢ, ``log_sd``ᵢ²) (ln of changes
     per second; sd in natural-log units), V = F̄ for ``name`` "optimal", −Ā for
@@ -424,11 +437,13 @@ def solve_expected(
     Budget the caps leave is spread over the weightless pages with room, as by
     :func:`refresher.policies.solve`, and what is left is ``unplaced``. ``hint``: an
     allocation of the same pages at another budget, whose multipliers start the search
-    (the answer is the same without it, to the search's tolerance)."""
+    (the answer is the same without it, to the search's tolerance). ``warm``: an earlier
+    plan's allocation (other rates or pages, hosts numbered alike), whose multipliers
+    start the searches; likewise the answer does not depend on it."""
     pages, index, problem, unvalued = expected_pages(
         name, log_rate, log_sd, budget, weights=weights, hosts=hosts, host_caps=host_caps
     )
-    return solve_pages(name, pages, problem, problem.pages, index, unvalued, hint)
+    return solve_pages(name, pages, problem, problem.pages, index, unvalued, hint, warm)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -21,7 +21,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from refresher._errors import ConfigError
 
-from ._builtin import BUILTIN, DEFAULT
+from ._builtin import BUILTIN, DEFAULT, _Builtin
 from ._solve import Allocation, Problem, group_sum
 
 __all__ = ["DEFAULT", "ENTRY_POINT_GROUP", "Policy", "available", "get", "register", "solve"]
@@ -123,14 +123,19 @@ def solve(
     weights: ArrayLike | None = None,
     hosts: ArrayLike | None = None,
     host_caps: ArrayLike | None = None,
+    warm: Allocation | None = None,
 ) -> Allocation:
     """Allocate with ``policy`` (or the policy of that name) and return the whole
     :class:`Allocation`, including the budget the caps left ``unplaced`` (fetches per second).
 
     For a policy that only has ``allocate`` the multiplier is unknown (NaN); the rates are
-    checked (one finite rate ≥ 0 per page) and the unplaced budget is B − Σf."""
+    checked (one finite rate ≥ 0 per page) and the unplaced budget is B − Σf. ``warm``: an
+    earlier allocation for the built-in policies to start their searches from (hosts
+    numbered alike; the same answer without it); other policies do not see it."""
     p = get(policy) if isinstance(policy, str) else policy
     kwargs = {"weights": weights, "hosts": hosts, "host_caps": host_caps}
+    if isinstance(p, _Builtin):
+        return p.solve(rates, budget, warm=warm, **kwargs)
     method = getattr(p, "solve", None)
     if callable(method):
         result = method(rates, budget, **kwargs)

@@ -32,6 +32,7 @@ hosts still have room, and what is left after that is returned as ``unplaced``.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol, TypeVar, cast
 
@@ -60,6 +61,10 @@ _UTOL = 1e-8  # a bracket on log μ this narrow is the answer (see _solve_groups
 _MAX_ITERATIONS = 200
 _ELASTIC = 16.0  # the most |d ln f/du| a page's slope counts with (see _smooth_slope)
 _CAP_SLACK = 1e-9  # a host is over its cap when its sum exceeds c_h·(1 + slack)
+# how far above an earlier plan's global level (in ln μ) a warm solve first evaluates the
+# pages: far enough that the root is below it after the rates have moved a little, so that
+# the hosts over their caps there are settled (see _solve_global)
+_PROBE = 0.02
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -314,6 +319,22 @@ class Pages:
         there, from a compressed stand-in for the pages; None: no cheaper way than trying."""
         return None
 
+    def alive(self, u: Float, group: Index | None) -> Mask | None:
+        """The pages that take something at their group's level ``u`` (``group``: per page,
+        None: one group); every other page takes nothing at any level from there up (past
+        its drop-out). None: every page takes something."""
+        return None
+
+    def _alive(self, u: Float, group: Index | None, dead: Callable[[slice, Float], Mask]) -> Mask:
+        """:meth:`alive` block by block (no page-sized temporaries), ``dead(block, u per
+        page)`` saying which of a block's pages take nothing."""
+        out = np.empty(self.size, dtype=bool)
+        for start in range(0, self.size, _CHUNK):
+            block = slice(start, start + _CHUNK)
+            level = u[group[block]] if group is not None else np.broadcast_to(u[0], (1,))
+            np.logical_not(dead(block, level), out=out[block])
+        return out
+
 
 class ResponsePages(Pages):
     """The plug-in optimum: f = A·e^(−u/2)·R(u + ln s) (see ``_table``)."""
@@ -332,6 +353,12 @@ class ResponsePages(Pages):
     def level(self, u: Float) -> object:
         with np.errstate(over="ignore"):
             return u, np.exp(-0.5 * u)
+
+    def alive(self, u: Float, group: Index | None) -> Mask | None:
+        if not self.drops_out:
+            return None
+        # R(v) = 0 from v = ln μ + ln s = 0 on
+        return self._alive(u, group, lambda block, level: self.log_s[block] + level >= 0.0)
 
     def rates(self, block: slice, level: object, group: Index | None, f: Float, df: Float) -> None:
         u, scale = cast(tuple[Float, Float], level)
@@ -357,6 +384,15 @@ class ResponsePages(Pages):
         return _Histogram(self.log_s, self.amp).start(self.response, budget)
 
 
+def _step_sums(group: Index, f: Float, df: Float, groups: int) -> Float:
+    """Σ of :func:`_step_slope` per group, in blocks (no page-sized temporaries)."""
+    out = np.zeros(groups)
+    for start in range(0, f.size, 1 << 20):
+        b = slice(start, start + (1 << 20))
+        out += group_sum(group[b], _step_slope(f[b], df[b]), groups)
+    return out
+
+
 def _step_slope(f: Float, df: Float) -> Float:
     """df/du held to at most ``_ELASTIC`` times f in size: the slope to step along. A page
     close to its drop-out (or, under a posterior, to its cut-off) has a slope that a step of
@@ -371,20 +407,32 @@ class _Work:
     """Pages of one solve (of one group, or of several with ``group``), evaluated block by
     block into reusable buffers. ``index`` maps them to the caller's order (None: same)."""
 
-    def __init__(self, pages: Pages, group: Index | None = None, index: Index | None = None):
+    def __init__(
+        self,
+        pages: Pages,
+        group: Index | None = None,
+        index: Index | None = None,
+        buffers: tuple[Float, Float] | None = None,
+    ):
         self.pages, self.group, self.index = pages, group, index
-        self.f = np.empty(pages.size)
-        self.df = np.empty(pages.size)
+        n = pages.size
+        # a smaller work than the one it came from takes that one's buffers (fresh memory
+        # of this size costs page faults, as much as a pass over it)
+        self.f = np.empty(n) if buffers is None else buffers[0][:n]
+        self.df = np.empty(n) if buffers is None else buffers[1][:n]
         self.step = np.zeros(0)  # per group, Σ of _step_slope (when asked for)
 
-    def keep(self, mask: Mask) -> _Work:
+    def keep(self, mask: Mask, *, reuse: bool = False) -> _Work:
+        """The pages of ``mask``; ``reuse``: in this work's buffers (this one is done with)."""
         assert self.group is not None
         rows = np.flatnonzero(mask)
         index = rows if self.index is None else self.index[rows]
-        return _Work(self.pages.take(rows), self.group[rows], index)
+        buffers = (self.f, self.df) if reuse else None
+        return _Work(self.pages.take(rows), self.group[rows], index, buffers)
 
-    def evaluate(self, u: Float, *, step: bool = False) -> tuple[Float, Float]:
-        """Σf and dΣf/du per group at u = log μ (one entry per group); fills f and df, and
+    def evaluate(self, u: Float, *, step: bool = False, slope: bool = True) -> tuple[Float, Float]:
+        """Σf and dΣf/du per group at u = log μ (one entry per group; without ``slope`` only
+        Σf, and NaN for the slope: :meth:`slope` sums it when needed); fills f and df, and
         with ``step`` ``self.step``."""
         level = self.pages.level(u)
         n = self.f.size
@@ -403,7 +451,14 @@ class _Work:
                     self.step += group_sum(group, _step_slope(f, df), u.size)
         if self.group is None:
             return np.array([self.f.sum()]), np.array([self.df.sum()])
-        return group_sum(self.group, self.f, u.size), group_sum(self.group, self.df, u.size)
+        total = group_sum(self.group, self.f, u.size)
+        return total, self.slope(u.size) if slope else np.full(u.size, np.nan)
+
+    def slope(self, groups: int) -> Float:
+        """dΣf/du per group at the last evaluation."""
+        if self.group is None:
+            return np.array([self.df.sum()])
+        return group_sum(self.group, self.df, groups)
 
 
 class _Histogram:
@@ -511,23 +566,37 @@ def _between(
     return u, _exactly(g, f, budgets), df_lo
 
 
+def _capped_slope(work: _Work, caps_by: tuple[Index, Float, Mask], over: Mask) -> Float:
+    """The derivative in u of Σ_h min(D_h, c_h) at ``work``'s last evaluation (``over``: the
+    hosts over their caps there, whose sums do not move)."""
+    host, caps, _ = caps_by
+    return np.array([float(np.where(over, 0.0, group_sum(host, work.df, caps.size)).sum())])
+
+
 def _capped_totals(
-    work: _Work, caps_by: tuple[Index, Float, Mask], u: float = math.nan, budget: float = 0.0
+    work: _Work,
+    caps_by: tuple[Index, Float, Mask],
+    u: float = math.nan,
+    budget: float = 0.0,
+    *,
+    slope: bool = True,
 ) -> tuple[Float, Float, Float, Mask, float]:
     """(Σ_h min(D_h, c_h), its derivative in u, the slope to step along, hosts over their
     caps, the u where the hosts' local models take ``budget``) for ``work``'s last evaluation
     at u, D_h being the sum over host h's pages. The model holds each D_h log-linear in u
-    through its value and slope (to step along; only asked for with a ``budget``)."""
+    through its value and slope (to step along; only asked for with a ``budget``). Without
+    ``slope`` the derivative and the slope to step along are NaN (:func:`_capped_slope`)."""
     host, caps, _ = caps_by
     demand = group_sum(host, work.f, caps.size)
-    dslope = group_sum(host, work.df, caps.size)
     over = demand > caps * (1.0 + _CAP_SLACK)
     total = float(np.where(over, caps, demand).sum())
-    slope = float(np.where(over, 0.0, dslope).sum())
-    step = slope
+    if not slope:
+        return np.array([total]), np.full(1, np.nan), np.full(1, np.nan), over, math.nan
+    derivative = _capped_slope(work, caps_by, over)
+    step = float(derivative[0])
     model = math.nan
     if math.isfinite(u) and budget > 0.0:
-        dslope = group_sum(host, _step_slope(work.f, work.df), caps.size)
+        dslope = _step_sums(host, work.f, work.df, caps.size)
         step = float(np.where(over, 0.0, dslope).sum())
         live = demand > 0.0
         d, c = demand[live], caps[live]
@@ -552,7 +621,7 @@ def _capped_totals(
                 mid = 0.5 * (lo + hi)
                 lo, hi = (mid, hi) if taken(mid) > budget else (lo, mid)
             model = 0.5 * (lo + hi)
-    return np.array([total]), np.array([slope]), np.array([step]), over, model
+    return np.array([total]), derivative, np.array([step]), over, model
 
 
 def _solve_groups(
@@ -620,18 +689,30 @@ def _solve_groups(
     err_hi = np.full(groups, -np.inf)
     last_side = np.zeros(groups, np.int8)
     work = _Work(pages, group)
-    if group is not None and not active[group].all():
-        work = work.keep(active[group])
+    if group is not None:
+        # the groups with a budget, without their pages past their drop-out at ``lo`` (a
+        # group's level is above it: they take nothing; the group has pages that do not)
+        keeping = active[group]
+        alive = None if lo is None else pages.alive(lo_u, group)
+        if alive is not None:
+            keeping &= alive
+        if not keeping.all():
+            work = work.keep(keeping, reuse=True)
     elastic = np.full(groups, np.nan)  # d ln Σf/du to step along, from the first evaluation
     for iteration in range(_MAX_ITERATIONS):
         first = iteration == 0
-        total, slope = work.evaluate(np.where(active, u, 0.0), step=first and caps_by is None)
+        # the slopes serve the first step and the last (summed when a group converges)
+        total, slope = work.evaluate(
+            np.where(active, u, 0.0), step=first and caps_by is None, slope=first
+        )
         step_slope = work.step
         model = math.nan
         if caps_by is not None:
             # the hosts' local models only serve the first step
             ask = float(budgets[0]) if first and seen is None else 0.0
-            total, slope, step_slope, over, model = _capped_totals(work, caps_by, float(u[0]), ask)
+            total, slope, step_slope, over, model = _capped_totals(
+                work, caps_by, float(u[0]), ask, slope=first
+            )
         with np.errstate(divide="ignore", invalid="ignore"):
             if first:
                 elastic = step_slope / total
@@ -666,6 +747,10 @@ def _solve_groups(
             # μ absorb most of it. A rescale then makes the sum exact. (When the budget is
             # below what a double resolves on the steep pages, the correction can cancel to
             # nothing; then the rescale alone places it.)
+            if not first:
+                slope = (
+                    work.slope(groups) if caps_by is None else _capped_slope(work, caps_by, over)
+                )
             flat = converged & (slope != 0.0)  # a sum held at the caps has no slope
             delta = np.divide(budgets - total, slope, out=np.zeros(groups), where=flat)
             u = np.where(converged, u + delta, u)
@@ -702,15 +787,19 @@ def _solve_groups(
             f_out[out] = f_rows
             df_out[out] = df_rows
         finished = converged | narrow
-        if finished.any():
-            active &= ~finished
-            if not active.any():
-                break
-            # drop the finished groups' pages once they are a good part of the work (their
-            # rates are out already; until then they are evaluated along, unused)
-            dropping = ~active[work.group]
-            if dropping.mean() > 0.25:
-                work = work.keep(~dropping)
+        active &= ~finished
+        if not active.any():
+            break
+        if work.group is not None:
+            # drop the finished groups' pages, and those past their drop-out at their
+            # group's lower end (they take nothing from there up), once they are a good
+            # part of the work (until then they are evaluated along, unused)
+            keeping = active[work.group]
+            alive = work.pages.alive(lo_u, work.group)
+            if alive is not None:
+                keeping &= alive
+            if keeping.mean() < 0.75:
+                work = work.keep(keeping, reuse=True)
         # Newton/secant in (log μ, log Σf) unless it leaves the bracket or fails to halve the
         # error; then false position on the bracket (Illinois), or bisection where an end has
         # nothing to interpolate (Σf = 0), or a step outward (doubling) while a side is open.
@@ -740,8 +829,11 @@ def _solve_groups(
     return u, f_out, df_out
 
 
-def optimal(name: str, response: Response, problem: Problem) -> Allocation:
-    """Maximise Σ w_i·V(λ_i, f_i) for the objective tabulated by ``response``."""
+def optimal(
+    name: str, response: Response, problem: Problem, warm: Allocation | None = None
+) -> Allocation:
+    """Maximise Σ w_i·V(λ_i, f_i) for the objective tabulated by ``response``; ``warm`` as
+    :func:`solve_pages` takes it."""
     lam, w = problem.rates, problem.weights
     everything = lam.size > 0 and lam.min() > 0.0 and (w is None or w.min() > 0.0)
     valued = np.ones(lam.shape, dtype=bool) if everything else lam > 0.0
@@ -755,7 +847,7 @@ def optimal(name: str, response: Response, problem: Problem) -> Allocation:
         w_v = None if w is None else w[index]
     unvalued = None if index is None else ~valued
     pages = response_pages(response, lam_v, w_v)
-    return solve_pages(name, pages, problem, lam.size, index, unvalued)
+    return solve_pages(name, pages, problem, lam.size, index, unvalued, warm=warm)
 
 
 def response_pages(response: Response, rates: Float, weights: Float | None) -> ResponsePages:
@@ -779,19 +871,24 @@ def solve_pages(
     index: Index | None,
     unvalued: Mask | None,
     hint: Allocation | None = None,
+    warm: Allocation | None = None,
 ) -> Allocation:
     """The optimum over ``pages``: the pages at ``index`` (None: all) of ``n``, under the
     problem's budget and host caps; ``unvalued`` marks the pages left out (they take what
     the caps leave, see ``_finish``). ``hint``: an allocation of the same pages and hosts
     whose multipliers start the searches (a capped host's own level does not depend on the
-    budget, so a second solve at another budget finds most of them at once)."""
+    budget, so a second solve at another budget finds most of them at once). ``warm``: an
+    earlier plan's allocation (other rates, other pages; its hosts numbered as these where
+    its arrays have their shape): only where the searches start, nothing of it is trusted,
+    so the answer is the same as without it (to the search's tolerance)."""
     budget = problem.budget
     hosts, caps = problem.hosts, problem.caps
     if pages.size == 0:
         return _finish(name, problem, np.zeros(n), budget, 0.0, None, None, unvalued)
     first = None
-    if hint is not None and 0.0 < hint.multiplier < math.inf:
-        first = np.array([math.log(hint.multiplier)])
+    guide = hint if hint is not None else warm
+    if guide is not None and 0.0 < guide.multiplier < math.inf:
+        first = np.array([math.log(guide.multiplier)])
     if hosts is None or caps is None:
         u, fv, _ = _solve_groups(pages, None, np.array([budget]), start=first)
         return _finish(name, problem, _spread(fv, index, n), 0.0, _exp(u[0]), None, None, unvalued)
@@ -808,7 +905,8 @@ def solve_pages(
         # every host with pages can be filled: each takes its cap, the rest is unplaced
         capped = has_pages & ~closed
         u_global, leftover = -np.inf, budget - room
-        start = np.full(n_hosts, np.nan)
+        guided = _guided_levels(guide, caps)
+        start = np.full(n_hosts, np.nan) if guided is None else guided
         lo_h = None
         f_v = np.zeros(pages.size)
     else:
@@ -823,17 +921,14 @@ def solve_pages(
             budget,
             first,
             known,
+            probe=hint is None and warm is not None,
+            levels=_guided_levels(guide, caps),
         )
         leftover = 0.0
         f_v = _spread(f_open, rows_open, pages.size)
         lo_h = np.full(n_hosts, u_global)
-    if capped.any() and hint is not None and hint.host_multipliers is not None:
-        levels = np.asarray(hint.host_multipliers)
-        if levels.shape == caps.shape and hint.capped_hosts is not None:
-            with np.errstate(divide="ignore"):
-                known = np.where(hint.capped_hosts & (levels > 0.0), np.log(levels), np.nan)
-            start = np.where(np.isfinite(known), known, start)
     if capped.any():
+        f_v[capped[host_v]] = 0.0  # (their pages past their drop-out are left out below)
         host_u[capped], f_rows, rows = _solve_hosts(pages, host_v, caps, capped, lo_h, start)
         f_v[rows] = f_rows
     capped |= closed
@@ -844,8 +939,28 @@ def solve_pages(
     return _finish(name, problem, f, leftover, mu, levels, capped, unvalued)
 
 
+def _guided_levels(guide: Allocation | None, caps: Float) -> Float | None:
+    """ln μ_h of the hosts ``guide`` (a hint or warm split, hosts numbered alike) had at
+    their caps, NaN for the others; None without one."""
+    if guide is None or guide.host_multipliers is None or guide.capped_hosts is None:
+        return None
+    levels = np.asarray(guide.host_multipliers)
+    if levels.shape != caps.shape:
+        return None
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(guide.capped_hosts & (levels > 0.0), np.log(levels), np.nan)
+
+
 def _solve_global(
-    pages: Pages, host: Index, caps: Float, budget: float, first: Float | None, known: Mask
+    pages: Pages,
+    host: Index,
+    caps: Float,
+    budget: float,
+    first: Float | None,
+    known: Mask,
+    *,
+    probe: bool = False,
+    levels: Float | None = None,
 ) -> tuple[float, Float, Mask, Float]:
     """The global multiplier under the caps: (u, f per page at u, the hosts over their caps,
     a first guess of each one's own level).
@@ -855,14 +970,21 @@ def _solve_global(
     hint's, at a smaller budget); otherwise the pages are first evaluated at the uncapped
     root (``Pages.start``), where Σf is the budget, so that the caps' sum falls short of it
     and the hosts over their caps there are settled. The rest is solved without them, from
-    the root of the hosts' local models."""
+    the root of the hosts' local models. ``probe``: ``first`` is an earlier plan's level,
+    not known to be above the root: the pages are first evaluated a little above it instead
+    (at the uncapped root if the root is not below that after all). ``levels``: a first
+    guess of a capped host's own level where finite (the hosts left without one get
+    theirs from a Newton step), returned as it is."""
     n_hosts = caps.size
+    guessed = np.zeros(n_hosts, dtype=bool) if levels is None else np.isfinite(levels)
     f, df = np.zeros(pages.size), np.zeros(pages.size)
     start_h = np.full(n_hosts, np.nan)
     hi = first
     seen = None
     settled = known
     guess = None if first is not None or known.any() else pages.start(budget)
+    if probe and first is not None:
+        guess, hi, first = (float(first[0]) + _PROBE, math.nan), None, None
     if guess is not None:
         u0 = np.array([guess[0]])
         work = _Work(pages)
@@ -871,12 +993,15 @@ def _solve_global(
         if total[0] < budget and over.any():
             settled, hi = over, u0
             f, df = work.f, work.df
-            start_h = _host_start(guess[0], host, f, df, caps, over)
+            start_h = _host_start(guess[0], host, f, df, caps, over & ~guessed)
             if math.isfinite(model):
                 first = np.array([model])
                 # the rest's error there: the secant through it takes the step after
                 held = float(caps[over].sum())
                 seen = (guess[0], math.log((total[0] - held) / (budget - held)))
+        elif probe and math.isfinite(model):
+            # the root is above the earlier level after all: on from the local models' root
+            first, seen = np.array([model]), (guess[0], math.log(total[0] / budget))
         else:
             first = u0
     rest = None if not settled.any() else np.flatnonzero(~settled[host])
@@ -898,16 +1023,22 @@ def _solve_global(
         f[rest], df[rest] = f_rest, df_rest
     # the capped hosts' own μ_h > μ: a Newton step off the global solution, or off the
     # level at which a settled host was last evaluated (its pages' rates are those there)
-    later = _host_start(float(u[0]), _take(host, rest), f_rest, df_rest, caps, capped)
+    later = _host_start(float(u[0]), _take(host, rest), f_rest, df_rest, caps, capped & ~guessed)
     start_h = np.where(capped, later, start_h)
+    if levels is not None:
+        start_h = np.where(guessed, levels, start_h)
     return float(u[0]), f, capped | settled, start_h
 
 
 def _host_start(u: float, host: Index, f: Float, df: Float, caps: Float, capped: Mask) -> Float:
     """A Newton step from ``u`` towards each capped host's own level, from its pages' sum
     and slope to step along at u (NaN elsewhere)."""
+    if not capped.any():
+        return np.full(caps.size, np.nan)
+    rows = np.flatnonzero(capped[host])  # (the sums of the others are not needed)
+    host, f, df = host[rows], f[rows], df[rows]
     demand = group_sum(host, f, caps.size)
-    slope = group_sum(host, _step_slope(f, df), caps.size)
+    slope = _step_sums(host, f, df, caps.size)
     with np.errstate(divide="ignore", invalid="ignore"):
         start = u - (np.log(demand) - np.log(caps)) * demand / slope
     return np.where(capped, start, np.nan)

@@ -52,7 +52,14 @@ from refresher import policies
 from refresher._errors import StoreError
 from refresher.fleet._solve import FleetSolver, Solution, answer, node_plan
 from refresher.ops._logging import get_logger
-from refresher.refresh._allocate import Plan, PolicyInputs, demand, plan, worth_fetching
+from refresher.refresh._allocate import (
+    Plan,
+    PolicyInputs,
+    WarmStart,
+    demand,
+    plan,
+    worth_fetching,
+)
 from refresher.refresh._replan import Reason, ReplanRule, replan_fetches, replan_reason
 from refresher.store._pg_budget import BudgetStore, DemandRow
 
@@ -179,16 +186,18 @@ class FleetBudget:
         *,
         explore: float,
         decide: str = "plug-in",
+        warm: WarmStart | None = None,
     ) -> Plan:
         """The :class:`Planner`: ``inputs`` allocated at the fleet's level, planned as
-        :func:`plan` plans (``decide``: with the expected value when every node can)."""
+        :func:`plan` plans (``decide``: with the expected value when every node can; ``warm``
+        where a plan of this node's alone starts)."""
         self._inputs = inputs
         self._settings = (policy, budget, explore, decide)
         solution = self._solution
         if solution is None or solution.policy != policy or solution.asked != decide:
             # no level for these settings yet: plan alone for this node's share of B
             share = budget / max(self._nodes, 1)
-            result = plan(inputs, policy, share, explore=explore, decide=decide)
+            result = plan(inputs, policy, share, explore=explore, decide=decide, warm=warm)
         else:
             result = self._plan_at(inputs, solution)
         self._node_budget = float(result.target.sum())

@@ -76,6 +76,7 @@ __all__ = [
     "Planner",
     "PolicyInputs",
     "ReplanRule",
+    "WarmStart",
     "demand",
     "load_inputs",
     "plan",
@@ -143,6 +144,20 @@ class PolicyInputs:
     rate_sd: NDArray[np.float64] | None = None
     # probability per page that it never changes (:mod:`refresher.refresh._static`); None: 0
     static_p: NDArray[np.float64] | None = None
+    # the store's id of each dense host (``host_index`` numbers them); None: not known, and a
+    # later plan carries no host's level over from this one (see :class:`WarmStart`)
+    hosts: NDArray[np.int64] | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WarmStart:
+    """What a later plan starts its searches from: the policy's split of B·(1 − explore)
+    (its global and per-host levels; nothing else of it is used) and the store's id of each
+    host it numbers. A guess only: the plan is the same without it (to the solver's
+    tolerance), whatever the budget, caps, pages or rates are now."""
+
+    allocation: policies.Allocation
+    hosts: NDArray[np.int64] | None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -154,6 +169,8 @@ class Plan:
     #: (one node). A fleet node paces at its own part, so that pages overdue on partitions it
     #: just took over are not caught up at the fleet's whole budget.
     pace: float | None = None
+    #: where the next plan's searches start (:func:`plan` keeps its first split); None: cold
+    warm: WarmStart | None = None
 
 
 def _pagerank(
@@ -234,6 +251,7 @@ def load_inputs(
         weights=_weights(raw, weights),
         rate_sd=rate_sd,
         static_p=static_p,
+        hosts=hosts,
     )
 
 
@@ -407,7 +425,13 @@ def _weights(raw: EstimatorInputs, weights: str) -> NDArray[np.float64]:
 
 
 def plan(
-    inputs: PolicyInputs, policy: str, budget: float, *, explore: float, decide: str = "plug-in"
+    inputs: PolicyInputs,
+    policy: str,
+    budget: float,
+    *,
+    explore: float,
+    decide: str = "plug-in",
+    warm: WarmStart | None = None,
 ) -> Plan:
     """Target rates: the policy's split of B·(1 − explore), plus exploration.
 
@@ -416,14 +440,16 @@ def plan(
     the exploration share goes to the pages the plan gave nothing in proportion to the
     posterior probability that they are worth fetching (:func:`worth_fetching`); what that
     leaves of the share goes back to the plan. "plug-in" takes λ̂ as exact and explores in
-    equal parts."""
+    equal parts. ``warm``: an earlier plan's :attr:`Plan.warm`, where the searches start
+    (the same plan without it, to the solver's tolerance; fewer passes over the pages)."""
     n = inputs.page_ids.size
     if n == 0:
         alloc = policies.solve(policy, np.zeros(0), budget)
         return Plan(target=np.zeros(0), allocation=alloc, explored=0)
     expected = plans_expected(inputs, policy, decide)
     share = budget * (1.0 - explore)
-    alloc = _solve(inputs, policy, share, expected)
+    alloc = _solve(inputs, policy, share, expected, warm=carried(warm, inputs, policy))
+    kept = WarmStart(allocation=alloc, hosts=inputs.hosts)
     target = np.array(alloc.rates, dtype=np.float64)
     starved = target <= 0.0
     spare = budget - share
@@ -444,7 +470,32 @@ def plan(
         target[starved] = spare * worth[starved] / mass
     elif spare > 0:
         target *= budget / max(float(target.sum()), 1e-300)
-    return Plan(target=target, allocation=alloc, explored=explored)
+    return Plan(target=target, allocation=alloc, explored=explored, warm=kept)
+
+
+def carried(
+    warm: WarmStart | None, inputs: PolicyInputs, policy: str
+) -> policies.Allocation | None:
+    """``warm``'s split with its hosts' levels renumbered as ``inputs`` numbers its hosts
+    (by the store's host ids; NaN and not capped for a host it did not have), for the
+    solver to start from; its global level alone when either side's host ids are unknown,
+    and nothing for another policy (another objective's levels)."""
+    if warm is None or warm.allocation.policy != policy:
+        return None
+    alloc = warm.allocation
+    levels, capped = alloc.host_multipliers, alloc.capped_hosts
+    if levels is None or capped is None or warm.hosts is None or inputs.hosts is None:
+        return replace(alloc, host_multipliers=None, capped_hosts=None)
+    before, now = warm.hosts, inputs.hosts
+    if before.size == 0:
+        return replace(alloc, host_multipliers=None, capped_hosts=None)
+    at = np.minimum(np.searchsorted(before, now), before.size - 1)
+    found = before[at] == now
+    return replace(
+        alloc,
+        host_multipliers=np.where(found, levels[at], np.nan),
+        capped_hosts=found & capped[at],
+    )
 
 
 def within_caps(inputs: PolicyInputs, target: NDArray[np.float64]) -> NDArray[np.float64]:
@@ -497,6 +548,7 @@ class Planner(Protocol):
         *,
         explore: float,
         decide: str = "plug-in",
+        warm: WarmStart | None = None,
     ) -> Plan: ...
 
 
@@ -548,9 +600,11 @@ def _solve(
     share: float,
     expected: bool,
     hint: policies.Allocation | None = None,
+    warm: policies.Allocation | None = None,
 ) -> policies.Allocation:
     """The policy's split of ``share``; ``hint``: the same pages' split of another share,
-    which starts the expected-value search (same answer, fewer passes)."""
+    which starts the expected-value search (same answer, fewer passes); ``warm``: an earlier
+    plan's split renumbered to these hosts (:func:`carried`), likewise."""
     if expected:
         assert inputs.rate_sd is not None
         return policies.solve_expected(
@@ -562,6 +616,7 @@ def _solve(
             hosts=inputs.host_index,
             host_caps=inputs.host_caps,
             hint=hint,
+            warm=warm,
         )
     return policies.solve(
         policy,
@@ -570,6 +625,7 @@ def _solve(
         weights=inputs.weights,
         hosts=inputs.host_index,
         host_caps=inputs.host_caps,
+        warm=warm,
     )
 
 
@@ -784,6 +840,7 @@ class Allocator:
         self._explored = 0
         self._freshness = math.nan
         self._age = math.nan
+        self._warm: WarmStart | None = None  # the last plan's, where the next one starts
         self._wake = trio.Event()
 
     def interval(self, page: PageRow) -> float:
@@ -857,10 +914,13 @@ class Allocator:
         decide = self.decide
         await self._store.record_policy(policy, budget, now=now)
         inputs, estimate_cpu = await self.inputs.load_costed(self._store, now=now)
-        planner = self._planner
+        planner, warm = self._planner, self._warm
         result, plan_cpu = await trio.to_thread.run_sync(
-            on_thread_cpu(lambda: planner(inputs, policy, budget, explore=explore, decide=decide))
+            on_thread_cpu(
+                lambda: planner(inputs, policy, budget, explore=explore, decide=decide, warm=warm)
+            )
         )
+        self._warm = result.warm
         result = replace(result, target=within_caps(inputs, result.target))
         self._frontier.set_budget(budget if result.pace is None else result.pace)
         update = PlanUpdate(

@@ -730,7 +730,7 @@ async def test_the_frontier_paces_at_the_plans_own_pace_or_else_the_whole_budget
     await nursery.start(service.run)
     frontier = _NoFrontier()
 
-    def fleet_part(inputs, policy, budget, *, explore, decide="plug-in"):  # type: ignore[no-untyped-def]
+    def fleet_part(inputs, policy, budget, *, explore, decide="plug-in", warm=None):  # type: ignore[no-untyped-def]
         return replace(plan(inputs, policy, budget / 4, explore=explore), pace=budget / 4)
 
     for planner, pace in ((plan, 10.0), (fleet_part, 2.5)):
@@ -744,6 +744,101 @@ async def test_the_frontier_paces_at_the_plans_own_pace_or_else_the_whole_budget
         await allocator.solve()
         assert frontier.rate == pace
     service.close()
+
+
+async def test_each_plan_starts_from_the_last_one(tmp_path: Path, nursery) -> None:
+    from refresher.refresh._allocate import Allocator
+
+    store = DuckDBStore(tmp_path / "r.duckdb")
+    _three_pages(store)
+    service = StoreService(store)
+    await nursery.start(service.run)
+    seen, made = [], []
+
+    def remembering(inputs, policy, budget, *, explore, decide="plug-in", warm=None):  # type: ignore[no-untyped-def]
+        seen.append(warm)
+        made.append(plan(inputs, policy, budget, explore=explore, decide=decide, warm=warm))
+        return made[-1]
+
+    allocator = Allocator(
+        store=service,
+        frontier=_NoFrontier(),  # type: ignore[arg-type]
+        budget=10.0,
+        policy="optimal",
+        planner=remembering,
+    )
+    await allocator.solve()
+    await allocator.solve()
+    assert seen[0] is None
+    assert seen[1] is made[0].warm and made[0].warm is not None
+    assert made[0].warm.hosts is not None and made[0].warm.hosts.size == 1
+    service.close()
+
+
+def _hosted(theta, host_ids, caps, seed):
+    """Inputs with posteriors over hosts known by their store ids (``host_ids`` per page)."""
+    ids, index = np.unique(host_ids, return_inverse=True)
+    rng = np.random.default_rng(seed)
+    return dataclasses.replace(
+        inputs(np.exp(theta), index, caps[ids]),
+        rate_sd=rng.uniform(0.1, 1.5, theta.size),
+        hosts=ids.astype(np.int64),
+    )
+
+
+@pytest.mark.parametrize("decide", ["plug-in", "expected"])
+def test_a_plan_started_from_the_last_one_is_that_plan_when_hosts_come_and_go(
+    decide: str,
+) -> None:
+    # the store's hosts 1000..1299, the 40 biggest capped; then a host gone, ten new ones
+    # and half the pages' rates re-estimated: the carried levels follow the host ids
+    rng = np.random.default_rng(4)
+    n = 20_000
+    theta = rng.normal(np.log(1 / 3600), 1.5, n)
+    host_ids = 1000 + (300 * rng.random(n) ** 3).astype(np.int64)
+    caps = np.where(np.arange(1400) < 1040, 0.01, np.inf)
+    first = plan(_hosted(theta, host_ids, caps, 1), "optimal", 2.0, explore=0.05, decide=decide)
+    assert first.warm is not None
+    moved = rng.random(n) < 0.5
+    theta2 = theta + np.where(moved, rng.normal(0.0, 0.2, n), 0.0)
+    host2 = np.where(host_ids == 1001, 1310 + np.arange(n) % 10, host_ids)
+    later = _hosted(theta2, host2, caps, 2)
+    cold = plan(later, "optimal", 2.0, explore=0.05, decide=decide)
+    warm = plan(later, "optimal", 2.0, explore=0.05, decide=decide, warm=first.warm)
+    assert warm.allocation.multiplier == pytest.approx(cold.allocation.multiplier, rel=1e-7)
+    # the same split to the solver's tolerance: a page near its drop-out on a capped host
+    # moves most with its host's level (searched to 1e-6 in ln Σf)
+    close = np.isclose(warm.target, cold.target, rtol=1e-6, atol=1e-12)
+    assert close.mean() > 0.999
+    np.testing.assert_allclose(warm.target, cold.target, rtol=1e-3)
+    value = [policies.mean_freshness(later.rates, p.target) for p in (cold, warm)]
+    assert value[1] == pytest.approx(value[0], rel=1e-9)
+    assert warm.explored == cold.explored
+
+
+def test_a_warm_start_carries_each_hosts_level_by_its_store_id() -> None:
+    from refresher.refresh._allocate import WarmStart, carried
+
+    levels = np.array([1.0, 5.0, 7.0])
+    alloc = policies.Allocation(
+        policy="optimal",
+        rates=np.zeros(3),
+        budget=1.0,
+        unplaced=0.0,
+        multiplier=1.0,
+        host_multipliers=levels,
+        capped_hosts=np.array([False, True, True]),
+    )
+    warm = WarmStart(allocation=alloc, hosts=np.array([10, 20, 30]))
+    now = dataclasses.replace(inputs([1.0, 1.0, 1.0], [0, 1, 2]), hosts=np.array([5, 20, 30]))
+    got = carried(warm, now, "optimal")
+    assert got is not None and got.capped_hosts is not None
+    assert got.multiplier == 1.0
+    np.testing.assert_array_equal(got.host_multipliers, [np.nan, 5.0, 7.0])
+    assert got.capped_hosts.tolist() == [False, True, True]
+    assert carried(warm, now, "optimal-age") is None
+    unknown = carried(warm, inputs([1.0]), "optimal")
+    assert unknown is not None and unknown.host_multipliers is None
 
 
 async def test_an_empty_store_is_reported_as_no_pages_not_as_unplaced_budget(
