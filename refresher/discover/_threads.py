@@ -55,9 +55,10 @@ import subprocess
 import sys
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from types import TracebackType
 from typing import Any, TypeVar
 
 import trio
@@ -333,6 +334,9 @@ class ParseProcesses:
     event loop itself. A worker that dies mid-call fails that call with :class:`ParseCrashed`
     (the daemon goes on: isolating a crash in C code is a gain of its own), and the calls
     sent to it after that one; the next call starts a new one.
+
+    Used as ``async with ParseProcesses(n) as processes:``: each worker's ready notice is read
+    by a task in a nursery of this object's, and the block's end stops the workers.
     """
 
     def __init__(
@@ -352,8 +356,10 @@ class ParseProcesses:
             raise ValueError(f"pipeline={self.pipeline}: give at least 1")
         self._start = (log_format, log_level, cpus)  # cpus: the workers' mask (empty: as ours)
         self._running: list[_Worker] = []  # idle or busy
-        self._ended: list[_Worker] = []  # shut for idling, not yet reaped
+        self._ended: list[_Worker] = []  # shut (idle, or dead), not yet reaped
+        self._ready: set[_Worker] = set()  # running, their notice read and not dead
         self._slots: trio.Semaphore | None = None  # made in the event loop, on first use
+        self._nursery: trio.Nursery | None = None  # the notice readers', inside the block
         #: called when a worker has said it is ready (:class:`Parsers` hands it the waiting)
         self.on_ready: Callable[[], None] | None = None
         self.crashes = 0
@@ -363,42 +369,86 @@ class ParseProcesses:
         """Calls the processes take at a time."""
         return self.processes * self.pipeline
 
+    async def __aenter__(self) -> ParseProcesses:
+        self._serving = self._serve()
+        return await self._serving.__aenter__()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        return await self._serving.__aexit__(exc_type, exc, tb)
+
+    @contextlib.asynccontextmanager
+    async def _serve(self) -> AsyncIterator[ParseProcesses]:
+        """The workers' notice readers in a nursery of ours until the block ends, then
+        :meth:`_close`: a reader that fails ends the parse stage's block, not the daemon."""
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            try:
+                yield self
+            finally:
+                self._nursery = None
+                nursery.cancel_scope.cancel()  # readers of workers that never said ready
+                self._close()
+
     def _worker(self) -> _Worker:
         """The worker to take a call: the idle ready one used last (so the others age and
         expire), else a new one while there are fewer than ``processes``, else the least busy
         (of the ready ones, if any is)."""
-        idle = [w for w in self._running if w.inflight == 0 and w.ready]
+        idle = [w for w in self._ready if w.inflight == 0]
         if idle:
             return max(idle, key=lambda w: w.since)
         if len(self._running) < self.processes:
             return self._spawn()
-        ready = [w for w in self._running if w.ready] or self._running
-        return min(ready, key=lambda w: w.inflight)
+        return min(self._ready or self._running, key=lambda w: w.inflight)
 
     def _spawn(self) -> _Worker:
-        """A new worker, running, and a system task that reads its ready notice and then
-        calls ``on_ready`` (in the event loop's thread)."""
+        """A new worker, running, and a task in our nursery that reads its ready notice."""
+        if self._nursery is None:
+            raise RuntimeError("ParseProcesses start workers only inside 'async with'")
         worker = _Worker(*self._start)
         self._running.append(worker)
-        trio.lowlevel.spawn_system_task(self._watch, worker)
+        self._nursery.start_soon(self._watch, worker)
         return worker
 
     async def _watch(self, worker: _Worker) -> None:
+        """Wait for ``worker``'s ready notice; then count it ready and call ``on_ready`` (in
+        the event loop's thread), or retire it if it ended first."""
         await worker.watch()
-        if worker.ready and self.on_ready is not None:
+        if not worker.ready:
+            if worker in self._running:  # not already retired by a call it failed
+                self._retire(worker, "a parse process ended before it was ready")
+            return
+        self._ready.add(worker)
+        if self.on_ready is not None:
             self.on_ready()
+
+    def _retire(self, worker: _Worker, message: str) -> None:
+        """``worker`` died (before its notice, or during a call): it leaves, counted as a
+        crash, its pipes closed; it is reaped later without blocking (:meth:`expire`, the
+        block's end), and the next call starts a new one."""
+        self._running.remove(worker)
+        self._ready.discard(worker)
+        self.crashes += 1
+        log.error(message, status=worker.process.poll())
+        worker.shut()
+        self._reap_ended()
+        self._ended.append(worker)
+
+    def _reap_ended(self) -> None:
+        """Forget the ended workers that have exited (``poll`` reaps them), without blocking."""
+        self._ended = [w for w in self._ended if w.process.poll() is None]
 
     def ready(self) -> bool:
         """Start every worker not running (without waiting for it); whether one of them has
-        said it is ready (:mod:`refresher.discover._parse_worker`)."""
-        for worker in [w for w in self._running if w.dead and not w.inflight]:
-            self._running.remove(worker)  # died before its first call: the next takes over
-            self._ended.append(worker)
-            self.crashes += 1
-            log.error("a parse process ended before it was ready; a new one starts")
+        said it is ready (:mod:`refresher.discover._parse_worker`). Constant time: the ready
+        workers are kept as they change, not looked for (it runs for every large page)."""
         while len(self._running) < self.processes:
             self._spawn()
-        return any(w.ready for w in self._running)
+        return bool(self._ready)
 
     async def started(self) -> None:
         """Start every worker not running and wait until each is ready or dead (a warm
@@ -422,32 +472,30 @@ class ParseProcesses:
             except _Died as e:
                 status = worker.process.poll()
                 if worker in self._running:  # the first of its calls to fail
-                    self._running.remove(worker)
-                    self.crashes += 1
-                    log.error("a parse process died; a new one takes the next call", status=status)
-                    worker.shut()
-                    await trio.to_thread.run_sync(worker.reap)
+                    self._retire(worker, "a parse process died; a new one takes the next call")
                 raise ParseCrashed(f"the parse process exited (status {status})") from e
         if not ok:
             raise result
         return result  # type: ignore[no-any-return]
 
-    def close(self) -> None:
+    def _close(self) -> None:
         """Stop the workers, from the event loop's thread once no call is running."""
         for worker in self._running:
             worker.shut()
         for worker in [*self._running, *self._ended]:
             worker.reap()
         self._running.clear()
+        self._ready.clear()
         self._ended.clear()
 
     def expire(self, idle_seconds: float, now: float) -> int:
         """End the workers that took no call for ``idle_seconds`` (their memory goes back to
-        the system); how many. Without blocking: each is reaped later, or by :meth:`close`."""
-        self._ended = [w for w in self._ended if w.process.poll() is None]
+        the system); how many. Without blocking: each is reaped later, or at the block's end."""
+        self._reap_ended()
         old = [w for w in self._running if w.inflight == 0 and now - w.since >= idle_seconds]
         for worker in old:
             self._running.remove(worker)
+            self._ready.discard(worker)
             worker.shut()
             self._ended.append(worker)
         return len(old)
@@ -493,12 +541,12 @@ class Parsers:
     (an idle parse thread takes it when every process is busy), or a thread first: a process
     takes a large body only when every thread is busy, and starts then; one that took no call
     for :data:`IDLE_SECONDS` ends. A small body, or one only this process can parse, waits
-    for a thread. Calls that find no free slot
-    wait in order of arrival, each handed the first slot freed that it may take. Everything
-    here runs in the event loop's thread.
+    for a thread. Calls that find no free slot wait in order of arrival, each handed the
+    first slot freed that it may take. Everything here runs in the event loop's thread, inside
+    ``async with Parsers(...) as parsers:``; the block's end stops the threads and processes.
 
     ``split`` (with processes, on two CPUs or more, :func:`split_cpus`): from the first
-    large body until :meth:`close`, every thread of this process keeps to one CPU, the
+    large body until the block ends, every thread of this process keeps to one CPU, the
     processes to the others; idle processes end as with ``prefer="thread"``.
     """
 
@@ -526,7 +574,7 @@ class Parsers:
             if processes > 0
             else None
         )
-        # the threads keep to halves[0] from the first large body until close (none pinned
+        # the threads keep to halves[0] from the first large body until the block ends (none pinned
         # before: a Parsers made and never used leaves every mask as it was)
         self._split = halves
         self._mask: frozenset[int] | None = None  # while pinned: the mask to give back
@@ -620,10 +668,27 @@ class Parsers:
             processes=len(self.processes.pids()) if self.processes is not None else 0,
         )
 
-    def close(self) -> None:
-        self.threads.close()
+    async def __aenter__(self) -> Parsers:
         if self.processes is not None:
-            self.processes.close()
+            await self.processes.__aenter__()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        """Every call was awaited: the threads end, then the processes and their nursery."""
+        try:
+            self.threads.close()
+            if self.processes is None:
+                return None
+            return await self.processes.__aexit__(exc_type, exc, tb)
+        finally:
+            self._unpin()
+
+    def _unpin(self) -> None:
         if self._mask is not None:
             keep_threads_to(self._mask)  # the threads left (the store's, trio's) as before
             self._mask = None
