@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import trio
@@ -261,6 +262,7 @@ async def test_a_process_takes_calls_while_it_works_and_answers_each_its_own(
         answers[i] = await processes.run(fn)  # type: ignore[arg-type]
 
     async with ParseProcesses(1, pipeline=3) as processes:
+        await processes.started()  # else the calls wait for its notice, and go in any order
         async with trio.open_nursery() as nursery:
             # one at a time, so they reach the process in this order (trio shuffles tasks)
             for i, fn in enumerate(
@@ -289,6 +291,7 @@ async def test_a_dying_process_fails_the_calls_queued_behind_its_own_too(tmp_pat
             outcomes[name] = "crashed"
 
     async with ParseProcesses(1, pipeline=3) as processes:
+        await processes.started()  # else the calls wait for its notice, and go in any order
         async with trio.open_nursery() as nursery:
             # one at a time, so they reach the process in this order (trio shuffles tasks)
             for name, fn in [
@@ -464,10 +467,10 @@ async def test_a_failing_notice_reader_ends_the_block_that_owns_it_with_its_erro
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # a task of the processes' own nursery: it ends their block, not the whole trio run
-    async def broken(self: object) -> None:
+    async def broken(self: object, ready: object) -> None:
         raise RuntimeError("the reader broke")
 
-    monkeypatch.setattr(_threads._Worker, "watch", broken)
+    monkeypatch.setattr(_threads._Worker, "serve", broken)
     with pytest.RaisesGroup(pytest.RaisesExc(RuntimeError, match="reader broke")):
         async with ParseProcesses(1) as processes:
             processes.ready()
@@ -492,3 +495,20 @@ async def test_workers_are_counted_ready_from_their_notice_until_they_die_or_end
 def test_processes_start_only_inside_their_block() -> None:
     with pytest.raises(RuntimeError, match="async with"):
         ParseProcesses(1).ready()
+
+
+def test_a_call_goes_to_the_process_with_the_fewest_bytes_in_its_pipe_while_it_has_room() -> None:
+    # a huge page's worker holds one call; the calls after it go to the other, however many,
+    # while its pipe holds under PIPE_BYTES; a call too large for either waits
+    processes = ParseProcesses(2)
+    huge = SimpleNamespace(inflight=1, queued=8 << 20, since=0.0)
+    small = SimpleNamespace(inflight=5, queued=5 * 30_000, since=0.0)
+    processes._running = [huge, small]  # type: ignore[list-item]
+    processes._ready = [huge, small]  # type: ignore[assignment]
+    assert processes.reserve(30_000) is small
+    assert (small.inflight, small.queued) == (6, 6 * 30_000)  # its place taken at once
+    assert processes.reserve(PIPE_BYTES) is None
+    small.inflight = PIPELINE
+    assert processes.reserve(1) is None
+    huge.inflight = 0  # idle now: it takes any call, however large
+    assert processes.reserve(PIPE_BYTES) is huge
