@@ -154,7 +154,9 @@ PIPE_BYTES = 1 << 20
 #: answer, the process works on the next call, already in its pipe. A call's round trip was
 #: 5-8 ms in the daemon on the Rust book against ~1.2 CPU ms in the process (the loop's CPU
 #: busy), so with one call each the processes idled while large pages waited or went to the
-#: parse threads, on the event loop's CPU
+#: parse threads, on the event loop's CPU. Eight (four until 27 Nov 05:40): the Rust book's and
+#: the git docs' threads took a third fewer large pages; beyond the first call, no more than
+#: :data:`PIPE_BYTES` of calls wait in a process (:meth:`ParseProcesses.reserve`)
 PIPELINE = 8
 
 
@@ -349,15 +351,16 @@ class _Worker:
 
 class ParseProcesses:
     """Runs picklable calls on ``processes`` worker processes, started on first use, each
-    taking up to ``pipeline`` calls at a time (:data:`PIPELINE`).
+    taking up to ``pipeline`` calls at a time (:data:`PIPELINE`) while its pipe holds less
+    than :data:`PIPE_BYTES` (:meth:`reserve`).
 
     A call is pickled onto the worker's stdin pipe and its answer read from its stdout by the
     event loop itself. A worker that dies mid-call fails that call with :class:`ParseCrashed`
     (the daemon goes on: isolating a crash in C code is a gain of its own), and the calls
     sent to it after that one; the next call starts a new one.
 
-    Used as ``async with ParseProcesses(n) as processes:``: each worker's ready notice is read
-    by a task in a nursery of this object's, and the block's end stops the workers.
+    Used as ``async with ParseProcesses(n) as processes:``: each worker's notice and answers
+    are read by a task in a nursery of this object's, and the block's end stops the workers.
     """
 
     def __init__(
@@ -553,11 +556,13 @@ IDLE_SECONDS = 60.0
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ParsersStatistics:
-    """A snapshot of :class:`Parsers`: calls started on a thread and in a process so far,
-    calls waiting for a slot now, worker processes running now (idle or busy)."""
+    """A snapshot of :class:`Parsers`: calls started on a thread, in a process and on the
+    event loop itself so far, calls waiting for a slot now, worker processes running now
+    (idle or busy)."""
 
     thread_calls: int
     process_calls: int
+    loop_calls: int
     waiting: int
     processes: int
 
@@ -629,20 +634,26 @@ class Parsers:
         self._any: deque[_Waiter] = deque()  # large bodies: a thread or a process
         self._thread_only: deque[_Waiter] = deque()
         self._arrivals = 0
-        self.calls = {"thread": 0, "process": 0}
+        self.calls = {"thread": 0, "process": 0, "loop": 0}
         if self.processes is not None:
             self.processes.on_ready = self._hand_to_processes
 
     async def run(self, fn: Callable[[], T], *, size: int, portable: bool = True) -> T:
         """``fn()`` for a body of ``size`` bytes: in a process when there are any, the body
         is large enough, ``fn`` runs the same there (``portable``) and a process is the
-        first free slot; else on a thread. Not cancellable: a call is waited out."""
+        first free slot; else on a thread, but a small body on the event loop itself while
+        split (the threads share its CPU then). Not cancellable: a call is waited out."""
         either = self.processes is not None and portable and size >= PROCESS_MIN_BYTES
         if either and self._split is not None and self._mask is None:
             # the first page a process may take: small pages alone never reach a process,
             # and their crawl keeps every CPU for its threads (and the hand-offs) as before
             self._mask = cpu_mask()
             keep_threads_to(self._split[0])
+        if self._mask is not None and size < PROCESS_MIN_BYTES:
+            # split: the parse threads share the event loop's CPU, so a small page's parse
+            # costs as much there as here, plus the hand-off (a wake-up and the GIL each way)
+            self.calls["loop"] += 1
+            return fn()
         with trio.CancelScope(shield=True):
             kind, worker = await self._slot(either, size)
             self.calls[kind] += 1
@@ -713,6 +724,7 @@ class Parsers:
         return ParsersStatistics(
             thread_calls=self.calls["thread"],
             process_calls=self.calls["process"],
+            loop_calls=self.calls["loop"],
             waiting=len(self._any) + len(self._thread_only),
             processes=len(self.processes.pids()) if self.processes is not None else 0,
         )

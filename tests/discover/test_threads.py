@@ -247,7 +247,7 @@ async def test_a_large_page_takes_an_idle_thread_while_every_process_is_busy(
             assert await parsers.run(os.getpid, size=PROCESS_MIN_BYTES) == me
             await trio.to_thread.run_sync(fifo.write_bytes, b"done")
         assert parsers.statistics() == ParsersStatistics(
-            thread_calls=1, process_calls=PIPELINE, waiting=0, processes=1
+            thread_calls=1, process_calls=PIPELINE, loop_calls=0, waiting=0, processes=1
         )
 
 
@@ -512,3 +512,22 @@ def test_a_call_goes_to_the_process_with_the_fewest_bytes_in_its_pipe_while_it_h
     assert processes.reserve(1) is None
     huge.inflight = 0  # idle now: it takes any call, however large
     assert processes.reserve(PIPE_BYTES) is huge
+
+
+@pytest.mark.skipif(
+    not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
+    reason="needs CPU masks and two CPUs",
+)
+async def test_while_split_a_small_page_is_parsed_on_the_event_loop_a_large_one_never() -> None:
+    def where() -> str:
+        return threading.current_thread().name
+
+    async with Parsers(processes=1, prefer="process", split=True) as parsers:
+        assert await parsers.run(where, size=10) != "MainThread"  # not split yet: a thread
+        assert parsers.processes is not None
+        await parsers.processes.started()
+        await parsers.run(os.getpid, size=PROCESS_MIN_BYTES)  # the first large page splits
+        assert await parsers.run(where, size=PROCESS_MIN_BYTES - 1) == "MainThread"
+        unportable = await parsers.run(where, size=PROCESS_MIN_BYTES, portable=False)
+        assert unportable.startswith("parse")
+        assert parsers.statistics().loop_calls == 1
