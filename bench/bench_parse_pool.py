@@ -68,8 +68,7 @@ async def measure(
 ) -> tuple[float, float, float, float]:
     """pages/s, crawler and workers CPU ms per page, the share of pages parsed in a process."""
     me = os.getpid()
-    parsers = make()
-    try:
+    async with make() as parsers:  # the pipes close in the event loop that opened them
         workers: list[int] = []
         if parsers.processes is not None:  # start every worker, outside the timed pass
             async with trio.open_nursery() as nursery:
@@ -80,8 +79,6 @@ async def measure(
         seconds = await run(parsers, work, only)
         c1, w1 = cpu_seconds(me), sum(cpu_seconds(pid) for pid in workers)
         sent = len(work) - parsers.statistics().thread_calls
-    finally:
-        parsers.close()  # the pipes close in the event loop that opened them
     pages = len(work)
     return pages / seconds, 1e3 * (c1 - c0) / pages, 1e3 * (w1 - w0) / pages, sent / pages
 

@@ -256,14 +256,12 @@ class Crawler:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         self._wire_since = trio.current_time()
-        self._parsing = self._parsers()  # threads and processes start with the first parse
-        try:
-            async with trio.open_nursery() as nursery:
-                for _ in range(self.config.crawl.workers):
-                    nursery.start_soon(self._worker)
-                task_status.started()
-        finally:
-            self._parsing.close()  # every parse was awaited: nothing is left to wait for
+        # threads and processes start with the first parse; every parse is awaited before
+        # the block ends, so nothing is left to wait for then
+        async with self._parsers() as self._parsing, trio.open_nursery() as nursery:
+            for _ in range(self.config.crawl.workers):
+                nursery.start_soon(self._worker)
+            task_status.started()
         self.idle.set()
 
     async def _worker(self) -> None:

@@ -16,15 +16,17 @@ fetch. A page of real size can therefore be handed to a worker *process* (when
 ``discovery.parse_processes`` is set): the daemon's process then pays only for pickling the
 call there and the result back (about 0.5 CPU ms for a 286 kB page, against 7-9 ms to parse
 it; bench/bench_parse_pool.py), and the parse runs on another core. The event loop writes
-each call to the worker's stdin pipe and reads the answer from its stdout itself: no helper
-thread takes the GIL to move it (a process pool's manager and feeder threads did, for every
-call). The body goes down the pipe as it is, beside the call's pickle rather than copied into
-it, and the pipes are widened to 1 MiB so that a large body takes one write, not one per 64
-KiB each waking the event loop. A tiny page costs more to hand over than to parse
-(:data:`PROCESS_MIN_BYTES`), so it stays on a thread. The workers run the same code on the
-same document, so the result is the same; processors :func:`~refresher.discover._parse.
-register`-ed at run time exist only in this process, so while there are any every body stays
-here.
+each call to the worker's stdin pipe and reads the answers from its stdout itself: no helper
+thread takes the GIL to move them (a process pool's manager and feeder threads did, for
+every call). One reader task per worker hands each answer to its call, every answer already
+in the pipe at once (a caller reading its own answer after the callers before it had been
+scheduled drained one answer per pass of the loop). The body goes down the pipe as it is,
+beside the call's pickle rather than copied into it, and the pipes are widened to 1 MiB so
+that a large body takes one write, not one per 64 KiB each waking the event loop. A tiny
+page costs more to hand over than to parse (:data:`PROCESS_MIN_BYTES`), so it stays on a
+thread. The workers run the same code on the same document, so the result is the same;
+processors :func:`~refresher.discover._parse.register`-ed at run time exist only in this
+process, so while there are any every body stays here.
 
 The daemon's own threads can keep to one CPU and the parse processes to the others
 (``split``, :func:`split_cpus`; the daemon's ``discovery.split_cpus``). Every hand-off between
@@ -48,6 +50,7 @@ of their gain (bench/README.md, "Parse threads and processes together").
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import os
 import pickle
@@ -55,9 +58,10 @@ import subprocess
 import sys
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from types import TracebackType
 from typing import Any, TypeVar
 
 import trio
@@ -150,8 +154,10 @@ PIPE_BYTES = 1 << 20
 #: answer, the process works on the next call, already in its pipe. A call's round trip was
 #: 5-8 ms in the daemon on the Rust book against ~1.2 CPU ms in the process (the loop's CPU
 #: busy), so with one call each the processes idled while large pages waited or went to the
-#: parse threads, on the event loop's CPU
-PIPELINE = 4
+#: parse threads, on the event loop's CPU. Eight (four until 27 Nov 05:40): the Rust book's and
+#: the git docs' threads took a third fewer large pages; beyond the first call, no more than
+#: :data:`PIPE_BYTES` of calls wait in a process (:meth:`ParseProcesses.reserve`)
+PIPELINE = 8
 
 
 def widen(fd: int) -> None:
@@ -196,6 +202,17 @@ class _Died(Exception):
     """The worker's answer pipe ended: it exited."""
 
 
+class _Pending:
+    """A call sent to a parse process: ``answer`` is its pickled answer, set before ``done``
+    (left ``None`` when the process died first)."""
+
+    __slots__ = ("answer", "done")
+
+    def __init__(self) -> None:
+        self.answer: bytes | None = None
+        self.done = trio.Event()
+
+
 class _Worker:
     """One parse process (:mod:`refresher.discover._parse_worker`) and the pipes to it."""
 
@@ -225,64 +242,69 @@ class _Worker:
         self._answers = trio.lowlevel.FdStream(to_parent)
         self._buffer = bytearray()
         self._sending = trio.Lock()
-        # one event per call sent and not yet answered, in the order sent: the answers
-        # come back in that order, and each caller reads its own when it is first
-        self._turns: deque[trio.Event] = deque()
+        # the calls sent and not yet answered, in the order sent: the process answers in
+        # that order, and the reader (:meth:`serve`) hands each answer to the oldest
+        self._pending: deque[_Pending] = deque()
         self.dead = False
         self.readied = trio.Event()  # set once the notice is read, or the process has died
-        self.inflight = 0  # calls sent or being sent, not yet answered
-        self.since = time.monotonic()  # when its last call was answered
+        # set by ParseProcesses.reserve and run: calls it holds (reserved, being sent, or
+        # in its pipe, not yet answered), their bytes, and when its last call was answered
+        self.inflight = 0
+        self.queued = 0
+        self.since = time.monotonic()
 
     @property
     def ready(self) -> bool:
         """Its ready notice read (its imports are done, :mod:`._parse_worker`), and alive."""
         return self.readied.is_set() and not self.dead
 
-    async def watch(self) -> None:
-        """Read the ready notice (the only reader until it is read: calls wait for
-        ``readied``), then set ``readied``; a process whose pipe ends or that begins with
-        anything else is dead."""
+    async def serve(self, ready: Callable[[], None]) -> None:
+        """Read the ready notice, set ``readied`` and call ``ready``; then read the answers
+        as they come, each handed to the oldest call waiting (the process answers in order),
+        all those already in the pipe at once: a caller never waits for the callers before it
+        to be scheduled. Returns when the process is dead: its pipe ended, or it began
+        with anything but the notice."""
         try:
             notice = await self._read(HEADER)
             if any(notice):
                 log.error("a parse process began without its ready notice", notice=notice.hex())
-                self._die()
-        except _Died:
-            self._die()
-        finally:
+                return
             self.readied.set()
+            ready()
+            while True:
+                size = int.from_bytes(await self._read(HEADER), "little")
+                answer = await self._read(size)
+                if not self._pending:
+                    log.error("a parse process answered a call never sent")
+                    return
+                call = self._pending.popleft()
+                call.answer = answer
+                call.done.set()
+        except _Died:
+            return
+        finally:
+            self._die()
 
     async def call(self, request: bytes, body: bytes) -> tuple[bool, Any]:
         """Send one pickled call and its body (:func:`pickled_call`); its ``(ok, result or
-        exception)``. Calls may overlap (:data:`PIPELINE`): each waits for the answers of
-        the calls sent before it, which the process works through in order."""
+        exception)``. Calls may overlap (:data:`PIPELINE`): the process works through them
+        in order, and :meth:`serve` hands each its answer."""
         head = len(request).to_bytes(HEADER, "little") + len(body).to_bytes(HEADER, "little")
-        turn = trio.Event()
-        self.inflight += 1
+        call = _Pending()
         try:
             async with self._sending:
                 if self.dead:
                     raise _Died
-                self._turns.append(turn)
+                self._pending.append(call)
                 await self._send(head + request, body)
-            if self._turns[0] is not turn:
-                await turn.wait()
-            await self.readied.wait()  # the notice comes before the first answer
-            if self.dead:
+            await call.done.wait()
+            if call.answer is None:
                 raise _Died
-            size = int.from_bytes(await self._read(HEADER), "little")
-            answer: tuple[bool, Any] = pickle.loads(await self._read(size))
+            answer: tuple[bool, Any] = pickle.loads(call.answer)
             return answer
         except _Died:
             self._die()
             raise
-        finally:
-            self.inflight -= 1
-            self.since = time.monotonic()
-            if turn in self._turns:
-                self._turns.remove(turn)
-                if self._turns:
-                    self._turns[0].set()
 
     async def _send(self, head: bytes, body: bytes) -> None:
         try:
@@ -293,10 +315,12 @@ class _Worker:
             raise _Died from e
 
     def _die(self) -> None:
-        """The process is gone: every call still waiting on it fails too."""
+        """The process is gone (or its pipes closed): every call still waiting on it fails
+        too, and whoever waits for its notice is woken."""
         self.dead = True
-        for turn in self._turns:
-            turn.set()
+        self.readied.set()
+        while self._pending:
+            self._pending.popleft().done.set()  # no answer: the call raises _Died
 
     async def _read(self, n: int) -> bytes:
         while len(self._buffer) < n:
@@ -327,12 +351,16 @@ class _Worker:
 
 class ParseProcesses:
     """Runs picklable calls on ``processes`` worker processes, started on first use, each
-    taking up to ``pipeline`` calls at a time (:data:`PIPELINE`).
+    taking up to ``pipeline`` calls at a time (:data:`PIPELINE`) while its pipe holds less
+    than :data:`PIPE_BYTES` (:meth:`reserve`).
 
     A call is pickled onto the worker's stdin pipe and its answer read from its stdout by the
     event loop itself. A worker that dies mid-call fails that call with :class:`ParseCrashed`
     (the daemon goes on: isolating a crash in C code is a gain of its own), and the calls
     sent to it after that one; the next call starts a new one.
+
+    Used as ``async with ParseProcesses(n) as processes:``: each worker's notice and answers
+    are read by a task in a nursery of this object's, and the block's end stops the workers.
     """
 
     def __init__(
@@ -352,53 +380,110 @@ class ParseProcesses:
             raise ValueError(f"pipeline={self.pipeline}: give at least 1")
         self._start = (log_format, log_level, cpus)  # cpus: the workers' mask (empty: as ours)
         self._running: list[_Worker] = []  # idle or busy
-        self._ended: list[_Worker] = []  # shut for idling, not yet reaped
-        self._slots: trio.Semaphore | None = None  # made in the event loop, on first use
+        self._ended: list[_Worker] = []  # shut (idle, or dead), not yet reaped
+        self._ready: set[_Worker] = set()  # running, their notice read and not dead
+        self._room = trio.lowlevel.ParkingLot()  # direct callers waiting for room (run)
+        self._nursery: trio.Nursery | None = None  # the notice readers', inside the block
         #: called when a worker has said it is ready (:class:`Parsers` hands it the waiting)
         self.on_ready: Callable[[], None] | None = None
         self.crashes = 0
 
-    @property
-    def slots(self) -> int:
-        """Calls the processes take at a time."""
-        return self.processes * self.pipeline
+    async def __aenter__(self) -> ParseProcesses:
+        self._serving = self._serve()
+        return await self._serving.__aenter__()
 
-    def _worker(self) -> _Worker:
-        """The worker to take a call: the idle ready one used last (so the others age and
-        expire), else a new one while there are fewer than ``processes``, else the least busy
-        (of the ready ones, if any is)."""
-        idle = [w for w in self._running if w.inflight == 0 and w.ready]
-        if idle:
-            return max(idle, key=lambda w: w.since)
-        if len(self._running) < self.processes:
-            return self._spawn()
-        ready = [w for w in self._running if w.ready] or self._running
-        return min(ready, key=lambda w: w.inflight)
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        return await self._serving.__aexit__(exc_type, exc, tb)
+
+    @contextlib.asynccontextmanager
+    async def _serve(self) -> AsyncIterator[ParseProcesses]:
+        """The workers' notice readers in a nursery of ours until the block ends, then
+        :meth:`_close`: a reader that fails ends the parse stage's block, not the daemon."""
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            try:
+                yield self
+            finally:
+                self._nursery = None
+                nursery.cancel_scope.cancel()  # readers of workers that never said ready
+                self._close()
+
+    def reserve(self, size: int) -> _Worker | None:
+        """A ready worker with room for a call of ``size`` bytes, its place taken from now
+        until :meth:`run` on it ends; ``None`` while none has room (those not running
+        start). A worker has room while it holds fewer than ``pipeline`` calls and, beyond
+        its first, fewer than :data:`PIPE_BYTES` with this one: calls queued behind a huge
+        page (the Node.js docs' 8.4 MB ``all.html``) held their hosts and kept the pages
+        away from the idle threads. Of those with room: the idle one used last (so the
+        others age and expire), else the one with the fewest bytes in its pipe."""
+        self.ready()
+        room = [
+            w
+            for w in self._ready
+            if w.inflight == 0 or (w.inflight < self.pipeline and w.queued + size <= PIPE_BYTES)
+        ]
+        if not room:
+            return None
+        idle = [w for w in room if w.inflight == 0]
+        worker = max(idle, key=lambda w: w.since) if idle else min(room, key=lambda w: w.queued)
+        worker.inflight += 1
+        worker.queued += size
+        return worker
 
     def _spawn(self) -> _Worker:
-        """A new worker, running, and a system task that reads its ready notice and then
-        calls ``on_ready`` (in the event loop's thread)."""
+        """A new worker, running, and a task in our nursery that reads its answers."""
+        if self._nursery is None:
+            raise RuntimeError("ParseProcesses start workers only inside 'async with'")
         worker = _Worker(*self._start)
         self._running.append(worker)
-        trio.lowlevel.spawn_system_task(self._watch, worker)
+        self._nursery.start_soon(self._watch, worker)
         return worker
 
     async def _watch(self, worker: _Worker) -> None:
-        await worker.watch()
-        if worker.ready and self.on_ready is not None:
+        """Serve ``worker``'s answers until it dies: counted ready (and ``on_ready`` called,
+        in the event loop's thread) from its notice, retired when its pipe ends."""
+        await worker.serve(ready=functools.partial(self._readied, worker))
+        if worker in self._running:  # not ended for idling, nor retired by a failed call
+            if worker in self._ready:
+                self._retire(worker, "a parse process died; a new one takes the next call")
+            else:
+                self._retire(worker, "a parse process ended before it was ready")
+
+    def _readied(self, worker: _Worker) -> None:
+        self._ready.add(worker)
+        self._room.unpark_all()
+        if self.on_ready is not None:
             self.on_ready()
+
+    def _retire(self, worker: _Worker, message: str) -> None:
+        """``worker`` died (before its notice, or during a call): it leaves, counted as a
+        crash, its pipes closed; it is reaped later without blocking (:meth:`expire`, the
+        block's end), and the next call starts a new one."""
+        self._running.remove(worker)
+        self._ready.discard(worker)
+        self.crashes += 1
+        log.error(message, status=worker.process.poll())
+        worker.shut()
+        self._reap_ended()
+        self._ended.append(worker)
+        self._room.unpark_all()  # a call waiting for room starts the next worker
+
+    def _reap_ended(self) -> None:
+        """Forget the ended workers that have exited (``poll`` reaps them), without blocking."""
+        self._ended = [w for w in self._ended if w.process.poll() is None]
 
     def ready(self) -> bool:
         """Start every worker not running (without waiting for it); whether one of them has
-        said it is ready (:mod:`refresher.discover._parse_worker`)."""
-        for worker in [w for w in self._running if w.dead and not w.inflight]:
-            self._running.remove(worker)  # died before its first call: the next takes over
-            self._ended.append(worker)
-            self.crashes += 1
-            log.error("a parse process ended before it was ready; a new one starts")
+        said it is ready (:mod:`refresher.discover._parse_worker`). Constant time: the ready
+        workers are kept as they change, not looked for (it runs for every large page)."""
         while len(self._running) < self.processes:
             self._spawn()
-        return any(w.ready for w in self._running)
+        return bool(self._ready)
 
     async def started(self) -> None:
         """Start every worker not running and wait until each is ready or dead (a warm
@@ -408,46 +493,53 @@ class ParseProcesses:
         for worker in list(self._running):
             await worker.readied.wait()
 
-    async def run(self, fn: Callable[[], T]) -> T:
-        """``fn()`` in a worker process; its result, or its exception re-raised. Not
-        cancellable once sent: the worker's pipe carries its calls in order."""
-        if self._slots is None:
-            self._slots = trio.Semaphore(self.slots)
+    async def run(self, fn: Callable[[], T], *, place: tuple[_Worker, int] | None = None) -> T:
+        """``fn()`` in a worker process; its result, or its exception re-raised. ``place``:
+        the worker :meth:`reserve` gave for a call of that many bytes; without it, the first
+        worker with room for the pickled call, waited for. Not cancellable once sent: the
+        worker's pipe carries its calls in order."""
         request, body = pickled_call(fn)
-        async with self._slots:
-            worker = self._worker()
-            try:
-                with trio.CancelScope(shield=True):
-                    ok, result = await worker.call(request, body)
-            except _Died as e:
-                status = worker.process.poll()
-                if worker in self._running:  # the first of its calls to fail
-                    self._running.remove(worker)
-                    self.crashes += 1
-                    log.error("a parse process died; a new one takes the next call", status=status)
-                    worker.shut()
-                    await trio.to_thread.run_sync(worker.reap)
-                raise ParseCrashed(f"the parse process exited (status {status})") from e
+        if place is None:
+            size = len(request) + len(body)
+            while (worker := self.reserve(size)) is None:
+                await self._room.park()
+        else:
+            worker, size = place
+        try:
+            with trio.CancelScope(shield=True):
+                ok, result = await worker.call(request, body)
+        except _Died as e:
+            status = worker.process.poll()
+            if worker in self._running:  # the first of its calls to fail
+                self._retire(worker, "a parse process died; a new one takes the next call")
+            raise ParseCrashed(f"the parse process exited (status {status})") from e
+        finally:
+            worker.inflight -= 1
+            worker.queued -= size
+            worker.since = time.monotonic()
+            self._room.unpark_all()
         if not ok:
             raise result
         return result  # type: ignore[no-any-return]
 
-    def close(self) -> None:
+    def _close(self) -> None:
         """Stop the workers, from the event loop's thread once no call is running."""
         for worker in self._running:
             worker.shut()
         for worker in [*self._running, *self._ended]:
             worker.reap()
         self._running.clear()
+        self._ready.clear()
         self._ended.clear()
 
     def expire(self, idle_seconds: float, now: float) -> int:
         """End the workers that took no call for ``idle_seconds`` (their memory goes back to
-        the system); how many. Without blocking: each is reaped later, or by :meth:`close`."""
-        self._ended = [w for w in self._ended if w.process.poll() is None]
+        the system); how many. Without blocking: each is reaped later, or at the block's end."""
+        self._reap_ended()
         old = [w for w in self._running if w.inflight == 0 and now - w.since >= idle_seconds]
         for worker in old:
             self._running.remove(worker)
+            self._ready.discard(worker)
             worker.shut()
             self._ended.append(worker)
         return len(old)
@@ -464,24 +556,29 @@ IDLE_SECONDS = 60.0
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ParsersStatistics:
-    """A snapshot of :class:`Parsers`: calls started on a thread and in a process so far,
-    calls waiting for a slot now, worker processes running now (idle or busy)."""
+    """A snapshot of :class:`Parsers`: calls started on a thread, in a process and on the
+    event loop itself so far, calls waiting for a slot now, worker processes running now
+    (idle or busy)."""
 
     thread_calls: int
     process_calls: int
+    loop_calls: int
     waiting: int
     processes: int
 
 
 class _Waiter:
-    """A call waiting for a parse slot: ``kind`` is the slot it was handed ("thread" or
-    "process"), set before ``ready``."""
+    """A call for a body of ``size`` bytes waiting for a parse slot: ``kind`` is the slot it
+    was handed ("thread" or "process"; with a process, ``worker`` its place), set before
+    ``ready``."""
 
-    __slots__ = ("kind", "ready", "seq")
+    __slots__ = ("kind", "ready", "seq", "size", "worker")
 
-    def __init__(self, seq: int) -> None:
+    def __init__(self, seq: int, size: int) -> None:
         self.seq = seq
+        self.size = size
         self.kind = ""
+        self.worker: _Worker | None = None
         self.ready = trio.Event()
 
 
@@ -493,12 +590,12 @@ class Parsers:
     (an idle parse thread takes it when every process is busy), or a thread first: a process
     takes a large body only when every thread is busy, and starts then; one that took no call
     for :data:`IDLE_SECONDS` ends. A small body, or one only this process can parse, waits
-    for a thread. Calls that find no free slot
-    wait in order of arrival, each handed the first slot freed that it may take. Everything
-    here runs in the event loop's thread.
+    for a thread. Calls that find no free slot wait in order of arrival, each handed the
+    first slot freed that it may take. Everything here runs in the event loop's thread, inside
+    ``async with Parsers(...) as parsers:``; the block's end stops the threads and processes.
 
     ``split`` (with processes, on two CPUs or more, :func:`split_cpus`): from the first
-    large body until :meth:`close`, every thread of this process keeps to one CPU, the
+    large body until the block ends, every thread of this process keeps to one CPU, the
     processes to the others; idle processes end as with ``prefer="thread"``.
     """
 
@@ -526,85 +623,96 @@ class Parsers:
             if processes > 0
             else None
         )
-        # the threads keep to halves[0] from the first large body until close (none pinned
+        # the threads keep to halves[0] from the first large body until the block ends (none pinned
         # before: a Parsers made and never used leaves every mask as it was)
         self._split = halves
         self._mask: frozenset[int] | None = None  # while pinned: the mask to give back
         order = ("process", "thread") if prefer == "process" else ("thread", "process")
         self._order = order
         self._adaptive = prefer == "thread" or halves is not None
-        slots = self.processes.slots if self.processes is not None else 0
-        self._free = {"thread": self.threads.threads, "process": slots}
+        self._free_threads = self.threads.threads
         self._any: deque[_Waiter] = deque()  # large bodies: a thread or a process
         self._thread_only: deque[_Waiter] = deque()
         self._arrivals = 0
-        self.calls = {"thread": 0, "process": 0}
+        self.calls = {"thread": 0, "process": 0, "loop": 0}
         if self.processes is not None:
             self.processes.on_ready = self._hand_to_processes
 
     async def run(self, fn: Callable[[], T], *, size: int, portable: bool = True) -> T:
         """``fn()`` for a body of ``size`` bytes: in a process when there are any, the body
         is large enough, ``fn`` runs the same there (``portable``) and a process is the
-        first free slot; else on a thread. Not cancellable: a call is waited out."""
+        first free slot; else on a thread, but a small body on the event loop itself while
+        split (the threads share its CPU then). Not cancellable: a call is waited out."""
         either = self.processes is not None and portable and size >= PROCESS_MIN_BYTES
         if either and self._split is not None and self._mask is None:
             # the first page a process may take: small pages alone never reach a process,
             # and their crawl keeps every CPU for its threads (and the hand-offs) as before
             self._mask = cpu_mask()
             keep_threads_to(self._split[0])
+        if self._mask is not None and size < PROCESS_MIN_BYTES:
+            # split: the parse threads share the event loop's CPU, so a small page's parse
+            # costs as much there as here, plus the hand-off (a wake-up and the GIL each way)
+            self.calls["loop"] += 1
+            return fn()
         with trio.CancelScope(shield=True):
-            kind = await self._slot(either)
+            kind, worker = await self._slot(either, size)
             self.calls[kind] += 1
             try:
-                result = await self._on(kind, fn)
+                if worker is not None:
+                    assert self.processes is not None
+                    result = await self.processes.run(fn, place=(worker, size))
+                else:
+                    result = await self.threads.run(fn)
             finally:
                 self._release(kind)
         return result
 
-    async def _on(self, kind: str, fn: Callable[[], T]) -> T:
-        if kind == "process":
-            assert self.processes is not None
-            return await self.processes.run(fn)
-        return await self.threads.run(fn)
-
-    async def _slot(self, either: bool) -> str:
+    async def _slot(self, either: bool, size: int) -> tuple[str, _Worker | None]:
         if self._adaptive and self.processes is not None:
             # on every call, small pages' too: a crawl that has moved on to small pages
             # (or below the threads' rate) still ends the processes it no longer needs
             self.processes.expire(IDLE_SECONDS, time.monotonic())
         for kind in self._order if either else ("thread",):
-            if self._free[kind] > 0 and (kind == "thread" or self._processes_ready()):
-                self._free[kind] -= 1
-                return kind
+            if kind == "thread" and self._free_threads > 0:
+                self._free_threads -= 1
+                return kind, None
+            if kind == "process" and (worker := self._process_for(size)) is not None:
+                return kind, worker
         self._arrivals += 1
-        waiter = _Waiter(self._arrivals)
+        waiter = _Waiter(self._arrivals, size)
         (self._any if either else self._thread_only).append(waiter)
         await waiter.ready.wait()  # shielded: once queued, a call is always handed a slot
-        return waiter.kind
+        return waiter.kind, waiter.worker
 
-    def _processes_ready(self) -> bool:
-        """Whether a worker process can take a call now; starts those not running. A large
-        page waits for a thread meanwhile rather than for a new interpreter's start (~1 s on
-        a busy machine): calls sent to a process that is still importing held their hosts, and
-        on a 20-host web the 8 hosts whose pages went to the two processes first ended the pass
-        a second after the others (bench/README.md, "The git docs")."""
+    def _process_for(self, size: int) -> _Worker | None:
+        """A ready worker process with room for ``size`` bytes, its place taken; starts those
+        not running. A large page waits for a thread meanwhile rather than for a new
+        interpreter's start (~1 s on a busy machine): calls sent to a process that is still
+        importing held their hosts, and on a 20-host web the 8 hosts whose pages went to the
+        two processes first ended the pass a second after the others (bench/README.md, "The
+        git docs")."""
         assert self.processes is not None
-        return self.processes.ready()
+        return self.processes.reserve(size)
 
     def _hand_to_processes(self) -> None:
-        """A process has become ready: the large pages waiting take its free slots."""
-        while self._any and self._free["process"] > 0:
-            self._free["process"] -= 1
-            waiter = self._any.popleft()
-            waiter.kind = "process"
-            waiter.ready.set()
+        """A process call ended or a process became ready: the large pages waiting take the
+        room the processes have, in order of arrival (one too large for it lets the next
+        pass, and waits for room or a thread)."""
+        for waiter in list(self._any):
+            worker = self._process_for(waiter.size)
+            if worker is not None:
+                self._any.remove(waiter)
+                waiter.kind, waiter.worker = "process", worker
+                waiter.ready.set()
 
     def _release(self, kind: str) -> None:
-        """Hand the freed slot to the longest-waiting call that may take it, or free it."""
-        queues = [self._any] if kind == "process" else [self._any, self._thread_only]
-        waiting = [q for q in queues if q]
+        """Hand the freed place to the longest-waiting calls that may take it, or free it."""
+        if kind == "process":
+            self._hand_to_processes()
+            return
+        waiting = [q for q in (self._any, self._thread_only) if q]
         if not waiting:
-            self._free[kind] += 1
+            self._free_threads += 1
             return
         waiter = min(waiting, key=lambda q: q[0].seq).popleft()
         waiter.kind = kind
@@ -616,14 +724,32 @@ class Parsers:
         return ParsersStatistics(
             thread_calls=self.calls["thread"],
             process_calls=self.calls["process"],
+            loop_calls=self.calls["loop"],
             waiting=len(self._any) + len(self._thread_only),
             processes=len(self.processes.pids()) if self.processes is not None else 0,
         )
 
-    def close(self) -> None:
-        self.threads.close()
+    async def __aenter__(self) -> Parsers:
         if self.processes is not None:
-            self.processes.close()
+            await self.processes.__aenter__()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        """Every call was awaited: the threads end, then the processes and their nursery."""
+        try:
+            self.threads.close()
+            if self.processes is None:
+                return None
+            return await self.processes.__aexit__(exc_type, exc, tb)
+        finally:
+            self._unpin()
+
+    def _unpin(self) -> None:
         if self._mask is not None:
             keep_threads_to(self._mask)  # the threads left (the store's, trio's) as before
             self._mask = None

@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import trio
@@ -154,56 +155,41 @@ def test_an_extracted_result_pickles_to_an_equal_one() -> None:
 
 
 async def test_every_page_gives_the_same_links_charset_and_simhash_in_a_process() -> None:
-    processes = ParseProcesses(1)
     html = HtmlLinks(max_links=100)
-    try:
+    async with ParseProcesses(1) as processes:
         for doc in documents():
             job = functools.partial(process, doc, builtins={html.name: html})
             assert await processes.run(job) == job(), doc.url
-    finally:
-        processes.close()
 
 
 async def test_a_large_page_goes_to_a_process_a_small_one_or_an_unportable_call_stays() -> None:
-    parsers = Parsers(processes=1)
     me = os.getpid()
-    try:
+    async with Parsers(processes=1) as parsers:
         assert parsers.processes is not None
         await parsers.processes.started()
         assert await parsers.run(os.getpid, size=PROCESS_MIN_BYTES - 1) == me
         assert await parsers.run(os.getpid, size=PROCESS_MIN_BYTES, portable=False) == me
         assert await parsers.run(os.getpid, size=PROCESS_MIN_BYTES) != me
-    finally:
-        parsers.close()
-    without = Parsers(processes=0)
-    try:
+    async with Parsers(processes=0) as without:
         assert await without.run(os.getpid, size=10 * PROCESS_MIN_BYTES) == me
-    finally:
-        without.close()
 
 
 async def test_a_process_that_dies_fails_its_call_and_new_processes_take_the_next() -> None:
-    processes = ParseProcesses(1)
-    try:
+    async with ParseProcesses(1) as processes:
         first = await processes.run(os.getpid)
         with pytest.raises(ParseCrashed):
             await processes.run(functools.partial(os._exit, 3))
         second = await processes.run(os.getpid)
         assert second not in (first, os.getpid()) and processes.crashes == 1
-    finally:
-        processes.close()
 
 
 async def test_a_parse_process_outlives_a_sigterm_and_ends_when_closed() -> None:
     # systemd and terminals signal the daemon's whole group: the daemon ends its workers
-    processes = ParseProcesses(1)
-    try:
+    async with ParseProcesses(1) as processes:
         worker = await processes.run(os.getpid)
         os.kill(worker, signal.SIGTERM)
         os.kill(worker, signal.SIGINT)
         assert await processes.run(os.getpid) == worker
-    finally:
-        processes.close()
     with pytest.raises(ProcessLookupError):
         os.kill(worker, 0)  # closed: it has exited and was reaped
 
@@ -223,15 +209,12 @@ def test_a_call_pickles_without_its_body_which_follows_it_raw() -> None:
 
 
 async def test_a_call_with_two_large_bodies_sends_one_raw_and_one_in_its_pickle() -> None:
-    processes = ParseProcesses(1)
     first, second = b"a" * PROCESS_MIN_BYTES, b"b" * (2 * PROCESS_MIN_BYTES)
-    try:
+    async with ParseProcesses(1) as processes:
         assert await processes.run(functools.partial(operator.add, first, second)) == (
             first + second
         )
         assert await processes.run(functools.partial(len, b"")) == 0
-    finally:
-        processes.close()
 
 
 async def test_a_large_page_takes_an_idle_thread_while_every_process_is_busy(
@@ -239,9 +222,8 @@ async def test_a_large_page_takes_an_idle_thread_while_every_process_is_busy(
 ) -> None:
     fifo = tmp_path / "held"
     os.mkfifo(fifo)
-    parsers = Parsers(processes=1, prefer="process")
     me = os.getpid()
-    try:
+    async with Parsers(processes=1, prefer="process") as parsers:
         assert parsers.processes is not None
         await parsers.processes.started()
         async with trio.open_nursery() as nursery:
@@ -265,10 +247,8 @@ async def test_a_large_page_takes_an_idle_thread_while_every_process_is_busy(
             assert await parsers.run(os.getpid, size=PROCESS_MIN_BYTES) == me
             await trio.to_thread.run_sync(fifo.write_bytes, b"done")
         assert parsers.statistics() == ParsersStatistics(
-            thread_calls=1, process_calls=PIPELINE, waiting=0, processes=1
+            thread_calls=1, process_calls=PIPELINE, loop_calls=0, waiting=0, processes=1
         )
-    finally:
-        parsers.close()
 
 
 async def test_a_process_takes_calls_while_it_works_and_answers_each_its_own(
@@ -276,13 +256,13 @@ async def test_a_process_takes_calls_while_it_works_and_answers_each_its_own(
 ) -> None:
     fifo = tmp_path / "held"
     os.mkfifo(fifo)
-    processes = ParseProcesses(1, pipeline=3)
     answers: dict[int, object] = {}
 
-    async def call(i: int, fn: object) -> None:
+    async def call(processes: ParseProcesses, i: int, fn: object) -> None:
         answers[i] = await processes.run(fn)  # type: ignore[arg-type]
 
-    try:
+    async with ParseProcesses(1, pipeline=3) as processes:
+        await processes.started()  # else the calls wait for its notice, and go in any order
         async with trio.open_nursery() as nursery:
             # one at a time, so they reach the process in this order (trio shuffles tasks)
             for i, fn in enumerate(
@@ -292,28 +272,26 @@ async def test_a_process_takes_calls_while_it_works_and_answers_each_its_own(
                     os.getpid,
                 ]
             ):
-                nursery.start_soon(call, i, fn)
+                nursery.start_soon(call, processes, i, fn)
                 await trio.testing.wait_all_tasks_blocked()
             assert answers == {} and len(processes.pids()) == 1  # one process, three calls
             await trio.to_thread.run_sync(fifo.write_bytes, b"done")
         assert answers == {0: b"done", 1: 42, 2: processes.pids()[0]}
-    finally:
-        processes.close()
 
 
 async def test_a_dying_process_fails_the_calls_queued_behind_its_own_too(tmp_path: Path) -> None:
     fifo = tmp_path / "held"
     os.mkfifo(fifo)
-    processes = ParseProcesses(1, pipeline=3)
     outcomes: dict[str, object] = {}
 
-    async def call(name: str, fn: object) -> None:
+    async def call(processes: ParseProcesses, name: str, fn: object) -> None:
         try:
             outcomes[name] = await processes.run(fn)  # type: ignore[arg-type]
         except ParseCrashed:
             outcomes[name] = "crashed"
 
-    try:
+    async with ParseProcesses(1, pipeline=3) as processes:
+        await processes.started()  # else the calls wait for its notice, and go in any order
         async with trio.open_nursery() as nursery:
             # one at a time, so they reach the process in this order (trio shuffles tasks)
             for name, fn in [
@@ -321,36 +299,30 @@ async def test_a_dying_process_fails_the_calls_queued_behind_its_own_too(tmp_pat
                 ("dies", functools.partial(os._exit, 3)),
                 ("behind", os.getpid),
             ]:
-                nursery.start_soon(call, name, fn)
+                nursery.start_soon(call, processes, name, fn)
                 await trio.testing.wait_all_tasks_blocked()
             await trio.to_thread.run_sync(fifo.write_bytes, b"done")
         assert outcomes == {"held": b"done", "dies": "crashed", "behind": "crashed"}
         assert processes.crashes == 1
         assert await processes.run(os.getpid) == processes.pids()[0]  # a new process
-    finally:
-        processes.close()
 
 
 async def test_a_large_page_takes_a_thread_while_the_processes_start_and_then_a_process() -> None:
     # a call sent to a process still importing would wait out its start (~1 s when busy)
-    parsers = Parsers(processes=1, prefer="process")
     me = os.getpid()
-    try:
+    async with Parsers(processes=1, prefer="process") as parsers:
         assert await parsers.run(os.getpid, size=PROCESS_MIN_BYTES) == me
         assert parsers.statistics().processes == 1  # started by that call, not waited for
         assert parsers.processes is not None
         await parsers.processes.started()
         assert await parsers.run(os.getpid, size=PROCESS_MIN_BYTES) != me
         assert parsers.statistics().thread_calls == 1
-    finally:
-        parsers.close()
 
 
 async def test_a_process_that_dies_before_it_is_ready_is_replaced_by_the_next_call(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    processes = ParseProcesses(1)
-    try:
+    async with ParseProcesses(1) as processes:
         monkeypatch.setattr(sys, "executable", "/bin/false")  # exits at once, says nothing
         processes.ready()
         await processes.started()
@@ -359,8 +331,6 @@ async def test_a_process_that_dies_before_it_is_ready_is_replaced_by_the_next_ca
         await processes.started()
         assert processes.ready()
         assert await processes.run(os.getpid) == processes.pids()[0]
-    finally:
-        processes.close()
 
 
 def test_a_pipeline_below_one_call_is_refused() -> None:
@@ -369,14 +339,11 @@ def test_a_pipeline_below_one_call_is_refused() -> None:
 
 
 async def test_with_threads_preferred_a_crawl_the_threads_keep_up_with_starts_no_process() -> None:
-    parsers = Parsers(processes=1, prefer="thread")
     me = os.getpid()
-    try:
+    async with Parsers(processes=1, prefer="thread") as parsers:
         for _ in range(100):  # one at a time: a thread is always free
             assert await parsers.run(os.getpid, size=PROCESS_MIN_BYTES) == me
         assert parsers.statistics().processes == 0
-    finally:
-        parsers.close()
 
 
 @pytest.mark.parametrize("prefer", ["thread", "process"])
@@ -384,10 +351,9 @@ async def test_a_process_takes_a_large_page_when_every_thread_is_busy_once_it_is
     prefer: str,
 ) -> None:
     # the process starts with the call and is not ready: the page waits for it (or a thread)
-    parsers = Parsers(processes=1, prefer=prefer)
     me = os.getpid()
     release = threading.Event()
-    try:
+    async with Parsers(processes=1, prefer=prefer) as parsers:
         async with trio.open_nursery() as nursery:
             for _ in range(parsers.threads.threads):
                 nursery.start_soon(functools.partial(parsers.run, release.wait, size=10))
@@ -399,20 +365,15 @@ async def test_a_process_takes_a_large_page_when_every_thread_is_busy_once_it_is
             assert parsers.statistics().waiting == 1
             release.set()
         assert parsers.statistics().waiting == 0
-    finally:
-        parsers.close()
 
 
 async def test_a_process_idle_for_long_ends_and_a_new_one_takes_the_next_call() -> None:
-    processes = ParseProcesses(1)
-    try:
+    async with ParseProcesses(1) as processes:
         first = await processes.run(os.getpid)
         assert processes.expire(60.0, time.monotonic()) == 0  # not idle so long
         assert processes.expire(0.0, float("inf")) == 1 and processes.pids() == []
         second = await processes.run(os.getpid)
         assert second != first and processes.pids() == [second]
-    finally:
-        processes.close()
     with pytest.raises(ProcessLookupError):
         os.kill(first, 0)  # reaped
 
@@ -441,16 +402,13 @@ def test_a_pipe_is_widened_where_it_can_be_and_anything_else_is_left_quietly(
 async def test_an_idle_process_ends_on_a_small_pages_call_too(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    parsers = Parsers(processes=1, prefer="thread")
-    try:
+    async with Parsers(processes=1, prefer="thread") as parsers:
         assert parsers.processes is not None
         await parsers.processes.run(os.getpid)  # a process started by a busy moment
         assert parsers.statistics().processes == 1
         monkeypatch.setattr(_threads, "IDLE_SECONDS", 0.0)
         await parsers.run(os.getpid, size=10)  # only small pages come now
         assert parsers.statistics().processes == 0
-    finally:
-        parsers.close()
 
 
 def _masks() -> set[frozenset[int]]:
@@ -465,11 +423,9 @@ def _masks() -> set[frozenset[int]]:
 async def test_split_keeps_this_process_to_one_cpu_and_the_processes_to_the_others() -> None:
     before = frozenset(os.sched_getaffinity(0))
     own, others = split_cpus(before) or (frozenset(), frozenset())
-    unused = Parsers(processes=1, prefer="process", split=True)
-    assert _masks() == {before}  # made, never called: nothing pinned
-    unused.close()
-    parsers = Parsers(processes=1, prefer="process", split=True)
-    try:
+    async with Parsers(processes=1, prefer="process", split=True):
+        assert _masks() == {before}  # made, never called: nothing pinned
+    async with Parsers(processes=1, prefer="process", split=True) as parsers:
         await parsers.run(os.getpid, size=10)  # a small page never reaches a process
         assert _masks() == {before}
         assert parsers.processes is not None
@@ -485,8 +441,6 @@ async def test_split_keeps_this_process_to_one_cpu_and_the_processes_to_the_othe
         assert _masks() == {own}
         assert worker != os.getpid()  # processes first: they have CPUs of their own
         assert frozenset(os.sched_getaffinity(worker)) == others
-    finally:
-        parsers.close()
     assert _masks() == {before}
 
 
@@ -496,20 +450,84 @@ async def test_split_on_one_cpu_or_without_processes_leaves_every_mask_as_it_was
     before = _masks()
     for processes in (0, 1):
         monkeypatch.setattr(_threads, "cpu_mask", lambda: frozenset({0}))
-        parsers = Parsers(processes=processes, split=True)
-        try:
+        async with Parsers(processes=processes, split=True):
             assert _masks() == before
-        finally:
-            parsers.close()
         monkeypatch.undo()
-        parsers = Parsers(processes=0, split=True)
-        try:
+        async with Parsers(processes=0, split=True):
             assert _masks() == before
-        finally:
-            parsers.close()
 
 
 def test_cpus_split_into_the_lowest_and_the_rest() -> None:
     assert split_cpus(frozenset({3, 1, 2})) == (frozenset({1}), frozenset({2, 3}))
     assert split_cpus(frozenset({0})) is None
     assert split_cpus(frozenset()) is None
+
+
+async def test_a_failing_notice_reader_ends_the_block_that_owns_it_with_its_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # a task of the processes' own nursery: it ends their block, not the whole trio run
+    async def broken(self: object, ready: object) -> None:
+        raise RuntimeError("the reader broke")
+
+    monkeypatch.setattr(_threads._Worker, "serve", broken)
+    with pytest.RaisesGroup(pytest.RaisesExc(RuntimeError, match="reader broke")):
+        async with ParseProcesses(1) as processes:
+            processes.ready()
+            await trio.sleep_forever()  # cancelled by the reader's failure
+    assert processes.pids() == []  # the block's end stopped the worker
+
+
+async def test_workers_are_counted_ready_from_their_notice_until_they_die_or_end() -> None:
+    async with ParseProcesses(1) as processes:
+        assert not processes.ready()  # started, not yet ready
+        await processes.started()
+        assert processes.ready()
+        with pytest.raises(ParseCrashed):
+            await processes.run(functools.partial(os._exit, 3))
+        assert not processes.ready()  # the dead one retired, its successor starting
+        await processes.started()
+        assert processes.ready()
+        assert processes.expire(0.0, float("inf")) == 1
+        assert not processes.ready() and processes.crashes == 1
+
+
+def test_processes_start_only_inside_their_block() -> None:
+    with pytest.raises(RuntimeError, match="async with"):
+        ParseProcesses(1).ready()
+
+
+def test_a_call_goes_to_the_process_with_the_fewest_bytes_in_its_pipe_while_it_has_room() -> None:
+    # a huge page's worker holds one call; the calls after it go to the other, however many,
+    # while its pipe holds under PIPE_BYTES; a call too large for either waits
+    processes = ParseProcesses(2)
+    huge = SimpleNamespace(inflight=1, queued=8 << 20, since=0.0)
+    small = SimpleNamespace(inflight=5, queued=5 * 30_000, since=0.0)
+    processes._running = [huge, small]  # type: ignore[list-item]
+    processes._ready = [huge, small]  # type: ignore[assignment]
+    assert processes.reserve(30_000) is small
+    assert (small.inflight, small.queued) == (6, 6 * 30_000)  # its place taken at once
+    assert processes.reserve(PIPE_BYTES) is None
+    small.inflight = PIPELINE
+    assert processes.reserve(1) is None
+    huge.inflight = 0  # idle now: it takes any call, however large
+    assert processes.reserve(PIPE_BYTES) is huge
+
+
+@pytest.mark.skipif(
+    not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
+    reason="needs CPU masks and two CPUs",
+)
+async def test_while_split_a_small_page_is_parsed_on_the_event_loop_a_large_one_never() -> None:
+    def where() -> str:
+        return threading.current_thread().name
+
+    async with Parsers(processes=1, prefer="process", split=True) as parsers:
+        assert await parsers.run(where, size=10) != "MainThread"  # not split yet: a thread
+        assert parsers.processes is not None
+        await parsers.processes.started()
+        await parsers.run(os.getpid, size=PROCESS_MIN_BYTES)  # the first large page splits
+        assert await parsers.run(where, size=PROCESS_MIN_BYTES - 1) == "MainThread"
+        unportable = await parsers.run(where, size=PROCESS_MIN_BYTES, portable=False)
+        assert unportable.startswith("parse")
+        assert parsers.statistics().loop_calls == 1
