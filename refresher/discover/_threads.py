@@ -643,6 +643,11 @@ class Parsers:
         is large enough, ``fn`` runs the same there (``portable``) and a process is the
         first free slot; else on a thread, but a small body on the event loop itself while
         split (the threads share its CPU then). Not cancellable: a call is waited out."""
+        if self._adaptive and self.processes is not None:
+            # on every call, small pages' too (those parsed on the event loop while split
+            # among them): a crawl that has moved on to small pages (or below the threads'
+            # rate) still ends the processes it no longer needs
+            self.processes.expire(IDLE_SECONDS, time.monotonic())
         either = self.processes is not None and portable and size >= PROCESS_MIN_BYTES
         if either and self._split is not None and self._mask is None:
             # the first page a process may take: small pages alone never reach a process,
@@ -668,10 +673,6 @@ class Parsers:
         return result
 
     async def _slot(self, either: bool, size: int) -> tuple[str, _Worker | None]:
-        if self._adaptive and self.processes is not None:
-            # on every call, small pages' too: a crawl that has moved on to small pages
-            # (or below the threads' rate) still ends the processes it no longer needs
-            self.processes.expire(IDLE_SECONDS, time.monotonic())
         for kind in self._order if either else ("thread",):
             if kind == "thread" and self._free_threads > 0:
                 self._free_threads -= 1

@@ -531,3 +531,21 @@ async def test_while_split_a_small_page_is_parsed_on_the_event_loop_a_large_one_
         unportable = await parsers.run(where, size=PROCESS_MIN_BYTES, portable=False)
         assert unportable.startswith("parse")
         assert parsers.statistics().loop_calls == 1
+
+
+@pytest.mark.skipif(
+    not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
+    reason="needs CPU masks and two CPUs",
+)
+async def test_while_split_an_idle_process_ends_on_a_small_pages_call_on_the_event_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async with Parsers(processes=1, prefer="process", split=True) as parsers:
+        assert parsers.processes is not None
+        await parsers.processes.started()
+        await parsers.run(os.getpid, size=PROCESS_MIN_BYTES)  # the first large page splits
+        assert parsers.statistics().processes == 1
+        monkeypatch.setattr(_threads, "IDLE_SECONDS", 0.0)
+        await parsers.run(os.getpid, size=10)  # only small pages come now, parsed here
+        stats = parsers.statistics()
+        assert stats.loop_calls == 1 and stats.processes == 0
