@@ -253,11 +253,6 @@ class _Worker:
         self.queued = 0
         self.since = time.monotonic()
 
-    @property
-    def ready(self) -> bool:
-        """Its ready notice read (its imports are done, :mod:`._parse_worker`), and alive."""
-        return self.readied.is_set() and not self.dead
-
     async def serve(self, ready: Callable[[], None]) -> None:
         """Read the ready notice, set ``readied`` and call ``ready``; then read the answers
         as they come, each handed to the oldest call waiting (the process answers in order),
