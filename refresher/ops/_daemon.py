@@ -621,13 +621,57 @@ class Daemon:
 
     async def _run_services(self, signals: Any) -> None:
         c = self.config
-        assert self._store is not None
-        back_queues = c.crawl.workers * c.frontier.back_queues_per_worker
-        frontier = Frontier(
+        frontier = self._make_frontier(c)
+        allocator = await self._make_allocator(c, frontier)
+        if c.discovery.enabled:
+            self._discovery = await self._make_discovery(c, frontier, allocator)
+        else:
+            await self._keep_owed()
+        await self._add_configured_seeds(c)
+        resolver = Resolver(static=c.dns.static, ttl=c.dns.ttl, negative_ttl=c.dns.negative_ttl)
+        async with (
+            trio.open_nursery() as services,
+            Fetcher(
+                user_agent=c.crawl.user_agent,
+                resolver=resolver,
+                timeout=c.fetch.timeout,
+                max_body_bytes=c.fetch.max_body_bytes,
+                max_redirects=c.fetch.max_redirects,
+                max_open_hosts=c.crawl.workers * c.frontier.back_queues_per_worker
+                + c.crawl.workers,
+            ) as fetcher,
+        ):
+            self._fetcher = fetcher
+            await self._start_pipeline(services, c, frontier, allocator)
+            crawler = self._make_crawler(c, frontier, fetcher, allocator)
+            async with trio.open_nursery() as work:
+                # The first fetch can finish before "ready" is logged: the line says when the
+                # crawling began, so a harness measures from there (unix s).
+                crawling_since = self._wall()
+                await work.start(crawler.run)
+                await self._start_endpoints(services, c, frontier)
+                self.notifier.ready(status="crawling")
+                log.info(
+                    "ready",
+                    workers=c.crawl.workers,
+                    budget=c.budget.fetches_per_second,
+                    policy=allocator.policy,
+                    control=str(c.control_socket),
+                    crawling_since=crawling_since,
+                )
+                await self._until_stopped(signals, crawler, frontier)
+                work.cancel_scope.cancel()
+            if self._fleet is not None:
+                # After the last fetches are queued: their batch commits, then the leases go.
+                await self._fleet.stop()
+            services.cancel_scope.cancel()
+
+    def _make_frontier(self, c: Config) -> Frontier:
+        self._frontier = Frontier(
             source=self._page_source,
             budget=c.budget.fetches_per_second,
             front_queues=c.frontier.front_queues,
-            back_queues=back_queues,
+            back_queues=c.crawl.workers * c.frontier.back_queues_per_worker,
             window=c.frontier.window,
             prioritize=lambda page, now: priority_level(page, now, c.frontier.front_queues),
             max_pages_in_memory=c.frontier.max_pages_in_memory,
@@ -635,13 +679,16 @@ class Daemon:
             work_conserving=c.frontier.work_conserving,
             limits=DelayLimits.from_config(c.politeness),
         )
-        self._frontier = frontier
+        return self._frontier
+
+    async def _make_allocator(self, c: Config, frontier: Frontier) -> Allocator:
+        assert self._store is not None
         policy = await self._store.policy_in_force(c.policy.name)
         if policy != c.policy.name:
             log.info(
                 "policy switched earlier stays in force", policy=policy, configured=c.policy.name
             )
-        allocator = Allocator(
+        self._allocator = Allocator(
             store=self._store,
             frontier=frontier,
             budget=c.budget.fetches_per_second,
@@ -653,11 +700,9 @@ class Daemon:
             wall_clock=self._wall,
             planner=self._fleet_planner(c) if c.fleet.enabled else plan,
         )
-        self._allocator = allocator
-        if c.discovery.enabled:
-            self._discovery = await self._make_discovery(c, frontier, allocator)
-        else:
-            await self._keep_owed()
+        return self._allocator
+
+    async def _add_configured_seeds(self, c: Config) -> None:
         seeds = c.all_seeds()
         if seeds:
             result = await self.add_seeds(seeds)
@@ -667,114 +712,98 @@ class Daemon:
                 known=result["known"],
                 rejected=len(result["rejected"]),
             )
-        resolver = Resolver(static=c.dns.static, ttl=c.dns.ttl, negative_ttl=c.dns.negative_ttl)
-        async with (
-            trio.open_nursery() as services,
-            Fetcher(
-                user_agent=c.crawl.user_agent,
-                resolver=resolver,
-                timeout=c.fetch.timeout,
-                max_body_bytes=c.fetch.max_body_bytes,
-                max_redirects=c.fetch.max_redirects,
-                max_open_hosts=back_queues + c.crawl.workers,
-            ) as fetcher,
-        ):
-            self._fetcher = fetcher
-            self._feed = ChangeFeed(load_sinks(c), queue=c.sinks.queue)
-            await services.start(self._feed.run)
-            await services.start(allocator.run)
-            if c.fleet.enabled:
-                await services.start(self._fleet_node(frontier, allocator).run)
-                assert self._fleet_budget is not None
-                await services.start(self._fleet_budget.run)
-                if c.fleet.history_dir:
-                    await services.start(self._history_service(c).run)
-            await services.start(frontier.run)
-            if self._discovery is not None:
-                await services.start(self._discovery.run)
-                # the findings a stop or a crash left owed in the store, then any left behind
-                await services.start(self._discovery.replay)
-            crawler = Crawler(
-                config=c,
-                frontier=frontier,
-                fetcher=fetcher,
-                store=self._store,
-                allocator=allocator,
-                discovery=self._discovery,
-                wall_clock=self._wall,
-                keeper=Keeper(
-                    archiving=self._warc is not None,
-                    listener=self._feed,
-                    user_agent=lambda: self.config.crawl.user_agent,
-                    revisits=c.archive.revisits,
-                ),
+
+    async def _start_pipeline(
+        self, services: trio.Nursery, c: Config, frontier: Frontier, allocator: Allocator
+    ) -> None:
+        """The change feed, the allocator, the fleet's parts, the frontier and discovery."""
+        self._feed = ChangeFeed(load_sinks(c), queue=c.sinks.queue)
+        await services.start(self._feed.run)
+        await services.start(allocator.run)
+        if c.fleet.enabled:
+            await services.start(self._fleet_node(frontier, allocator).run)
+            assert self._fleet_budget is not None
+            await services.start(self._fleet_budget.run)
+            if c.fleet.history_dir:
+                await services.start(self._history_service(c).run)
+        await services.start(frontier.run)
+        if self._discovery is not None:
+            await services.start(self._discovery.run)
+            # the findings a stop or a crash left owed in the store, then any left behind
+            await services.start(self._discovery.replay)
+
+    def _make_crawler(
+        self, c: Config, frontier: Frontier, fetcher: Fetcher, allocator: Allocator
+    ) -> Crawler:
+        assert self._store is not None and self._feed is not None
+        self._crawler = Crawler(
+            config=c,
+            frontier=frontier,
+            fetcher=fetcher,
+            store=self._store,
+            allocator=allocator,
+            discovery=self._discovery,
+            wall_clock=self._wall,
+            keeper=Keeper(
+                archiving=self._warc is not None,
+                listener=self._feed,
+                user_agent=lambda: self.config.crawl.user_agent,
+                revisits=c.archive.revisits,
+            ),
+        )
+        return self._crawler
+
+    async def _start_endpoints(self, services: trio.Nursery, c: Config, frontier: Frontier) -> None:
+        """Control, metrics, the snapshot, retention, heartbeat, progress and the watchdog."""
+        control = ControlServer(c.control_socket, self._handle, tcp_port=c.control.tcp_port)
+        await services.start(control.run)
+        if c.metrics.port is not None:
+            port = await services.start(self._metrics_server(c).run)
+            log.info("metrics serving", url=f"http://{c.metrics.host}:{port}/metrics")
+        # The snapshot copies the embedded file: not in a fleet (query --fleet reads
+        # one PostgreSQL snapshot instead).
+        if isinstance(self._store, StoreService) and c.snapshot.interval > 0:
+            self._snapshotter = Snapshotter(
+                store=self._store, path=snapshot_path(c), interval=c.snapshot.interval
             )
-            self._crawler = crawler
-            async with trio.open_nursery() as work:
-                # The first fetch can finish before "ready" is logged: the line says when the
-                # crawling began, so a harness measures from there (unix s).
-                crawling_since = self._wall()
-                await work.start(crawler.run)
-                control = ControlServer(c.control_socket, self._handle, tcp_port=c.control.tcp_port)
-                await services.start(control.run)
-                if c.metrics.port is not None:
-                    port = await services.start(self._metrics_server(c).run)
-                    log.info("metrics serving", url=f"http://{c.metrics.host}:{port}/metrics")
-                # The snapshot copies the embedded file: not in a fleet (query --fleet reads
-                # one PostgreSQL snapshot instead).
-                if isinstance(self._store, StoreService) and c.snapshot.interval > 0:
-                    self._snapshotter = Snapshotter(
-                        store=self._store, path=snapshot_path(c), interval=c.snapshot.interval
-                    )
-                    await services.start(self._snapshotter.run)
-                await services.start(self._pruner(c, self._warc).run)
-                await services.start(self._heartbeat)
-                await services.start(self._progress)
-                # The watchdog pings while both the event loop and the frontier's loader turn.
-                await services.start(
-                    self.notifier.run_watchdog, lambda: min(self._beat, frontier.last_pass)
+            await services.start(self._snapshotter.run)
+        await services.start(self._pruner(c, self._warc).run)
+        await services.start(self._heartbeat)
+        await services.start(self._progress)
+        # The watchdog pings while both the event loop and the frontier's loader turn.
+        await services.start(
+            self.notifier.run_watchdog, lambda: min(self._beat, frontier.last_pass)
+        )
+
+    async def _until_stopped(self, signals: Any, crawler: Crawler, frontier: Frontier) -> None:
+        """Reload on SIGHUP; on a stop signal drain the work within ``daemon.drain_timeout``."""
+        async for signum in signals:
+            if signum == signal.SIGHUP:
+                await self.reload()
+                continue
+            log.info(
+                "stopping",
+                signal=signal.Signals(signum).name,
+                in_flight=crawler.statistics().busy,
+            )
+            self._stopping = True
+            self.notifier.stopping()
+            frontier.close()
+            with trio.move_on_after(self.config.daemon.drain_timeout) as drain:
+                await crawler.idle.wait()
+                # what discovery has queued, stored now rather than at the next start
+                # (the workers have stopped; deferred findings wait for the next start
+                # unless the replay has handed them over already)
+                if self._discovery is not None:
+                    await self._discovery.drain()
+            if drain.cancelled_caught:
+                log.warning(
+                    "drain deadline passed; unfinished fetches will be redone and "
+                    "queued findings handed to discovery at the next start",
+                    in_flight=crawler.statistics().busy,
+                    queued=self._discovery.statistics().queued if self._discovery else 0,
                 )
-                self.notifier.ready(status="crawling")
-                log.info(
-                    "ready",
-                    workers=c.crawl.workers,
-                    budget=c.budget.fetches_per_second,
-                    policy=allocator.policy,
-                    control=str(c.control_socket),
-                    crawling_since=crawling_since,
-                )
-                async for signum in signals:
-                    if signum == signal.SIGHUP:
-                        await self.reload()
-                        continue
-                    log.info(
-                        "stopping",
-                        signal=signal.Signals(signum).name,
-                        in_flight=crawler.statistics().busy,
-                    )
-                    self._stopping = True
-                    self.notifier.stopping()
-                    frontier.close()
-                    with trio.move_on_after(self.config.daemon.drain_timeout) as drain:
-                        await crawler.idle.wait()
-                        # what discovery has queued, stored now rather than at the next start
-                        # (the workers have stopped; deferred findings wait for the next start
-                        # unless the replay has handed them over already)
-                        if self._discovery is not None:
-                            await self._discovery.drain()
-                    if drain.cancelled_caught:
-                        log.warning(
-                            "drain deadline passed; unfinished fetches will be redone and "
-                            "queued findings handed to discovery at the next start",
-                            in_flight=crawler.statistics().busy,
-                            queued=self._discovery.statistics().queued if self._discovery else 0,
-                        )
-                    work.cancel_scope.cancel()
-                    break
-            if self._fleet is not None:
-                # After the last fetches are queued: their batch commits, then the leases go.
-                await self._fleet.stop()
-            services.cancel_scope.cancel()
+            return
 
 
 def _history_retention(c: Config) -> HistoryPruning:
