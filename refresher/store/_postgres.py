@@ -603,7 +603,6 @@ class PgStore:
             cur.execute("SELECT id, partition FROM hosts WHERE id = ANY(%s)", (sorted(host_ids),))
             part = {int(i): int(p) for i, p in cur.fetchall()}
             held = self._held(cur, part.values())
-            owned = self.owned
             keep = [r for r in records if part.get(r.host_id) in held]
             keep_hosts = [h for h in hosts if part.get(h.host_id) in held]
             keep_robots = [r for r in robots if part.get(r.host_id) in held]
@@ -611,57 +610,10 @@ class PgStore:
             dropped_pages = {r.page_id for r in records} - kept_pages
             keep_captures = [c for c in captures if c.page_id not in dropped_pages]
             if keep:
-                with cur.copy(
-                    "COPY fetches (page_id, host_id, started_at, finished_at, duration, status,"
-                    " bytes, digest, changed, not_modified, error_kind, policy, final_url,"
-                    " redirects, meaningful, fingerprint, last_modified_at, node_id, epoch,"
-                    " partition) FROM STDIN"
-                ) as copy:
-                    for r in keep:
-                        p = part[r.host_id]
-                        copy.write_row(
-                            (
-                                r.page_id,
-                                r.host_id,
-                                r.started_at,
-                                r.finished_at,
-                                r.duration,
-                                r.status,
-                                r.body_bytes,
-                                r.digest,
-                                r.changed,
-                                r.not_modified,
-                                r.error_kind,
-                                r.policy,
-                                r.final_url,
-                                r.redirects,
-                                r.meaningful,
-                                _signed(r.fingerprint),
-                                r.last_modified_at,
-                                self.node_id,
-                                owned[p],
-                                p,
-                            )
-                        )
+                self._copy_fetches(cur, keep, part)
                 self._update_pages(cur, keep)
             if keep_hosts:
-                latest = list({h.host_id: h for h in keep_hosts}.values())
-                cur.execute(
-                    """
-                    UPDATE hosts SET next_allowed = b.next_allowed, delay = b.delay,
-                        backoff = b.backoff, errors = b.errors
-                    FROM unnest(%s::bigint[], %s::float8[], %s::float8[], %s::float8[],
-                                %s::int[]) AS b(id, next_allowed, delay, backoff, errors)
-                    WHERE hosts.id = b.id
-                    """,
-                    (
-                        [h.host_id for h in latest],
-                        [h.next_allowed for h in latest],
-                        [h.delay for h in latest],
-                        [h.backoff for h in latest],
-                        [h.errors for h in latest],
-                    ),
-                )
+                self._update_hosts(cur, keep_hosts)
             for rb in keep_robots:
                 cur.execute(
                     "UPDATE hosts SET robots_status = %s, robots_body = %s,"
@@ -692,6 +644,63 @@ class PgStore:
                 reason="partition no longer held at its epoch",
             )
         return written
+
+    def _copy_fetches(self, cur: Any, records: Sequence[FetchRecord], part: dict[int, int]) -> None:
+        """The batch's fetch records into ``fetches``, stamped with this node and the epoch at
+        which it holds each record's partition (``part``: host id to partition)."""
+        owned = self.owned
+        with cur.copy(
+            "COPY fetches (page_id, host_id, started_at, finished_at, duration, status,"
+            " bytes, digest, changed, not_modified, error_kind, policy, final_url,"
+            " redirects, meaningful, fingerprint, last_modified_at, node_id, epoch,"
+            " partition) FROM STDIN"
+        ) as copy:
+            for r in records:
+                p = part[r.host_id]
+                copy.write_row(
+                    (
+                        r.page_id,
+                        r.host_id,
+                        r.started_at,
+                        r.finished_at,
+                        r.duration,
+                        r.status,
+                        r.body_bytes,
+                        r.digest,
+                        r.changed,
+                        r.not_modified,
+                        r.error_kind,
+                        r.policy,
+                        r.final_url,
+                        r.redirects,
+                        r.meaningful,
+                        _signed(r.fingerprint),
+                        r.last_modified_at,
+                        self.node_id,
+                        owned[p],
+                        p,
+                    )
+                )
+
+    def _update_hosts(self, cur: Any, hosts: Sequence[HostUpdate]) -> None:
+        """Each host's politeness state as its last update in the batch left it."""
+        latest = list({h.host_id: h for h in hosts}.values())
+        cur.execute(
+            """
+            UPDATE hosts SET next_allowed = b.next_allowed, delay = b.delay,
+                backoff = b.backoff, errors = b.errors
+            FROM unnest(%s::bigint[], %s::float8[], %s::float8[], %s::float8[],
+                        %s::int[]) AS b(id, next_allowed, delay, backoff, errors)
+            WHERE hosts.id = b.id
+            """,
+            (
+                [h.host_id for h in latest],
+                [h.next_allowed for h in latest],
+                [h.delay for h in latest],
+                [h.backoff for h in latest],
+                [h.errors for h in latest],
+            ),
+        )
 
     def _committed(self, cur: Any, key: str | None) -> int | None:
         """The records the batch ``key`` wrote if it is this node's last committed batch (a
