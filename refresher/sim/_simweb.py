@@ -382,51 +382,14 @@ def plan_web(config: SimwebConfig, *, start: float) -> SimwebPlan:
     H, P = config.hosts, config.pages_per_host
     n = H * P
     names = [f"h{i}.{config.domain}".lower() for i in range(H)]
-    shares = [c.share for c in config.rate_mix]
 
     # Rate classes in exact shares over the whole web, then rates within each class.
     class_rng = _rng(config.seed, "classes")
-    labels = _exact_labels(class_rng, shares[:-1], n)
+    labels = _exact_labels(class_rng, [c.share for c in config.rate_mix][:-1], n)
     rates = _class_rates(config, _rng(config.seed, "rates"), labels)
-
-    # Host features, each an independent exact partition of the hosts.
-    host_rng = _rng(config.seed, "hosts")
-    robots = _exact_labels(host_rng, [config.robots_rules_share, config.no_robots_share], H)
-    serving = np.flatnonzero(robots != 1)
-    delayed: set[int] = set()
-    if len(serving):
-        count = min(len(serving), _exact_counts([config.crawl_delay_share], H)[0])
-        delayed = set(host_rng.permutation(serving)[:count].tolist())
-    validators = _exact_labels(
-        host_rng, [config.validators_none_share, config.validators_wrong_share], H
-    )
-    sitemaps = _exact_labels(host_rng, [config.sitemap_share], H) == 0
-    gzips = _exact_labels(host_rng, [config.gzip_share], H) == 0
-
-    # Paths: "/" and /p1 …; on hosts with robots rules some pages live under /private/.
-    private_draw = _rng(config.seed, "private").random(n) < config.private_share
-    paths: list[str] = []
-    for i in range(H):
-        for j in range(P):
-            if j == 0:
-                paths.append("/")
-            elif robots[i] == 0 and private_draw[i * P + j]:
-                paths.append(f"/private/p{j}")
-            else:
-                paths.append(f"/p{j}")
-
-    # Popularity: Zipf weights rank^(-1/α) on a random order of the pages, so a page's
-    # expected in-degree has a power-law tail P(K > k) ~ k^(-α); ranks rather than Pareto
-    # draws, whose largest draw can take most of the weight on its own. Each host's
-    # heaviest page is its root.
-    pop_rng = _rng(config.seed, "popularity")
-    ranks = pop_rng.permutation(n) + 1.0
-    weights = ranks ** (-1.0 / config.popularity_exponent)
-    for i in range(H):
-        block = weights[i * P : (i + 1) * P]
-        top = int(np.argmax(block))
-        block[0], block[top] = block[top], block[0]
-    popularity = _Popularity(weights, _rng(config.seed, "links"))
+    features = _host_features(config)
+    paths = _paths(config, features.robots)
+    popularity = _popularity(config)
 
     def href(target: int, host: int) -> str:
         h = target // P
@@ -451,53 +414,8 @@ def plan_web(config: SimwebConfig, *, start: float) -> SimwebPlan:
             own = random_links(i, config.links_per_page, {idx})
         links.append(own)
 
-    # New pages: a Poisson process over the horizon, each on a host drawn uniformly.
-    new_rng = _rng(config.seed, "new pages")
-    per_second = config.new_pages_per_minute / 60
-    offsets: list[float] = []
-    if per_second > 0:
-        t = 0.0
-        while True:
-            t += float(new_rng.exponential(1 / per_second))
-            if t > config.new_pages_horizon:
-                break
-            offsets.append(t)
-    m = len(offsets)
-    new_hosts = new_rng.integers(H, size=m)
-    new_labels = new_rng.choice(len(shares), size=m, p=np.asarray(shares) / sum(shares))
-    new_rates = _class_rates(config, _rng(config.seed, "new rates"), new_labels)
-    parents_of_host = [
-        [
-            i * P + j
-            for j in range(P)
-            if rates[i * P + j] > 0 and "/private/" not in paths[i * P + j]
-        ]
-        for i in range(H)
-    ]
-    # Small samples one at a time: Python's sampler costs a tenth of numpy's per call.
-    parent_pick = random.Random(int(new_rng.integers(2**63)))
-    later: list[list[tuple[float, str]]] = [[] for _ in range(n)]
-    new_pages: list[list[PageSpec]] = [[] for _ in range(H)]
     classes: dict[str, str] = {}
-    for k in range(m):
-        i = int(new_hosts[k])
-        path = f"/n{k}"
-        created = start + offsets[k]
-        candidates = parents_of_host[i]
-        count = min(config.new_page_parents, len(candidates))
-        for parent in parent_pick.sample(candidates, count):
-            later[parent].append((created, path))
-        new_pages[i].append(
-            PageSpec(
-                path=path,
-                change_rate=float(new_rates[k]),
-                links=tuple(random_links(i, config.links_per_page, set())),
-                size=config.page_size,
-                created_at=created,
-            )
-        )
-        classes[f"http://{names[i]}{path}"] = config.rate_mix[int(new_labels[k])].name
-
+    later, new_pages = _new_pages(config, start, rates, paths, names, random_links, classes)
     hosts: list[HostSpec] = []
     for i, name in enumerate(names):
         pages = []
@@ -517,13 +435,149 @@ def plan_web(config: SimwebConfig, *, start: float) -> SimwebPlan:
             HostSpec(
                 name=name,
                 pages=(*pages, *new_pages[i]),
-                robots=_robots_text(int(robots[i]), i in delayed, config.crawl_delay),
-                validators=_VALIDATORS[int(validators[i])],
-                gzip=bool(gzips[i]),
-                sitemap=bool(sitemaps[i]),
+                robots=_robots_text(
+                    int(features.robots[i]), i in features.delayed, config.crawl_delay
+                ),
+                validators=_VALIDATORS[int(features.validators[i])],
+                gzip=bool(features.gzips[i]),
+                sitemap=bool(features.sitemaps[i]),
             )
         )
     return SimwebPlan(hosts=tuple(hosts), classes=classes, start=start)
+
+
+@dataclass(frozen=True, slots=True)
+class _HostFeatures:
+    """Per host (index = host number): its robots.txt kind (0 rules, 1 none served, 2 allow
+    all), whether it asks a Crawl-delay, its validators' kind, a sitemap, gzip."""
+
+    robots: np.ndarray
+    delayed: frozenset[int]
+    validators: np.ndarray
+    sitemaps: np.ndarray
+    gzips: np.ndarray
+
+
+def _host_features(config: SimwebConfig) -> _HostFeatures:
+    """Each feature an independent exact partition of the hosts."""
+    H = config.hosts
+    host_rng = _rng(config.seed, "hosts")
+    robots = _exact_labels(host_rng, [config.robots_rules_share, config.no_robots_share], H)
+    serving = np.flatnonzero(robots != 1)
+    delayed: set[int] = set()
+    if len(serving):
+        count = min(len(serving), _exact_counts([config.crawl_delay_share], H)[0])
+        delayed = set(host_rng.permutation(serving)[:count].tolist())
+    validators = _exact_labels(
+        host_rng, [config.validators_none_share, config.validators_wrong_share], H
+    )
+    sitemaps = _exact_labels(host_rng, [config.sitemap_share], H) == 0
+    gzips = _exact_labels(host_rng, [config.gzip_share], H) == 0
+    return _HostFeatures(
+        robots=robots,
+        delayed=frozenset(delayed),
+        validators=validators,
+        sitemaps=sitemaps,
+        gzips=gzips,
+    )
+
+
+def _paths(config: SimwebConfig, robots: np.ndarray) -> list[str]:
+    """ "/" and /p1 …; on hosts with robots rules some pages live under /private/."""
+    H, P = config.hosts, config.pages_per_host
+    private_draw = _rng(config.seed, "private").random(H * P) < config.private_share
+    paths: list[str] = []
+    for i in range(H):
+        for j in range(P):
+            if j == 0:
+                paths.append("/")
+            elif robots[i] == 0 and private_draw[i * P + j]:
+                paths.append(f"/private/p{j}")
+            else:
+                paths.append(f"/p{j}")
+    return paths
+
+
+def _popularity(config: SimwebConfig) -> _Popularity:
+    """Zipf weights rank^(-1/α) on a random order of the pages, so a page's expected in-degree
+    has a power-law tail P(K > k) ~ k^(-α); ranks rather than Pareto draws, whose largest draw
+    can take most of the weight on its own. Each host's heaviest page is its root."""
+    H, P = config.hosts, config.pages_per_host
+    pop_rng = _rng(config.seed, "popularity")
+    ranks = pop_rng.permutation(H * P) + 1.0
+    weights = ranks ** (-1.0 / config.popularity_exponent)
+    for i in range(H):
+        block = weights[i * P : (i + 1) * P]
+        top = int(np.argmax(block))
+        block[0], block[top] = block[top], block[0]
+    return _Popularity(weights, _rng(config.seed, "links"))
+
+
+def _new_page_offsets(config: SimwebConfig, new_rng: np.random.Generator) -> list[float]:
+    """A Poisson process of new pages' births over the horizon, seconds from the start."""
+    per_second = config.new_pages_per_minute / 60
+    offsets: list[float] = []
+    if per_second > 0:
+        t = 0.0
+        while True:
+            t += float(new_rng.exponential(1 / per_second))
+            if t > config.new_pages_horizon:
+                break
+            offsets.append(t)
+    return offsets
+
+
+def _new_pages(
+    config: SimwebConfig,
+    start: float,
+    rates: np.ndarray,
+    paths: list[str],
+    names: list[str],
+    random_links: Callable[[int, int, set[int]], list[str]],
+    classes: dict[str, str],
+) -> tuple[list[list[tuple[float, str]]], list[list[PageSpec]]]:
+    """The pages born during the run, each on a host drawn uniformly and linked from
+    ``new_page_parents`` changing public pages of its host from its birth: (the links each
+    existing page gains, by page index; the new pages by host). Notes their classes."""
+    H, P = config.hosts, config.pages_per_host
+    shares = [c.share for c in config.rate_mix]
+    new_rng = _rng(config.seed, "new pages")
+    offsets = _new_page_offsets(config, new_rng)
+    m = len(offsets)
+    new_hosts = new_rng.integers(H, size=m)
+    new_labels = new_rng.choice(len(shares), size=m, p=np.asarray(shares) / sum(shares))
+    new_rates = _class_rates(config, _rng(config.seed, "new rates"), new_labels)
+    parents_of_host = [
+        [
+            i * P + j
+            for j in range(P)
+            if rates[i * P + j] > 0 and "/private/" not in paths[i * P + j]
+        ]
+        for i in range(H)
+    ]
+    # Small samples one at a time: Python's sampler costs a tenth of numpy's per call.
+    parent_pick = random.Random(int(new_rng.integers(2**63)))
+    later: list[list[tuple[float, str]]] = [[] for _ in range(H * P)]
+    new_pages: list[list[PageSpec]] = [[] for _ in range(H)]
+    for k in range(m):
+        i = int(new_hosts[k])
+        path = f"/n{k}"
+        created = start + offsets[k]
+        candidates = parents_of_host[i]
+        count = min(config.new_page_parents, len(candidates))
+        for parent in parent_pick.sample(candidates, count):
+            later[parent].append((created, path))
+        new_pages[i].append(
+            PageSpec(
+                path=path,
+                change_rate=float(new_rates[k]),
+                links=tuple(random_links(i, config.links_per_page, set())),
+                size=config.page_size,
+                created_at=created,
+            )
+        )
+        classes[f"http://{names[i]}{path}"] = config.rate_mix[int(new_labels[k])].name
+    return later, new_pages
 
 
 _VALIDATORS: tuple[Literal["none", "wrong", "honest"], ...] = ("none", "wrong", "honest")
