@@ -878,51 +878,81 @@ def estimate_pages(
     for the rate but not for whether the page changes at all (:func:`_static_of`)."""
     if model not in MODELS:
         raise ValueError(f"model must be one of {', '.join(map(repr, MODELS))}, not {model!r}")
-    if model == "log-normal":
-        if prior is not None:
-            raise ValueError("prior is a gamma prior: pass model='gamma' with it")
-        p, t, c = _observations(page_index, intervals, changed, n_pages)
-        usable = _last_modified_pages(p, c, n_pages, since_change, trusted_hosts, page_host)
-        # NaN where a page's change times are not used
-        since = None if usable is None else np.where(usable[1][p], usable[0], np.nan)
-        hosts = np.zeros(n_pages, np.intp) if page_host is None else np.asarray(page_host)
-        timed, quiet_after = _timed(c, t, since)
-        host_of = hosts.astype(np.intp, copy=False)
-        real = None if first_copy is None else ~np.asarray(first_copy, dtype=bool)
-        if real is not None and real.shape != t.shape:
-            raise ValueError("first_copy must have one entry per observation")
+    obs = _observations(page_index, intervals, changed, n_pages)
+    # per page: are its Last-Modified change times used?
+    usable = _last_modified_pages(obs[0], obs[2], n_pages, since_change, trusted_hosts, page_host)
+    if model == "gamma":
+        return _gamma_pages(obs, n_pages, usable, page_host, n_hosts, prior, confidence)
+    if prior is not None:
+        raise ValueError("prior is a gamma prior: pass model='gamma' with it")
+    options = (spread, confidence, mixture, fit_spread, first_copy)
+    return _log_normal_pages(obs, n_pages, usable, page_host, n_hosts, *options)
 
-        def centres(sd: float) -> tuple[LogNormalPrior, Float]:
-            """The host means (three rounds from the pooled rate) under a prior of sd ``sd``."""
-            obs = (p, t, c, timed, quiet_after, host_of, max(n_hosts, 1))
-            return _log_normal_rounds(*obs, sd, None, 3, None, mixture, real)
 
-        ln_prior, rates = centres(spread)
-        if fit_spread:
-            obs = (p, t, c, timed, quiet_after)
-            sd = _fitted_spread(obs, n_pages, ln_prior, mixture, real)
-            # The host means again, under the prior the estimate uses: means found under a
-            # wide sd and kept under a narrow one held each page near a centre found for
-            # another prior. On a web of rates spread 0.5 (2–3 intervals a page) the rounds
-            # under sd 2 left its hosts with honest Last-Modified up to 1.7 lower in ln λ̂
-            # than the others at 150 s, their true rates alike (a first copy's quiet time
-            # counts towards the rate without the change that ended it), and the plan
-            # split the budget by host; found again from the pooled rate under the fitted
-            # sd, the hosts' means stay near it until the pages tell them apart.
-            if sd != spread:
-                ln_prior, rates = centres(sd)
-        z = _z(confidence)
-        est = _log_normal_map(p, t, c, timed, quiet_after, n_pages, ln_prior, rates, z)
-        return replace(
-            est, prior_mean=np.asarray(ln_prior.mean, dtype=np.float64), prior_sd=ln_prior.sd
-        )
-    p, t, c = _observations(page_index, intervals, changed, n_pages)
+def _log_normal_pages(
+    obs: tuple[Index, Float, Mask],
+    n_pages: int,
+    usable: tuple[Float, Mask] | None,
+    page_host: ArrayLike | None,
+    n_hosts: int,
+    spread: float,
+    confidence: float,
+    mixture: bool,
+    fit_spread: bool,
+    first_copy: ArrayLike | None,
+) -> Estimate:
+    """:func:`estimate_pages` with ``model="log-normal"``."""
+    p, t, c = obs
+    # NaN where a page's change times are not used
+    since = None if usable is None else np.where(usable[1][p], usable[0], np.nan)
+    hosts = np.zeros(n_pages, np.intp) if page_host is None else np.asarray(page_host)
+    timed, quiet_after = _timed(c, t, since)
+    host_of = hosts.astype(np.intp, copy=False)
+    real = None if first_copy is None else ~np.asarray(first_copy, dtype=bool)
+    if real is not None and real.shape != t.shape:
+        raise ValueError("first_copy must have one entry per observation")
+
+    def centres(sd: float) -> tuple[LogNormalPrior, Float]:
+        """The host means (three rounds from the pooled rate) under a prior of sd ``sd``."""
+        seen = (p, t, c, timed, quiet_after, host_of, max(n_hosts, 1))
+        return _log_normal_rounds(*seen, sd, None, 3, None, mixture, real)
+
+    ln_prior, rates = centres(spread)
+    if fit_spread:
+        sd = _fitted_spread((p, t, c, timed, quiet_after), n_pages, ln_prior, mixture, real)
+        # The host means again, under the prior the estimate uses: means found under a
+        # wide sd and kept under a narrow one held each page near a centre found for
+        # another prior. On a web of rates spread 0.5 (2–3 intervals a page) the rounds
+        # under sd 2 left its hosts with honest Last-Modified up to 1.7 lower in ln λ̂
+        # than the others at 150 s, their true rates alike (a first copy's quiet time
+        # counts towards the rate without the change that ended it), and the plan
+        # split the budget by host; found again from the pooled rate under the fitted
+        # sd, the hosts' means stay near it until the pages tell them apart.
+        if sd != spread:
+            ln_prior, rates = centres(sd)
+    z = _z(confidence)
+    est = _log_normal_map(p, t, c, timed, quiet_after, n_pages, ln_prior, rates, z)
+    return replace(
+        est, prior_mean=np.asarray(ln_prior.mean, dtype=np.float64), prior_sd=ln_prior.sd
+    )
+
+
+def _gamma_pages(
+    obs: tuple[Index, Float, Mask],
+    n_pages: int,
+    usable: tuple[Float, Mask] | None,
+    page_host: ArrayLike | None,
+    n_hosts: int,
+    prior: Prior | None,
+    confidence: float,
+) -> Estimate:
+    """:func:`estimate_pages` with ``model="gamma"``."""
+    p, t, c = obs
     if prior is None and page_host is not None:
         prior = host_prior(p, t, c, page_host, n_hosts)
     if prior is None:
         prior = _default_prior(p, t, c, n_pages)
     result = estimate_irregular(p, t, c, n_pages, prior=prior, confidence=confidence)
-    usable = _last_modified_pages(p, c, n_pages, since_change, trusted_hosts, page_host)
     if usable is None or not usable[1].any():
         return result
     since, use = usable
