@@ -141,13 +141,9 @@ def fold_observations(
     out = {c: v.copy() for c, v in state.items()}
     if page.size == 0:
         return out
-    step, later = page[1:] - page[:-1], finished[1:] >= finished[:-1]
-    ordered = bool(((step > 0) | ((step == 0) & later)).all())
-    if not ordered:  # by page, then time (the migration reads them so already)
-        order = np.lexsort((finished, page))
-        page, finished, last_modified = page[order], finished[order], last_modified[order]
-        changed, meaningful = changed[order], meaningful[order]
-    lm = last_modified
+    page, finished, lm, changed, meaningful = _by_page_then_time(
+        page, finished, last_modified, changed, meaningful
+    )
     variants = ((False, changed), (True, meaningful))
     same = np.zeros(page.size, dtype=bool)
     same[1:] = page[1:] == page[:-1]
@@ -188,23 +184,34 @@ def fold_observations(
     count = np.bincount(s, minlength=k)
     for m, cc in variants:
         c = cc[obs]
-
-        def add(name: str, values: Any, m: bool = m) -> None:
+        sums = {
+            "changes": c,
+            "changed_time": np.where(c, t, 0.0),
+            "quiet_after": np.where(c, after, 0.0),
+            "untimed": c & ~timed,
+            "log1": np.where(c, u, 0.0),
+            "log2": np.where(c, u * u, 0.0),
+            "log3": np.where(c, u * u * u, 0.0),
+        }
+        for name, values in sums.items():
             out[stat_column(name, m)] += np.bincount(s, values, minlength=k)
-
-        add("changes", c)
-        add("changed_time", np.where(c, t, 0.0))
-        add("quiet_after", np.where(c, after, 0.0))
-        add("untimed", c & ~timed)
-        add("log1", np.where(c, u, 0.0))
-        add("log2", np.where(c, u * u, 0.0))
-        add("log3", np.where(c, u * u * u, 0.0))
+        # the run of observations since the last whose Last-Modified disagreed
         bad = ~last_modified_agrees(at, before, lm_o, lm_b, c)
         last_bad = np.full(k, -1)
         np.maximum.at(last_bad, s[bad], rank[bad])
         run = stat_column("lm_run", m)
         out[run] = np.where(last_bad >= 0, count - 1 - last_bad, out[run] + count)
     return out
+
+
+def _by_page_then_time(page: NDArray[np.int64], finished: Float, *columns: Any) -> tuple[Any, ...]:
+    """The fetches' columns ordered by page, then finish time (the migration and most batches
+    read them so already: then as they are)."""
+    step, later = page[1:] - page[:-1], finished[1:] >= finished[:-1]
+    if bool(((step > 0) | ((step == 0) & later)).all()):
+        return (page, finished, *columns)
+    order = np.lexsort((finished, page))
+    return (page[order], finished[order], *(c[order] for c in columns))
 
 
 def fold_records(
