@@ -39,7 +39,7 @@ from typing import Protocol, TypeVar, cast
 import numpy as np
 from numpy.typing import NDArray
 
-from ._table import Response
+from ._table import Response, Scratch
 
 __all__ = ["Allocation", "Problem", "group_sum", "optimal", "water_fill"]
 
@@ -352,7 +352,7 @@ class ResponsePages(Pages):
 
     def level(self, u: Float) -> object:
         with np.errstate(over="ignore"):
-            return u, np.exp(-0.5 * u)
+            return u, np.exp(-0.5 * u), self.response.scratch(min(self.size, _CHUNK))
 
     def alive(self, u: Float, group: Index | None) -> Mask | None:
         if not self.drops_out:
@@ -361,18 +361,17 @@ class ResponsePages(Pages):
         return self._alive(u, group, lambda block, level: self.log_s[block] + level >= 0.0)
 
     def rates(self, block: slice, level: object, group: Index | None, f: Float, df: Float) -> None:
-        u, scale = cast(tuple[Float, Float], level)
+        u, scale, scratch = cast(tuple[Float, Float, "Scratch | None"], level)
+        # f = A·e^(−u/2)·R(v), df/du = A·e^(−u/2)·(R'(v) − R/2), v = u + ln s
         if group is None:
-            v = self.log_s[block] + u[0]
-            a = self.amp[block] * scale[0]
+            v = np.add(self.log_s[block], u[0], out=_buffer(scratch, 2, f.size))
+            a = np.multiply(self.amp[block], scale[0], out=_buffer(scratch, 3, f.size))
         else:
-            v = self.log_s[block] + u[group]
-            a = self.amp[block] * scale[group]
-        r, dr = self.response(v)
-        # f = A·e^(−u/2)·R(v), df/du = A·e^(−u/2)·(R'(v) − R/2)
-        np.multiply(a, r, out=f)
-        dr -= 0.5 * r
-        np.multiply(a, dr, out=df)
+            v = np.take(u, group, out=_buffer(scratch, 2, f.size), mode="clip")
+            v += self.log_s[block]
+            a = np.take(scale, group, out=_buffer(scratch, 3, f.size), mode="clip")
+            a *= self.amp[block]
+        self.response.into(v, a, f, df, scratch)
 
     def mass(self, group: Index | None, groups: int) -> Float:
         # R ≤ 1
@@ -382,6 +381,11 @@ class ResponsePages(Pages):
         if self.size <= _BINS:
             return None
         return _Histogram(self.log_s, self.amp).start(self.response, budget)
+
+
+def _buffer(scratch: Scratch | None, k: int, size: int) -> Float:
+    """The k-th float buffer of ``scratch`` cut to ``size``, or a fresh one without it."""
+    return np.empty(size) if scratch is None else scratch.floats[k][:size]
 
 
 def _step_sums(group: Index, f: Float, df: Float, groups: int) -> Float:

@@ -441,6 +441,24 @@ def test_the_tabulated_inverses_agree_with_the_exact_ones() -> None:
     np.testing.assert_allclose(r, exact, rtol=1e-11)
 
 
+def test_the_freshness_tables_slope_is_the_derivative_and_its_ramp_ends_at_the_drop_out() -> None:
+    rng = np.random.default_rng(1)
+    v = -np.exp(rng.uniform(np.log(1e-9), np.log(60.0), 2_000))
+    _, slope = _table.freshness_response()(v)
+
+    def exact(x: np.ndarray) -> np.ndarray:
+        return np.sqrt(2.0 * np.exp(x)) / _model.inverse_g(x)
+
+    h = 1e-5 * -v
+    want = (exact(v + h) - exact(v - h)) / (2 * h)  # (R ≤ 1: its slope counts to 1e-9)
+    np.testing.assert_allclose(slope, want, rtol=1e-7, atol=1e-9)
+    # within 1e-10 of the drop-out R is a straight line to 0, and 0 with no slope past it
+    top = float(exact(np.array([-1e-10]))[0])
+    r, slope = _table.freshness_response()(np.array([-1e-10, -2.5e-11, 0.0, 3.0]))
+    np.testing.assert_allclose(r, [top, 0.25 * top, 0.0, 0.0], rtol=1e-11)
+    np.testing.assert_allclose(slope[1:], [-top / 1e-10, 0.0, 0.0])
+
+
 def test_weighted_means_weigh_pages() -> None:
     assert policies.mean_freshness([1.0, 0.0], [0.0, 0.0], weights=[3.0, 1.0]) == 0.25
     assert math.isnan(policies.mean_age([], []))
