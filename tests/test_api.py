@@ -3,8 +3,6 @@ import __future__
 
 import importlib.metadata
 import re
-import subprocess
-import sys
 import types
 from pathlib import Path
 
@@ -136,16 +134,3 @@ def test_nothing_imports_the_policies_by_their_folder_name() -> None:
     ]
     offenders = [str(p.relative_to(root)) for p in files if pattern.search(p.read_text())]
     assert offenders == []
-
-
-def test_a_parse_process_imports_no_more_of_the_package_than_its_parser_needs() -> None:
-    # A parse process imports this package first: the public names are imported on first
-    # use, so its start does not pay for DuckDB, SciPy and the daemon (0.8 s before).
-    code = (
-        "import sys, refresher.discover._parse_worker\n"
-        "print(sorted({'duckdb', 'scipy', 'refresher.ops._daemon', 'refresher.store'}"
-        " & set(sys.modules)))"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"
-    assert refresher.Fetcher is refresher.crawl._fetch.Fetcher  # still there when asked for
