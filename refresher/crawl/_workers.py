@@ -11,10 +11,11 @@ links to discovery.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
@@ -120,6 +121,49 @@ DENIED_RECHECK = 3600.0
 STORE_GRACE = 1.0
 
 
+def _parse_settings(config: Config) -> tuple[int, str, bool]:
+    """The parse stage's processes, which slot a large page prefers, and the CPU split."""
+    setting = config.discovery.parse_processes
+    auto = setting == "auto"
+    # "auto" on one CPU: no second core for a process to use, only a hand-off to pay
+    cpus = usable_cpus()
+    split = config.discovery.split_cpus and cpus > 1
+    processes = (cpus if cpus > 1 else 0) if auto else int(setting)
+    # split: the processes have CPUs of their own, the threads share the event loop's
+    return processes, "thread" if auto and not split else "process", split
+
+
+def crawl_parsers(config: Config) -> Parsers:
+    """The crawl's parse stage as ``[discovery]`` sets it (not entered yet)."""
+    processes, prefer, split = _parse_settings(config)
+    # One parse thread per core: libxml2 parses without the GIL, but link resolution and the
+    # simhash hold it, and twenty threads taking turns at it spend their time switching
+    # (bench/bench_parsers.py measures 1, 2, 8 and 20 threads). Pages of real size go to
+    # parse processes, which leave this process's GIL to the fetches.
+    return Parsers(
+        processes=processes,
+        prefer=prefer,
+        split=split,
+        log_format=config.log.format,
+        log_level=config.log.level,
+    )
+
+
+@contextlib.asynccontextmanager
+async def parse_stage(config: Config) -> AsyncIterator[Parsers]:
+    """The crawl's parse stage entered, its processes started at once when a large page
+    goes to a process first: a new interpreter's imports take ~1 s of wall time, which the
+    daemon's start-up (the store, the seeds) then covers, instead of the first second of
+    crawling, when the large pages waited for the threads on the event loop's CPU (the
+    first pass's ramp, bench/README.md). A stage whose processes only take the overflow
+    (``parse_processes = "auto"`` without a CPU split) starts them on demand as before."""
+    parsers = crawl_parsers(config)
+    async with parsers:
+        if parsers.processes is not None and _parse_settings(config)[1] == "process":
+            parsers.processes.ready()  # started, not waited for
+        yield parsers
+
+
 class Crawler:
     """Owns the worker tasks; ``run`` returns once the frontier is closed and all are done."""
 
@@ -134,7 +178,11 @@ class Crawler:
         discovery: Discovery | None = None,
         wall_clock: Callable[[], float] = time.time,
         keeper: Keeper | None = None,
+        parsers: Parsers | None = None,
     ) -> None:
+        """``parsers``: a parse stage already entered (``async with``) by the caller, who
+        ends it after :meth:`run` (:func:`parse_stage`); by default the crawler makes its own
+        in :meth:`run`."""
         self.config = config
         self._frontier = frontier
         self._fetcher = fetcher
@@ -157,11 +205,8 @@ class Crawler:
         self._keeper = keeper  # the archive and the change feed
         self._seen = ContentSeen(_DOCUMENTS_REMEMBERED)
         self._builtins = processors(config.discovery)
-        # One parse thread per core: libxml2 parses without the GIL, but link resolution
-        # and the simhash hold it, and twenty threads taking turns at it spend their time
-        # switching (bench/bench_parsers.py measures 1, 2, 8 and 20 threads). Pages of real
-        # size go to parse processes, which leave this process's GIL to the fetches.
-        self._parsing = self._parsers()
+        self._own_parsers = parsers is None
+        self._parsing = parsers if parsers is not None else crawl_parsers(config)
         self.idle = trio.Event()  # set when every worker has stopped
         # host id → (host name, the cancel scope of its request on the wire): at most one each
         self._on_wire_now: dict[int, tuple[str, trio.CancelScope]] = {}
@@ -175,22 +220,6 @@ class Crawler:
             yield
         finally:
             self._stages[stage] += time.perf_counter() - t0
-
-    def _parsers(self) -> Parsers:
-        c = self.config
-        setting = c.discovery.parse_processes
-        auto = setting == "auto"
-        # "auto" on one CPU: no second core for a process to use, only a hand-off to pay
-        cpus = usable_cpus()
-        split = c.discovery.split_cpus and cpus > 1
-        return Parsers(
-            processes=(cpus if cpus > 1 else 0) if auto else int(setting),
-            # split: the processes have CPUs of their own, the threads share the event loop's
-            prefer="thread" if auto and not split else "process",
-            split=split,
-            log_format=c.log.format,
-            log_level=c.log.level,
-        )
 
     @property
     def parsers(self) -> Parsers:
@@ -258,7 +287,8 @@ class Crawler:
         self._wire_since = trio.current_time()
         # threads and processes start with the first parse; every parse is awaited before
         # the block ends, so nothing is left to wait for then
-        async with self._parsers() as self._parsing, trio.open_nursery() as nursery:
+        stage = self._parsing if self._own_parsers else contextlib.nullcontext(self._parsing)
+        async with stage, trio.open_nursery() as nursery:
             for _ in range(self.config.crawl.workers):
                 nursery.start_soon(self._worker)
             task_status.started()

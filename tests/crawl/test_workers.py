@@ -10,11 +10,11 @@ from typing import Any
 import trio
 from _rawserver import Connection, Reply, http_handler, raw_server
 
-from refresher._config import Config, PolitenessConfig
+from refresher._config import Config, DiscoveryConfig, PolitenessConfig
 from refresher.crawl._dns import Resolver
 from refresher.crawl._fetch import Fetcher
 from refresher.crawl._frontier import Frontier
-from refresher.crawl._workers import Crawler
+from refresher.crawl._workers import Crawler, parse_stage
 from refresher.store._interface import HostRow, PageRow
 
 
@@ -241,3 +241,16 @@ async def test_a_worker_cancelled_handing_links_to_discovery_does_not_release_it
         assert frontier.statistics().leased == 0
         assert len(store.records) == 1
         assert len(store.hosts) == 1
+
+
+async def test_the_parse_stage_starts_its_processes_before_any_page_when_they_come_first():
+    # The daemon enters the stage before it opens the store: a new interpreter's imports
+    # (~1 s) are over by the first large page, instead of the pages waiting for threads.
+    first = Config(discovery=DiscoveryConfig(parse_processes=1, split_cpus=False))
+    async with parse_stage(first) as parsers:
+        assert parsers.processes is not None and len(parsers.processes.pids()) == 1
+        assert parsers.statistics().process_calls == 0  # started, not waited for
+    # "auto" without a CPU split: processes only take the threads' overflow, started then
+    overflow = Config(discovery=DiscoveryConfig(parse_processes="auto", split_cpus=False))
+    async with parse_stage(overflow) as parsers:
+        assert parsers.processes is None or parsers.processes.pids() == []
