@@ -67,6 +67,7 @@ from typing import Any, TypeVar
 import trio
 
 from refresher._cpus import cpu_mask, keep_threads_to, split_cpus, usable_cpus
+from refresher.discover._parse_worker import HEADER
 from refresher.ops._logging import get_logger
 
 __all__ = [
@@ -140,10 +141,6 @@ class ParseThreads:
         """Stop the threads once the calls already submitted have finished."""
         self._executor.shutdown(wait=True)
 
-
-#: bytes of the length that precedes each pickle on a parse process's pipes (a call has two:
-#: its pickle's and its body's, the body's raw bytes following the pickle)
-HEADER = 8
 
 #: the size asked for each parse process's pipes (Linux's ``F_SETPIPE_SZ``; 1 MiB is the
 #: unprivileged maximum by default): a 350 kB body then goes in one write, where the default
