@@ -587,8 +587,9 @@ class Parsers:
     ``async with Parsers(...) as parsers:``; the block's end stops the threads and processes.
 
     ``split`` (with processes, on two CPUs or more, :func:`split_cpus`): from the first
-    large body until the block ends, every thread of this process keeps to one CPU, the
-    processes to the others; idle processes end as with ``prefer="thread"``.
+    call, whatever its size, until the block ends, every thread of this process keeps to one
+    CPU, the processes to the others, and a small body is parsed on the event loop itself;
+    idle processes end as with ``prefer="thread"``.
     """
 
     def __init__(
@@ -615,7 +616,7 @@ class Parsers:
             if processes > 0
             else None
         )
-        # the threads keep to halves[0] from the first large body until the block ends (none pinned
+        # the threads keep to halves[0] from the first call until the block ends (none pinned
         # before: a Parsers made and never used leaves every mask as it was)
         self._split = halves
         self._mask: frozenset[int] | None = None  # while pinned: the mask to give back
@@ -641,9 +642,10 @@ class Parsers:
             # rate) still ends the processes it no longer needs
             self.processes.expire(IDLE_SECONDS, time.monotonic())
         either = self.processes is not None and portable and size >= PROCESS_MIN_BYTES
-        if either and self._split is not None and self._mask is None:
-            # the first page a process may take: small pages alone never reach a process,
-            # and their crawl keeps every CPU for its threads (and the hand-offs) as before
+        if self._split is not None and self._mask is None:
+            # the first page, of any size: a crawl of small pages alone split too, its pages
+            # parsed here; on the parse threads they waited for the GIL while the loop held
+            # it (5 ms at a time), ~200 ms a page on the tiny-page web, holding their hosts
             self._mask = cpu_mask()
             keep_threads_to(self._split[0])
         if self._mask is not None and size < PROCESS_MIN_BYTES:
