@@ -67,6 +67,7 @@ from typing import Any, TypeVar
 import trio
 
 from refresher._cpus import cpu_mask, keep_threads_to, split_cpus, usable_cpus
+from refresher.discover._parse_worker import HEADER
 from refresher.ops._logging import get_logger
 
 __all__ = [
@@ -140,10 +141,6 @@ class ParseThreads:
         """Stop the threads once the calls already submitted have finished."""
         self._executor.shutdown(wait=True)
 
-
-#: bytes of the length that precedes each pickle on a parse process's pipes (a call has two:
-#: its pickle's and its body's, the body's raw bytes following the pickle)
-HEADER = 8
 
 #: the size asked for each parse process's pipes (Linux's ``F_SETPIPE_SZ``; 1 MiB is the
 #: unprivileged maximum by default): a 350 kB body then goes in one write, where the default
@@ -590,8 +587,9 @@ class Parsers:
     ``async with Parsers(...) as parsers:``; the block's end stops the threads and processes.
 
     ``split`` (with processes, on two CPUs or more, :func:`split_cpus`): from the first
-    large body until the block ends, every thread of this process keeps to one CPU, the
-    processes to the others; idle processes end as with ``prefer="thread"``.
+    call, whatever its size, until the block ends, every thread of this process keeps to one
+    CPU, the processes to the others, and a small body is parsed on the event loop itself;
+    idle processes end as with ``prefer="thread"``.
     """
 
     def __init__(
@@ -618,7 +616,7 @@ class Parsers:
             if processes > 0
             else None
         )
-        # the threads keep to halves[0] from the first large body until the block ends (none pinned
+        # the threads keep to halves[0] from the first call until the block ends (none pinned
         # before: a Parsers made and never used leaves every mask as it was)
         self._split = halves
         self._mask: frozenset[int] | None = None  # while pinned: the mask to give back
@@ -644,9 +642,10 @@ class Parsers:
             # rate) still ends the processes it no longer needs
             self.processes.expire(IDLE_SECONDS, time.monotonic())
         either = self.processes is not None and portable and size >= PROCESS_MIN_BYTES
-        if either and self._split is not None and self._mask is None:
-            # the first page a process may take: small pages alone never reach a process,
-            # and their crawl keeps every CPU for its threads (and the hand-offs) as before
+        if self._split is not None and self._mask is None:
+            # the first page, of any size: a crawl of small pages alone split too, its pages
+            # parsed here; on the parse threads they waited for the GIL while the loop held
+            # it (5 ms at a time), ~200 ms a page on the tiny-page web, holding their hosts
             self._mask = cpu_mask()
             keep_threads_to(self._split[0])
         if self._mask is not None and size < PROCESS_MIN_BYTES:

@@ -426,14 +426,12 @@ async def test_split_keeps_this_process_to_one_cpu_and_the_processes_to_the_othe
     async with Parsers(processes=1, prefer="process", split=True):
         assert _masks() == {before}  # made, never called: nothing pinned
     async with Parsers(processes=1, prefer="process", split=True) as parsers:
-        await parsers.run(os.getpid, size=10)  # a small page never reaches a process
-        assert _masks() == {before}
         assert parsers.processes is not None
         await parsers.processes.started()  # started (pinned to the others), not yet called
         assert _masks() == {before}
-        # the first large page pins every thread, the parse thread started before too
-        worker = await parsers.run(os.getpid, size=PROCESS_MIN_BYTES)
+        await parsers.run(os.getpid, size=10)  # the first page, however small, pins every thread
         assert _masks() == {own}
+        worker = await parsers.run(os.getpid, size=PROCESS_MIN_BYTES)
         async with trio.open_nursery() as nursery:  # both parse threads busy: a second starts
             for _ in range(2):
                 sleep = functools.partial(time.sleep, 0.05)
@@ -523,14 +521,13 @@ async def test_while_split_a_small_page_is_parsed_on_the_event_loop_a_large_one_
         return threading.current_thread().name
 
     async with Parsers(processes=1, prefer="process", split=True) as parsers:
-        assert await parsers.run(where, size=10) != "MainThread"  # not split yet: a thread
-        assert parsers.processes is not None
-        await parsers.processes.started()
-        await parsers.run(os.getpid, size=PROCESS_MIN_BYTES)  # the first large page splits
+        # split from the first page: a crawl of small pages alone parses them here, never on
+        # a parse thread waiting for the GIL the event loop holds
+        assert await parsers.run(where, size=10) == "MainThread"
         assert await parsers.run(where, size=PROCESS_MIN_BYTES - 1) == "MainThread"
         unportable = await parsers.run(where, size=PROCESS_MIN_BYTES, portable=False)
         assert unportable.startswith("parse")
-        assert parsers.statistics().loop_calls == 1
+        assert parsers.statistics().loop_calls == 2
 
 
 @pytest.mark.skipif(
@@ -543,7 +540,7 @@ async def test_while_split_an_idle_process_ends_on_a_small_pages_call_on_the_eve
     async with Parsers(processes=1, prefer="process", split=True) as parsers:
         assert parsers.processes is not None
         await parsers.processes.started()
-        await parsers.run(os.getpid, size=PROCESS_MIN_BYTES)  # the first large page splits
+        await parsers.run(os.getpid, size=PROCESS_MIN_BYTES)  # to the process
         assert parsers.statistics().processes == 1
         monkeypatch.setattr(_threads, "IDLE_SECONDS", 0.0)
         await parsers.run(os.getpid, size=10)  # only small pages come now, parsed here
