@@ -227,7 +227,12 @@ def site_server(
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     with (directory / "site.log").open("wb") as log:
         process = subprocess.Popen(
-            command, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            command,
+            env=env,
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
         )
     try:
         deadline = time.monotonic() + START_TIMEOUT
@@ -264,7 +269,9 @@ class Daemon(DaemonProcess):
     """``refresher run`` as a child process (the harness's), with the bench's waits."""
 
     def __init__(self, config: Path) -> None:
-        super().__init__(config, env={"PYTHONPATH": str(ROOT)})
+        # From ROOT: `python -m` puts the working directory before PYTHONPATH, so a bench run
+        # from another checkout's directory would otherwise time that checkout's daemon.
+        super().__init__(config, env={"PYTHONPATH": str(ROOT)}, cwd=ROOT)
 
     def count(self, needle: str) -> int:
         """Log lines containing ``needle`` (cheaper than parsing them all)."""

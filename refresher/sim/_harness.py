@@ -72,6 +72,9 @@ class DaemonProcess:
     """``refresher run --config CONFIG ARGS`` as a child process, its output in ``log_path``.
 
     ``env`` is added to the environment (after the systemd supervision variables are removed).
+    ``cwd``: the child's working directory. ``python -m`` puts it first on ``sys.path``, ahead
+    of ``PYTHONPATH``: a harness that runs one source tree's daemon from another tree's
+    directory must pass the tree's root here, or it runs the other tree's code.
     """
 
     def __init__(
@@ -80,6 +83,7 @@ class DaemonProcess:
         *args: str,
         log_path: Path | None = None,
         env: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
     ) -> None:
         self.config = config
         self.log_path = log_path or config.with_suffix(".log")
@@ -93,6 +97,7 @@ class DaemonProcess:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 env={**base, **(env or {})},
+                cwd=cwd,
             )
         self.pid = self.proc.pid
 
