@@ -172,17 +172,16 @@ class _Table:
         scratch: _Scratch,
         out: tuple[int, int],
     ) -> tuple[Float, Float]:
-        """The rows whose first entry's flat index is ``base`` at columns ``c`` (finite;
-        overwritten): u and du/d ln y into ``scratch``'s float buffers ``out`` (``gap`` =
+        """The rows whose first entry's flat index is ``base`` at columns ``c`` (finite):
+        u and du/d ln y into ``scratch``'s float buffers ``out`` (``gap`` =
         σ²/2 − ln y for freshness, whose column is −ln gap; None for age)."""
         c0, c1 = self.c0, self.c1
         n = c.size
         u, step = scratch.floats[out[0]][:n], scratch.floats[out[1]][:n]
         k = scratch.ints[1][:n]
         low, high = bool(c.min() < c0), bool(c.max() > c1)
-        edge = c.copy() if low or high else c  # (rare: the columns off the grid, kept)
-        pos, whole = c, scratch.floats[9][:n]
-        pos -= c0
+        pos, whole = scratch.floats[12][:n], scratch.floats[9][:n]
+        np.subtract(c, c0, out=pos)
         pos *= 1.0 / self.dc
         if low or high:  # (inside the grid the column is within it: c0 ≤ c ≤ c1)
             np.clip(pos, 0.0, self.u.shape[1] - 1.000001, out=pos)
@@ -198,21 +197,21 @@ class _Table:
         if gap is not None:
             step /= gap  # dc/d ln y = 1/gap
         if low:
-            off = edge < c0
+            off = c < c0
             if gap is None:
-                u[off] += (edge[off] - c0) / 3.0
+                u[off] += (c[off] - c0) / 3.0
                 step[off] = 1.0 / 3.0
             else:
                 rows = base[off] // self.u.shape[1]
                 u[off] += (log_y[off] - (self.tops[rows] - math.exp(-c0))) / 2.0
                 step[off] = 0.5
         if high:
-            off = edge > c1
+            off = c > c1
             if gap is None:
-                u[off] += (edge[off] - c1) / 2.0
+                u[off] += (c[off] - c1) / 2.0
                 step[off] = 0.5
             else:
-                u[off] += edge[off] - c1
+                u[off] += c[off] - c1
                 step[off] = 1.0 / gap[off]
         return u, step
 
@@ -222,7 +221,7 @@ class _Scratch:
     to block: fresh memory of a block's size costs page faults, as much as a pass over it)."""
 
     def __init__(self, size: int) -> None:
-        self.floats = tuple(np.empty(size) for _ in range(12))
+        self.floats = tuple(np.empty(size) for _ in range(13))
         self.ints = (np.empty(size, np.intp), np.empty(size, np.intp))
 
 
@@ -335,8 +334,7 @@ class ExpectedPages(Pages):
             np.negative(c_hi, out=c_hi)
             lo_gap, hi_gap = gap_lo, gap_hi
         else:
-            np.copyto(c_lo, log_y)
-            np.copyto(c_hi, log_y)
+            c_lo = c_hi = log_y
         u_lo, du_lo = table.interpolate(c_lo, base, log_y, lo_gap, scratch, (5, 6))
         base += table.u.shape[1]
         u_hi, du_hi = table.interpolate(c_hi, base, log_y, hi_gap, scratch, (7, 8))
