@@ -164,42 +164,65 @@ class _Table:
         return np.asarray(np.where(np.isinf(lo) | np.isinf(hi), np.inf, out), dtype=np.float64)
 
     def interpolate(
-        self, c: Float, rows: Index, log_y: Float, gap: Float | None
+        self,
+        c: Float,
+        base: Index,
+        log_y: Float,
+        gap: Float | None,
+        scratch: _Scratch,
+        out: tuple[int, int],
     ) -> tuple[Float, Float]:
-        """Row ``rows`` at columns ``c`` (finite): u and du/d ln y (``gap`` = σ²/2 − ln y
-        for freshness, whose column is −ln gap; None for age)."""
+        """The rows whose first entry's flat index is ``base`` at columns ``c`` (finite):
+        u and du/d ln y into ``scratch``'s float buffers ``out`` (``gap`` =
+        σ²/2 − ln y for freshness, whose column is −ln gap; None for age)."""
         c0, c1 = self.c0, self.c1
-        pos = c - c0
+        n = c.size
+        u, step = scratch.floats[out[0]][:n], scratch.floats[out[1]][:n]
+        k = scratch.ints[1][:n]
+        low, high = bool(c.min() < c0), bool(c.max() > c1)
+        pos, whole = scratch.floats[12][:n], scratch.floats[9][:n]
+        np.subtract(c, c0, out=pos)
         pos *= 1.0 / self.dc
-        last = self.u.shape[1] - 1.000001
-        low, high = bool(pos.min() < 0.0), bool(pos.max() > last)
-        np.clip(pos, 0.0, last, out=pos)
-        k = pos.astype(np.intp)
-        pos -= k
-        k += rows * self.u.shape[1]
-        step = np.take(self.step, k)
-        u = np.take(self.u, k)
-        u += pos * step
+        if low or high:  # (inside the grid the column is within it: c0 ≤ c ≤ c1)
+            np.clip(pos, 0.0, self.u.shape[1] - 1.000001, out=pos)
+        np.floor(pos, out=whole)
+        pos -= whole
+        np.copyto(k, whole, casting="unsafe")
+        k += base
+        np.take(self.step, k, out=step, mode="clip")  # (with out=, 'raise' buffers)
+        np.take(self.u, k, out=u, mode="clip")
+        pos *= step
+        u += pos
         step *= 1.0 / self.dc  # du/dc inside the grid
         if gap is not None:
             step /= gap  # dc/d ln y = 1/gap
         if low:
-            out = c < c0
+            off = c < c0
             if gap is None:
-                u[out] += (c[out] - c0) / 3.0
-                step[out] = 1.0 / 3.0
+                u[off] += (c[off] - c0) / 3.0
+                step[off] = 1.0 / 3.0
             else:
-                u[out] += (log_y[out] - (self.tops[rows[out]] - math.exp(-c0))) / 2.0
-                step[out] = 0.5
+                rows = base[off] // self.u.shape[1]
+                u[off] += (log_y[off] - (self.tops[rows] - math.exp(-c0))) / 2.0
+                step[off] = 0.5
         if high:
-            out = c > c1
+            off = c > c1
             if gap is None:
-                u[out] += (c[out] - c1) / 2.0
-                step[out] = 0.5
+                u[off] += (c[off] - c1) / 2.0
+                step[off] = 0.5
             else:
-                u[out] += c[out] - c1
-                step[out] = 1.0 / gap[out]
+                u[off] += c[off] - c1
+                step[off] = 1.0 / gap[off]
         return u, step
+
+
+class _Scratch:
+    """Block-sized buffers for one evaluation of :class:`ExpectedPages` (reused from block
+    to block: fresh memory of a block's size costs page faults, as much as a pass over it)."""
+
+    def __init__(self, size: int) -> None:
+        self.floats = tuple(np.empty(size) for _ in range(13))
+        self.ints = (np.empty(size, np.intp), np.empty(size, np.intp))
 
 
 @cache
@@ -274,31 +297,47 @@ class ExpectedPages(Pages):
             compressed=self.compressed,
         )
 
+    def level(self, u: Float) -> object:
+        return u, _Scratch(min(self.size, _CHUNK))
+
     def rates(self, block: slice, level: object, group: Index | None, f: Float, df: Float) -> None:
-        u = cast(Float, level)
+        u, scratch = cast(tuple[Float, _Scratch], level)
         table = self.table
-        log_y = self.s[block] + (u[0] if group is None else u[group])
+        n = f.size
+        y, gap_lo, gap_hi, c_lo, c_hi = (scratch.floats[k][:n] for k in range(5))
+        if group is None:
+            log_y = np.add(self.s[block], u[0], out=y)
+        else:
+            log_y = np.take(u, group, out=y, mode="clip")
+            log_y += self.s[block]
         rows = self.row[block]
-        live = None
-        gap_lo = gap_hi = None
+        base = np.multiply(rows, table.u.shape[1], out=scratch.ints[0][:n])
+        live: Float | None = None
+        lo_gap: Float | None = None  # (age: none)
+        hi_gap: Float | None = None
         if table.power == 1:
-            gap_lo = np.take(table.tops, rows)
+            np.take(table.tops, rows, out=gap_lo, mode="clip")
             gap_lo -= log_y
-            gap_hi = np.take(table.tops, rows + 1)
+            np.take(table.tops[1:], rows, out=gap_hi, mode="clip")  # (the next row)
             gap_hi -= log_y
-            live = gap_lo > 0.0  # past the lower row's cut-off a page takes nothing
-            dead = ~live  # … so any column will do for it, one inside the grid is cheapest
-            np.copyto(gap_lo, 1.0, where=dead)
-            np.copyto(gap_hi, 1.0, where=dead)
+            # past the lower row's cut-off (gap_lo ≤ 0, so gap_hi ≤ its step < 1) a page takes
+            # nothing, so any column will do for it, one inside the grid is cheapest: gap 1,
+            # as the maximum with a 0/1 factor (no masked copies)
+            dead = np.less_equal(gap_lo, 0.0, out=scratch.floats[10][:n], casting="unsafe")
+            live = np.subtract(1.0, dead, out=scratch.floats[11][:n])
+            np.maximum(gap_lo, dead, out=gap_lo)
+            np.maximum(gap_hi, dead, out=gap_hi)
             np.maximum(gap_lo, _TINY, out=gap_lo)
-            c_lo = np.log(gap_lo)
+            np.log(gap_lo, out=c_lo)
             np.negative(c_lo, out=c_lo)
-            c_hi = np.log(gap_hi)
+            np.log(gap_hi, out=c_hi)
             np.negative(c_hi, out=c_hi)
+            lo_gap, hi_gap = gap_lo, gap_hi
         else:
             c_lo = c_hi = log_y
-        u_lo, du_lo = table.interpolate(c_lo, rows, log_y, gap_lo)
-        u_hi, du_hi = table.interpolate(c_hi, rows + 1, log_y, gap_hi)
+        u_lo, du_lo = table.interpolate(c_lo, base, log_y, lo_gap, scratch, (5, 6))
+        base += table.u.shape[1]
+        u_hi, du_hi = table.interpolate(c_hi, base, log_y, hi_gap, scratch, (7, 8))
         a = self.weight[block]
         u_hi -= u_lo
         u_hi *= a

@@ -78,9 +78,10 @@ def _evaluate(table, theta, log_y, row, weight):
     """f and df/d ln μ per page at ln y = ``log_y`` (the solver's pages at ln μ = 0)."""
     pages = _expected.ExpectedPages(table, theta, log_y, row, weight)
     f, df = np.empty(theta.size), np.empty(theta.size)
+    level = pages.level(np.array([0.0]))
     for start in range(0, theta.size, 1 << 15):
         b = slice(start, start + (1 << 15))
-        pages.rates(b, np.array([0.0]), None, f[b], df[b])
+        pages.rates(b, level, None, f[b], df[b])
     return f, df
 
 
