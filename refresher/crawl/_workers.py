@@ -121,28 +121,21 @@ DENIED_RECHECK = 3600.0
 STORE_GRACE = 1.0
 
 
-def _parse_settings(config: Config) -> tuple[int, str, bool]:
-    """The parse stage's processes, which slot a large page prefers, and the CPU split."""
+def crawl_parsers(config: Config) -> Parsers:
+    """The crawl's parse stage as ``[discovery]`` sets it (not entered yet)."""
     setting = config.discovery.parse_processes
     auto = setting == "auto"
     # "auto" on one CPU: no second core for a process to use, only a hand-off to pay
     cpus = usable_cpus()
     split = config.discovery.split_cpus and cpus > 1
-    processes = (cpus if cpus > 1 else 0) if auto else int(setting)
-    # split: the processes have CPUs of their own, the threads share the event loop's
-    return processes, "thread" if auto and not split else "process", split
-
-
-def crawl_parsers(config: Config) -> Parsers:
-    """The crawl's parse stage as ``[discovery]`` sets it (not entered yet)."""
-    processes, prefer, split = _parse_settings(config)
     # One parse thread per core: libxml2 parses without the GIL, but link resolution and the
     # simhash hold it, and twenty threads taking turns at it spend their time switching
     # (bench/bench_parsers.py measures 1, 2, 8 and 20 threads). Pages of real size go to
     # parse processes, which leave this process's GIL to the fetches.
     return Parsers(
-        processes=processes,
-        prefer=prefer,
+        processes=(cpus if cpus > 1 else 0) if auto else int(setting),
+        # split: the processes have CPUs of their own, the threads share the event loop's
+        prefer="thread" if auto and not split else "process",
         split=split,
         log_format=config.log.format,
         log_level=config.log.level,
@@ -152,15 +145,13 @@ def crawl_parsers(config: Config) -> Parsers:
 @contextlib.asynccontextmanager
 async def parse_stage(config: Config) -> AsyncIterator[Parsers]:
     """The crawl's parse stage entered, its processes started at once when a large page
-    goes to a process first: a new interpreter's imports take ~1 s of wall time, which the
-    daemon's start-up (the store, the seeds) then covers, instead of the first second of
-    crawling, when the large pages waited for the threads on the event loop's CPU (the
-    first pass's ramp, bench/README.md). A stage whose processes only take the overflow
-    (``parse_processes = "auto"`` without a CPU split) starts them on demand as before."""
+    goes to a process first (:meth:`Parsers.warm`): their imports then overlap the daemon's
+    start-up (the store, the seeds) instead of the first second of crawling, when the large
+    pages waited for the threads on the event loop's CPU (the first pass's ramp,
+    bench/README.md)."""
     parsers = crawl_parsers(config)
     async with parsers:
-        if parsers.processes is not None and _parse_settings(config)[1] == "process":
-            parsers.processes.ready()  # started, not waited for
+        parsers.warm()
         yield parsers
 
 

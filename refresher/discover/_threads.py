@@ -631,6 +631,14 @@ class Parsers:
         if self.processes is not None:
             self.processes.on_ready = self._hand_to_processes
 
+    def warm(self) -> None:
+        """Start the worker processes now, not waited for, when a large page goes to a process
+        first (a number of processes, or a CPU split): a new interpreter's imports then overlap
+        the caller's start-up instead of the first large pages, which the threads would take
+        meanwhile. Processes that only take the overflow start on demand."""
+        if self.processes is not None and self._order[0] == "process":
+            self.processes.ready()
+
     async def run(self, fn: Callable[[], T], *, size: int, portable: bool = True) -> T:
         """``fn()`` for a body of ``size`` bytes: in a process when there are any, the body
         is large enough, ``fn`` runs the same there (``portable``) and a process is the
