@@ -49,6 +49,7 @@ from ._solve import (
     check_hosts,
     solve_pages,
 )
+from ._table import Scratch
 
 __all__ = ["EXPECTED_POLICIES", "expected_value", "solve_expected"]
 
@@ -169,7 +170,7 @@ class _Table:
         base: Index,
         log_y: Float,
         gap: Float | None,
-        scratch: _Scratch,
+        scratch: Scratch,
         out: tuple[int, int],
     ) -> tuple[Float, Float]:
         """The rows whose first entry's flat index is ``base`` at columns ``c`` (finite):
@@ -214,15 +215,6 @@ class _Table:
                 u[off] += c[off] - c1
                 step[off] = 1.0 / gap[off]
         return u, step
-
-
-class _Scratch:
-    """Block-sized buffers for one evaluation of :class:`ExpectedPages` (reused from block
-    to block: fresh memory of a block's size costs page faults, as much as a pass over it)."""
-
-    def __init__(self, size: int) -> None:
-        self.floats = tuple(np.empty(size) for _ in range(13))
-        self.ints = (np.empty(size, np.intp), np.empty(size, np.intp))
 
 
 @cache
@@ -298,10 +290,10 @@ class ExpectedPages(Pages):
         )
 
     def level(self, u: Float) -> object:
-        return u, _Scratch(min(self.size, _CHUNK))
+        return u, Scratch(min(self.size, _CHUNK), floats=13)
 
     def rates(self, block: slice, level: object, group: Index | None, f: Float, df: Float) -> None:
-        u, scratch = cast(tuple[Float, _Scratch], level)
+        u, scratch = cast(tuple[Float, Scratch], level)
         table = self.table
         n = f.size
         y, gap_lo, gap_hi, c_lo, c_hi = (scratch.floats[k][:n] for k in range(5))

@@ -157,10 +157,12 @@ class _OctaveTable:
 
 
 class Scratch:
-    """Block-sized buffers for one evaluation (see ``Response.into``)."""
+    """Block-sized buffers for one evaluation, reused from block to block (fresh memory of a
+    block's size costs page faults, as much as a pass over it): ``floats`` float buffers
+    (four serve ``Response.into``) and two of integers."""
 
-    def __init__(self, size: int) -> None:
-        self.floats = tuple(np.empty(size) for _ in range(4))
+    def __init__(self, size: int, floats: int = 4) -> None:
+        self.floats = tuple(np.empty(size) for _ in range(floats))
         self.ints = (np.empty(size, np.int64), np.empty(size, np.int64))
 
 
