@@ -434,6 +434,17 @@ class _Work:
         buffers = (self.f, self.df) if reuse else None
         return _Work(self.pages.take(rows), self.group[rows], index, buffers)
 
+    def live(self, active: Mask, lo: Float) -> Mask:
+        """Per page: its group is ``active`` and the page not past its drop-out at its group's
+        lower bracket end ``lo`` (ln μ per group; from there up it takes nothing)."""
+        assert self.group is not None
+        keeping = active[self.group]
+        # (at a level of −∞ every page takes something: no pass over the pages to say so)
+        alive = self.pages.alive(lo, self.group) if np.isfinite(lo).any() else None
+        if alive is not None:
+            keeping &= alive
+        return keeping
+
     def evaluate(self, u: Float, *, step: bool = False, slope: bool = True) -> tuple[Float, Float]:
         """Σf and dΣf/du per group at u = log μ (one entry per group; without ``slope`` only
         Σf, and NaN for the slope: :meth:`slope` sums it when needed); fills f and df, and
@@ -696,10 +707,7 @@ def _solve_groups(
     if group is not None:
         # the groups with a budget, without their pages past their drop-out at ``lo`` (a
         # group's level is above it: they take nothing; the group has pages that do not)
-        keeping = active[group]
-        alive = None if lo is None else pages.alive(lo_u, group)
-        if alive is not None:
-            keeping &= alive
+        keeping = work.live(active, lo_u)
         if not keeping.all():
             work = work.keep(keeping, reuse=True)
     elastic = np.full(groups, np.nan)  # d ln Σf/du to step along, from the first evaluation
@@ -798,10 +806,7 @@ def _solve_groups(
             # drop the finished groups' pages, and those past their drop-out at their
             # group's lower end (they take nothing from there up), once they are a good
             # part of the work (until then they are evaluated along, unused)
-            keeping = active[work.group]
-            alive = work.pages.alive(lo_u, work.group)
-            if alive is not None:
-                keeping &= alive
+            keeping = work.live(active, lo_u)
             if keeping.mean() < 0.75:
                 work = work.keep(keeping, reuse=True)
         # Newton/secant in (log μ, log Σf) unless it leaves the bracket or fails to halve the
