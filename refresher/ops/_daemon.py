@@ -648,8 +648,7 @@ class Daemon:
                 timeout=c.fetch.timeout,
                 max_body_bytes=c.fetch.max_body_bytes,
                 max_redirects=c.fetch.max_redirects,
-                max_open_hosts=c.crawl.workers * c.frontier.back_queues_per_worker
-                + c.crawl.workers,
+                max_open_hosts=frontier.max_back + c.crawl.workers,
             ) as fetcher,
         ):
             self._fetcher = fetcher
