@@ -134,3 +134,24 @@ def test_nothing_imports_the_policies_by_their_folder_name() -> None:
     ]
     offenders = [str(p.relative_to(root)) for p in files if pattern.search(p.read_text())]
     assert offenders == []
+
+
+def test_the_lazy_table_names_the_modules_the_type_checker_imports_from() -> None:
+    # refresher/__init__.py lists each name twice: imports under TYPE_CHECKING for mypy and
+    # `_WHERE` for the PEP 562 lookup at run time. They must not drift apart.
+    import ast
+
+    tree = ast.parse(Path(refresher.__file__).read_text())
+    checked = next(
+        node
+        for node in tree.body
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING"
+    )
+    typed = {
+        alias.name: node.module
+        for node in checked.body
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    }
+    assert typed == refresher._WHERE
+    assert set(typed) | {"__version__"} == set(refresher.__all__)
