@@ -391,20 +391,30 @@ def _buffer(scratch: Scratch | None, k: int, size: int) -> Float:
 def _step_sums(group: Index, f: Float, df: Float, groups: int) -> Float:
     """Σ of :func:`_step_slope` per group, in blocks (no page-sized temporaries)."""
     out = np.zeros(groups)
+    # one pair of buffers for every block: a fresh block of this size is memory-mapped,
+    # and its page faults cost more than the arithmetic
+    size = min(f.size, 1 << 20)
+    slope, scaled = np.empty(size), np.empty(size)
     for start in range(0, f.size, 1 << 20):
         b = slice(start, start + (1 << 20))
-        out += group_sum(group[b], _step_slope(f[b], df[b]), groups)
+        n = f[b].size
+        out += group_sum(group[b], _step_slope(f[b], df[b], slope[:n], scaled[:n]), groups)
     return out
 
 
-def _step_slope(f: Float, df: Float) -> Float:
+def _step_slope(
+    f: Float, df: Float, out: Float | None = None, scratch: Float | None = None
+) -> Float:
     """df/du held to at most ``_ELASTIC`` times f in size: the slope to step along. A page
     close to its drop-out (or, under a posterior, to its cut-off) has a slope that a step of
     1e-8 already leaves behind; summed, it would make the pages' slope that of the one page
     about to drop, and every step along it vanish. Held, the slope is the other pages' (whose
     elasticity is of order 1), which is what a step of the size the search takes sees. The
     true slope stays what the last first-order step to the root moves the pages along."""
-    return np.maximum(df, f * -_ELASTIC)
+    if out is None or scratch is None:
+        return np.maximum(df, f * -_ELASTIC)
+    np.multiply(f, -_ELASTIC, out=scratch)
+    return np.maximum(df, scratch, out=out)
 
 
 class _Work:
@@ -906,8 +916,8 @@ def solve_pages(
     has_pages = np.bincount(host_v, minlength=n_hosts) > 0
     closed = caps <= 0.0
     host_u = np.where(closed, np.inf, np.nan)
-    open_pages = ~closed[host_v]
-    rows_open = None if open_pages.all() else np.flatnonzero(open_pages)
+    # (a pass over the pages only when a host is closed)
+    rows_open = np.flatnonzero(~closed[host_v]) if closed[has_pages].any() else None
     host_open = _take(host_v, rows_open)
     room = float(caps[has_pages & ~closed].sum())
     if room <= budget:
@@ -937,7 +947,7 @@ def solve_pages(
         f_v = _spread(f_open, rows_open, pages.size)
         lo_h = np.full(n_hosts, u_global)
     if capped.any():
-        f_v[capped[host_v]] = 0.0  # (their pages past their drop-out are left out below)
+        # (every capped host's page gets its rate here, 0 past its drop-out)
         host_u[capped], f_rows, rows = _solve_hosts(pages, host_v, caps, capped, lo_h, start)
         f_v[rows] = f_rows
     capped |= closed
@@ -986,7 +996,7 @@ def _solve_global(
     theirs from a Newton step), returned as it is."""
     n_hosts = caps.size
     guessed = np.zeros(n_hosts, dtype=bool) if levels is None else np.isfinite(levels)
-    f, df = np.zeros(pages.size), np.zeros(pages.size)
+    f = np.zeros(pages.size)
     start_h = np.full(n_hosts, np.nan)
     hi = first
     seen = None
@@ -1001,8 +1011,8 @@ def _solve_global(
         total, _, _, over, model = _capped_totals(work, (host, caps, known), guess[0], budget)
         if total[0] < budget and over.any():
             settled, hi = over, u0
-            f, df = work.f, work.df
-            start_h = _host_start(guess[0], host, f, df, caps, over & ~guessed)
+            f = work.f
+            start_h = _host_start(guess[0], host, f, work.df, caps, over & ~guessed)
             if math.isfinite(model):
                 first = np.array([model])
                 # the rest's error there: the secant through it takes the step after
@@ -1017,22 +1027,23 @@ def _solve_global(
     if rest is not None and rest.size == 0:  # (cannot be: the caps would take it all)
         settled, rest, hi, seen = np.zeros(n_hosts, dtype=bool), None, None, None
     capped = np.zeros(n_hosts, dtype=bool)
+    host_rest = _take(host, rest)
     u, f_rest, df_rest = _solve_groups(
         pages if rest is None else pages.take(rest),
         None,
         np.array([budget - float(caps[settled].sum())]),
         hi=hi,
         start=first,
-        caps_by=(_take(host, rest), caps, capped),
+        caps_by=(host_rest, caps, capped),
         seen=seen,
     )
     if rest is None:
-        f, df = f_rest, df_rest
+        f = f_rest
     else:
-        f[rest], df[rest] = f_rest, df_rest
+        f[rest] = f_rest  # (the rates only: the slopes serve the capped hosts' start below)
     # the capped hosts' own μ_h > μ: a Newton step off the global solution, or off the
     # level at which a settled host was last evaluated (its pages' rates are those there)
-    later = _host_start(float(u[0]), _take(host, rest), f_rest, df_rest, caps, capped & ~guessed)
+    later = _host_start(float(u[0]), host_rest, f_rest, df_rest, caps, capped & ~guessed)
     start_h = np.where(capped, later, start_h)
     if levels is not None:
         start_h = np.where(guessed, levels, start_h)
