@@ -660,6 +660,7 @@ def _solve_groups(
     start_slope: Float | float = math.nan,
     caps_by: tuple[Index, Float, Mask] | None = None,
     seen: tuple[float, float] | None = None,
+    buffers: tuple[Float, Float] | None = None,
 ) -> tuple[Float, Float, Float]:
     """Find u_g = log μ_g with Σ_{i∈g} f_i = budgets[g] for every group holding pages.
 
@@ -674,7 +675,8 @@ def _solve_groups(
     of the capped problem. The hosts over their caps at u are marked in ``capped``; their
     pages' rates are left as they are at u (their own multipliers are the caller's job).
     ``seen`` = (u, log Σf − log budget) of a point already evaluated (one group): the first
-    step is the secant through it, not a model's."""
+    step is the secant through it, not a model's. ``buffers``: f and df arrays of at least
+    the pages' size to work in (one group: the rates and slopes returned are theirs)."""
     single = group is None
     groups = budgets.size
     ftol = _FTOL_ONE if single else _FTOL
@@ -713,7 +715,7 @@ def _solve_groups(
     err_lo = np.full(groups, np.inf)  # log Σf − log budget at lo_u (> 0) and hi_u (< 0)
     err_hi = np.full(groups, -np.inf)
     last_side = np.zeros(groups, np.int8)
-    work = _Work(pages, group)
+    work = _Work(pages, group, buffers=buffers)
     if group is not None:
         # the groups with a budget, without their pages past their drop-out at ``lo`` (a
         # group's level is above it: they take nothing; the group has pages that do not)
@@ -982,7 +984,8 @@ def _solve_global(
     levels: Float | None = None,
 ) -> tuple[float, Float, Mask, Float]:
     """The global multiplier under the caps: (u, f per page at u, the hosts over their caps,
-    a first guess of each one's own level).
+    a first guess of each one's own level). The rates of the hosts over their caps are
+    left as they fall (the caller solves those hosts' own levels and overwrites them).
 
     A host over its cap at a level at or above the root stays over it down to the root, so
     its pages need not be evaluated again: it takes its cap. ``known`` are such hosts (a
@@ -1001,6 +1004,7 @@ def _solve_global(
     hi = first
     seen = None
     settled = known
+    spare = None
     guess = None if first is not None or known.any() else pages.start(budget)
     if probe and first is not None:
         guess, hi, first = (float(first[0]) + _PROBE, math.nan), None, None
@@ -1013,6 +1017,9 @@ def _solve_global(
             settled, hi = over, u0
             f = work.f
             start_h = _host_start(guess[0], host, f, work.df, caps, over & ~guessed)
+            # the settled pages' rates are not read again (the caller solves their hosts):
+            # the rest is solved in these buffers, and its rates moved to their places
+            spare = (work.f, work.df)
             if math.isfinite(model):
                 first = np.array([model])
                 # the rest's error there: the secant through it takes the step after
@@ -1036,18 +1043,29 @@ def _solve_global(
         start=first,
         caps_by=(host_rest, caps, capped),
         seen=seen,
+        buffers=spare,
     )
-    if rest is None:
-        f = f_rest
-    else:
-        f[rest] = f_rest  # (the rates only: the slopes serve the capped hosts' start below)
     # the capped hosts' own μ_h > μ: a Newton step off the global solution, or off the
     # level at which a settled host was last evaluated (its pages' rates are those there)
     later = _host_start(float(u[0]), host_rest, f_rest, df_rest, caps, capped & ~guessed)
+    if rest is None:
+        f = f_rest
+    else:
+        _expand(f, rest, f_rest)  # (the rates only: the slopes served ``later``)
     start_h = np.where(capped, later, start_h)
     if levels is not None:
         start_h = np.where(guessed, levels, start_h)
     return float(u[0]), f, capped | settled, start_h
+
+
+def _expand(out: Float, index: Index, values: Float) -> None:
+    """out[index] = values, where ``values`` may be ``out``'s first index.size entries
+    (``index`` increasing, so index[i] ≥ i): block by block from the last, so that no
+    value is overwritten before it has moved (numpy copies a block whose source and
+    destination overlap)."""
+    for start in reversed(range(0, index.size, _CHUNK)):
+        block = slice(start, start + _CHUNK)
+        out[index[block]] = values[block]
 
 
 def _host_start(u: float, host: Index, f: Float, df: Float, caps: Float, capped: Mask) -> Float:
