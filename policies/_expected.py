@@ -47,6 +47,7 @@ from ._solve import (
     _solve_groups,
     _Work,
     check_hosts,
+    compact,
     solve_pages,
 )
 from ._table import Scratch
@@ -291,6 +292,17 @@ class ExpectedPages(Pages):
             theta if self.s is self.theta else self.s[index],  # (freshness, weights 1)
             self.row[index],
             self.weight[index],
+            compressed=self.compressed,
+        )
+
+    def compact(self, index: Index) -> ExpectedPages:
+        theta = compact(self.theta, index)
+        return ExpectedPages(
+            self.table,
+            theta,
+            theta if self.s is self.theta else compact(self.s, index),
+            compact(self.row, index),
+            compact(self.weight, index),
             compressed=self.compressed,
         )
 

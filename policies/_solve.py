@@ -298,6 +298,11 @@ class Pages:
         """The pages at ``index``."""
         raise NotImplementedError
 
+    def compact(self, index: Index) -> Pages:
+        """The pages at ``index`` (increasing), in this object's own arrays where it can:
+        the caller is done with this one (its arrays are this solve's copies)."""
+        return self.take(index)
+
     def level(self, u: Float) -> object:
         """What one evaluation at the groups' levels ``u`` shares between its blocks."""
         return u
@@ -349,6 +354,9 @@ class ResponsePages(Pages):
 
     def take(self, index: Index) -> ResponsePages:
         return ResponsePages(self.response, self.log_s[index], self.amp[index])
+
+    def compact(self, index: Index) -> ResponsePages:
+        return ResponsePages(self.response, compact(self.log_s, index), compact(self.amp, index))
 
     def level(self, u: Float) -> object:
         with np.errstate(over="ignore"):
@@ -427,8 +435,12 @@ class _Work:
         group: Index | None = None,
         index: Index | None = None,
         buffers: tuple[Float, Float] | None = None,
+        *,
+        owned: bool = False,
     ):
         self.pages, self.group, self.index = pages, group, index
+        # the pages, groups and index are this solve's copies: a keep may overwrite them
+        self.owned = owned
         n = pages.size
         # a smaller work than the one it came from takes that one's buffers (fresh memory
         # of this size costs page faults, as much as a pass over it)
@@ -440,9 +452,13 @@ class _Work:
         """The pages of ``mask``; ``reuse``: in this work's buffers (this one is done with)."""
         assert self.group is not None
         rows = np.flatnonzero(mask)
+        if reuse and self.owned:  # (no fresh copies: they would cost page faults)
+            index = rows if self.index is None else compact(self.index, rows)
+            group = compact(self.group, rows)
+            return _Work(self.pages.compact(rows), group, index, (self.f, self.df), owned=True)
         index = rows if self.index is None else self.index[rows]
         buffers = (self.f, self.df) if reuse else None
-        return _Work(self.pages.take(rows), self.group[rows], index, buffers)
+        return _Work(self.pages.take(rows), self.group[rows], index, buffers, owned=reuse)
 
     def live(self, active: Mask, lo: Float) -> Mask:
         """Per page: its group is ``active`` and the page not past its drop-out at its group's
@@ -661,6 +677,7 @@ def _solve_groups(
     caps_by: tuple[Index, Float, Mask] | None = None,
     seen: tuple[float, float] | None = None,
     buffers: tuple[Float, Float] | None = None,
+    owned: bool = False,
 ) -> tuple[Float, Float, Float]:
     """Find u_g = log μ_g with Σ_{i∈g} f_i = budgets[g] for every group holding pages.
 
@@ -676,7 +693,9 @@ def _solve_groups(
     pages' rates are left as they are at u (their own multipliers are the caller's job).
     ``seen`` = (u, log Σf − log budget) of a point already evaluated (one group): the first
     step is the secant through it, not a model's. ``buffers``: f and df arrays of at least
-    the pages' size to work in (one group: the rates and slopes returned are theirs)."""
+    the pages' size to work in (one group: the rates and slopes returned are theirs).
+    ``owned``: ``pages`` and ``group`` are the caller's copies, which the search may
+    overwrite (it compacts them as groups finish)."""
     single = group is None
     groups = budgets.size
     ftol = _FTOL_ONE if single else _FTOL
@@ -715,7 +734,7 @@ def _solve_groups(
     err_lo = np.full(groups, np.inf)  # log Σf − log budget at lo_u (> 0) and hi_u (< 0)
     err_hi = np.full(groups, -np.inf)
     last_side = np.zeros(groups, np.int8)
-    work = _Work(pages, group, buffers=buffers)
+    work = _Work(pages, group, buffers=buffers, owned=owned)
     if group is not None:
         # the groups with a budget, without their pages past their drop-out at ``lo`` (a
         # group's level is above it: they take nothing; the group has pages that do not)
@@ -1058,6 +1077,16 @@ def _solve_global(
     return float(u[0]), f, capped | settled, start_h
 
 
+def compact(a: NDArray[_T], index: Index) -> NDArray[_T]:
+    """a[index] moved to a's first index.size entries, in place (``index`` increasing, so
+    index[i] ≥ i), block by block from the first, so that no entry is overwritten before it
+    has been read; returns them."""
+    for start in range(0, index.size, _CHUNK):
+        block = slice(start, min(start + _CHUNK, index.size))
+        a[block] = a[index[block]]
+    return a[: index.size]
+
+
 def _expand(out: Float, index: Index, values: Float) -> None:
     """out[index] = values, where ``values`` may be ``out``'s first index.size entries
     (``index`` increasing, so index[i] ≥ i): block by block from the last, so that no
@@ -1103,6 +1132,7 @@ def _solve_hosts(
         caps[ids],
         lo=None if lo is None else lo[ids],
         start=start[ids],
+        owned=True,
     )
     return u, f, rows
 
