@@ -19,6 +19,10 @@ of sd 0.066, what bench_replan's re-estimate after half the pages were fetched a
 it by; the posterior sd of half the pages × √(20/21), one observation more), a new draw each
 time; "CPU warm" is the best of them and "warm evals" their mean count of page evaluations
 (the solver's passes over pages, counted).
+
+``--no-huge-pages`` stops numpy advising the kernel to back its large arrays with 2 MiB
+pages (``madvise``; numpy's default, and the daemon's): every fresh page-sized array a solve
+makes costs page faults, more system time with huge pages than without on this machine.
 """
 
 from __future__ import annotations
@@ -134,6 +138,14 @@ def memory(library: bool) -> str:
     return f"memory: as the daemon's (tune_malloc: {tune_malloc()})"
 
 
+def huge_pages(on: bool) -> str:
+    """numpy's advice to the kernel to back its large arrays with 2 MiB pages (its default,
+    the daemon's), or not (``--no-huge-pages``); says which."""
+    if not on:
+        np._core.multiarray._set_madvise_hugepage(False)  # type: ignore[attr-defined]
+    return "numpy huge pages: " + ("on (numpy's default, the daemon's)" if on else "off")
+
+
 def load() -> str:
     return "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
 
@@ -159,8 +171,14 @@ def main() -> None:
         action="store_true",
         help="glibc's malloc defaults, not the daemon's tune_malloc",
     )
+    parser.add_argument(
+        "--no-huge-pages",
+        action="store_true",
+        help="numpy's large arrays without the kernel's 2 MiB pages (not the daemon's default)",
+    )
     args = parser.parse_args()
     print(memory(args.library))
+    print(huge_pages(not args.no_huge_pages))
     counter = Counted()
     print(load(), flush=True)
     # build the tables outside the timings (the expected-value table's rows a solve needs

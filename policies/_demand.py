@@ -323,6 +323,7 @@ class Demand:
                 np.where(over, caps, 0.0),
                 lo=lo,
                 start=start,
+                owned=True,
             )
             f_v[capped_rows] = f_rows
             levels[over] = u[over]

@@ -47,6 +47,7 @@ from ._solve import (
     _solve_groups,
     _Work,
     check_hosts,
+    compact,
     solve_pages,
 )
 from ._table import Scratch
@@ -55,6 +56,10 @@ __all__ = ["EXPECTED_POLICIES", "expected_value", "solve_expected"]
 
 Float = NDArray[np.float64]
 Index = NDArray[np.intp]
+#: a page's lower σ row (≤ 80): 4 bytes a page where an index takes 8, in every copy of
+#: the pages the solver makes and every pass over them
+_ROW = np.int32
+Rows = NDArray[np.int32]
 Mask = NDArray[np.bool_]
 
 #: the policies with an expected-value form, and their objective's power p
@@ -112,9 +117,9 @@ class _Table:
                     self.step[r, :-1] = np.diff(self.u[r])
                     self.built[r] = True
 
-    def position(self, sigma: Float) -> tuple[Index, Float]:
+    def position(self, sigma: Float) -> tuple[Rows, Float]:
         """Each σ's lower row and its weight towards the next one; builds the rows used."""
-        j = np.empty(sigma.size, np.intp)
+        j = np.empty(sigma.size, _ROW)
         a = np.empty(sigma.size)
         for start in range(0, sigma.size, _CHUNK):  # in blocks: no page-sized temporaries
             b = slice(start, start + _CHUNK)
@@ -126,14 +131,14 @@ class _Table:
             self.ensure(np.arange(int(j.min()), int(j.max()) + 2))
         return j, a
 
-    def _column(self, rows: Index, log_y: Float) -> Float:
+    def _column(self, rows: Rows, log_y: Float) -> Float:
         if self.power == 2:
             return log_y
         top = 0.5 * (rows * _SIGMA_STEP) ** 2
         with np.errstate(divide="ignore", invalid="ignore"):
             return np.asarray(-np.log(top - log_y), dtype=np.float64)
 
-    def _row(self, rows: Index, log_y: Float) -> Float:
+    def _row(self, rows: Rows, log_y: Float) -> Float:
         c = self._column(rows, log_y)
         c0, c1, dc = self.c0, self.c1, self.dc
         pos = np.clip(np.nan_to_num((c - c0) / dc, nan=0.0), 0.0, self.u.shape[1] - 1.000001)
@@ -265,14 +270,15 @@ class ExpectedPages(Pages):
         table: _Table,
         theta: Float,
         s: Float,
-        row: Index,
+        row: Rows,
         weight: Float,
         *,
         compressed: bool = False,
     ) -> None:
         self.table, self.theta, self.s, self.row, self.weight = table, theta, s, row, weight
         self.compressed = compressed
-        self._summarised: tuple[float, ExpectedPages | None] | None = None
+        self._total: float | None = None
+        self._compressed: ExpectedPages | None = None
 
     @property
     def size(self) -> int:
@@ -286,6 +292,17 @@ class ExpectedPages(Pages):
             theta if self.s is self.theta else self.s[index],  # (freshness, weights 1)
             self.row[index],
             self.weight[index],
+            compressed=self.compressed,
+        )
+
+    def compact(self, index: Index) -> ExpectedPages:
+        theta = compact(self.theta, index)
+        return ExpectedPages(
+            self.table,
+            theta,
+            theta if self.s is self.theta else compact(self.s, index),
+            compact(self.row, index),
+            compact(self.weight, index),
             compressed=self.compressed,
         )
 
@@ -378,7 +395,7 @@ class ExpectedPages(Pages):
 
     def mass(self, group: Index | None, groups: int) -> Float:
         if group is None:
-            return np.array([self._summary()[0]])
+            return np.array([self._bound()])
         total = np.zeros(groups)
         for start in range(0, self.size, _CHUNK):
             b = slice(start, start + _CHUNK)
@@ -388,8 +405,7 @@ class ExpectedPages(Pages):
     def start(self, budget: float) -> tuple[float, float] | None:
         if self.compressed or self.size < _CELLS_FROM:
             return None
-        cells = self._summary()[1]
-        assert cells is not None
+        cells = self._cells()
         u, _, _ = _solve_groups(cells, None, np.array([budget]))
         if not np.isfinite(u[0]):
             return None
@@ -403,30 +419,30 @@ class ExpectedPages(Pages):
             slope = (math.log(upper) - math.log(lower)) / (2.0 * h) if upper > 0.0 else math.nan
         return float(u[0]), slope
 
-    def _summary(self) -> tuple[float, ExpectedPages | None]:
-        """(Σ of :meth:`bounds`, the compressed stand-in or None when not worth one), in one
-        pass over the pages, kept."""
-        if self._summarised is None:
-            self._summarised = self._summarise()
-        return self._summarised
+    def _bound(self) -> float:
+        """Σ of :meth:`bounds`, kept (block by block, in the order of the pages)."""
+        if self._total is None:
+            total = 0.0
+            for start in range(0, self.size, _CHUNK):
+                total += float(self.bounds(slice(start, start + _CHUNK)).sum())
+            self._total = total
+        return self._total
 
-    def _summarise(self) -> tuple[float, ExpectedPages | None]:
-        """The stand-in: cells of one row, a quarter of the σ weight and 1/512 of the range of
-        s, each at its e^θ-weighted mean s and weight with the cell's Σe^θ, which cancels the
-        first-order error."""
-        with_cells = not self.compressed and self.size >= _CELLS_FROM
-        top = float(self.theta.max()) if self.size else 0.0
-        lo, hi = (float(self.s.min()), float(self.s.max())) if self.size else (0.0, 0.0)
+    def _cells(self) -> ExpectedPages:
+        """The compressed stand-in, built when a first guess asks for it (a warm solve and
+        the solver's subsets of pages never do), kept: cells of one row, a quarter of the σ
+        weight and 1/512 of the range of s, each at its e^θ-weighted mean s and weight with
+        the cell's Σe^θ, which cancels the first-order error."""
+        if self._compressed is not None:
+            return self._compressed
+        top = float(self.theta.max())
+        lo, hi = float(self.s.min()), float(self.s.max())
         scale = _CELL_S / ((hi - lo) or 1.0)
         per_row = _CELL_ROWS_A * _CELL_S
-        n_cells = self.table.u.shape[0] * per_row if with_cells else 0
+        n_cells = self.table.u.shape[0] * per_row
         mass, moment_s, moment_a = np.zeros(n_cells), np.zeros(n_cells), np.zeros(n_cells)
-        bound = 0.0
         for start in range(0, self.size, _CHUNK):  # in blocks: no page-sized temporaries
             b = slice(start, start + _CHUNK)
-            bound += float(self.bounds(b).sum())
-            if not with_cells:
-                continue
             s, a = self.s[b], self.weight[b]
             cell = np.minimum(((s - lo) * scale).astype(np.intp), _CELL_S - 1)
             cell += np.minimum((a * _CELL_ROWS_A).astype(np.intp), _CELL_ROWS_A - 1) * _CELL_S
@@ -435,19 +451,17 @@ class ExpectedPages(Pages):
             mass += np.bincount(cell, e, minlength=n_cells)
             moment_s += np.bincount(cell, e * s, minlength=n_cells)
             moment_a += np.bincount(cell, e * a, minlength=n_cells)
-        if not with_cells:
-            return bound, None
         used = np.flatnonzero(mass > 0.0)
         m = mass[used]
-        cells = ExpectedPages(
+        self._compressed = ExpectedPages(
             self.table,
             np.log(m) + top,
             moment_s[used] / m,
-            used // per_row,
+            (used // per_row).astype(_ROW),
             moment_a[used] / m,
             compressed=True,
         )
-        return bound, cells
+        return self._compressed
 
 
 def solve_expected(

@@ -298,6 +298,11 @@ class Pages:
         """The pages at ``index``."""
         raise NotImplementedError
 
+    def compact(self, index: Index) -> Pages:
+        """The pages at ``index`` (increasing), in this object's own arrays where it can:
+        the caller is done with this one (its arrays are this solve's copies)."""
+        return self.take(index)
+
     def level(self, u: Float) -> object:
         """What one evaluation at the groups' levels ``u`` shares between its blocks."""
         return u
@@ -350,6 +355,9 @@ class ResponsePages(Pages):
     def take(self, index: Index) -> ResponsePages:
         return ResponsePages(self.response, self.log_s[index], self.amp[index])
 
+    def compact(self, index: Index) -> ResponsePages:
+        return ResponsePages(self.response, compact(self.log_s, index), compact(self.amp, index))
+
     def level(self, u: Float) -> object:
         with np.errstate(over="ignore"):
             return u, np.exp(-0.5 * u), self.response.scratch(min(self.size, _CHUNK))
@@ -391,20 +399,30 @@ def _buffer(scratch: Scratch | None, k: int, size: int) -> Float:
 def _step_sums(group: Index, f: Float, df: Float, groups: int) -> Float:
     """Σ of :func:`_step_slope` per group, in blocks (no page-sized temporaries)."""
     out = np.zeros(groups)
+    # one pair of buffers for every block: a fresh block of this size is memory-mapped,
+    # and its page faults cost more than the arithmetic
+    size = min(f.size, 1 << 20)
+    slope, scaled = np.empty(size), np.empty(size)
     for start in range(0, f.size, 1 << 20):
         b = slice(start, start + (1 << 20))
-        out += group_sum(group[b], _step_slope(f[b], df[b]), groups)
+        n = f[b].size
+        out += group_sum(group[b], _step_slope(f[b], df[b], slope[:n], scaled[:n]), groups)
     return out
 
 
-def _step_slope(f: Float, df: Float) -> Float:
+def _step_slope(
+    f: Float, df: Float, out: Float | None = None, scratch: Float | None = None
+) -> Float:
     """df/du held to at most ``_ELASTIC`` times f in size: the slope to step along. A page
     close to its drop-out (or, under a posterior, to its cut-off) has a slope that a step of
     1e-8 already leaves behind; summed, it would make the pages' slope that of the one page
     about to drop, and every step along it vanish. Held, the slope is the other pages' (whose
     elasticity is of order 1), which is what a step of the size the search takes sees. The
     true slope stays what the last first-order step to the root moves the pages along."""
-    return np.maximum(df, f * -_ELASTIC)
+    if out is None or scratch is None:
+        return np.maximum(df, f * -_ELASTIC)
+    np.multiply(f, -_ELASTIC, out=scratch)
+    return np.maximum(df, scratch, out=out)
 
 
 class _Work:
@@ -417,8 +435,12 @@ class _Work:
         group: Index | None = None,
         index: Index | None = None,
         buffers: tuple[Float, Float] | None = None,
+        *,
+        owned: bool = False,
     ):
         self.pages, self.group, self.index = pages, group, index
+        # the pages, groups and index are this solve's copies: a keep may overwrite them
+        self.owned = owned
         n = pages.size
         # a smaller work than the one it came from takes that one's buffers (fresh memory
         # of this size costs page faults, as much as a pass over it)
@@ -430,9 +452,13 @@ class _Work:
         """The pages of ``mask``; ``reuse``: in this work's buffers (this one is done with)."""
         assert self.group is not None
         rows = np.flatnonzero(mask)
+        if reuse and self.owned:  # (no fresh copies: they would cost page faults)
+            index = rows if self.index is None else compact(self.index, rows)
+            group = compact(self.group, rows)
+            return _Work(self.pages.compact(rows), group, index, (self.f, self.df), owned=True)
         index = rows if self.index is None else self.index[rows]
         buffers = (self.f, self.df) if reuse else None
-        return _Work(self.pages.take(rows), self.group[rows], index, buffers)
+        return _Work(self.pages.take(rows), self.group[rows], index, buffers, owned=reuse)
 
     def live(self, active: Mask, lo: Float) -> Mask:
         """Per page: its group is ``active`` and the page not past its drop-out at its group's
@@ -650,6 +676,8 @@ def _solve_groups(
     start_slope: Float | float = math.nan,
     caps_by: tuple[Index, Float, Mask] | None = None,
     seen: tuple[float, float] | None = None,
+    buffers: tuple[Float, Float] | None = None,
+    owned: bool = False,
 ) -> tuple[Float, Float, Float]:
     """Find u_g = log μ_g with Σ_{i∈g} f_i = budgets[g] for every group holding pages.
 
@@ -664,7 +692,10 @@ def _solve_groups(
     of the capped problem. The hosts over their caps at u are marked in ``capped``; their
     pages' rates are left as they are at u (their own multipliers are the caller's job).
     ``seen`` = (u, log Σf − log budget) of a point already evaluated (one group): the first
-    step is the secant through it, not a model's."""
+    step is the secant through it, not a model's. ``buffers``: f and df arrays of at least
+    the pages' size to work in (one group: the rates and slopes returned are theirs).
+    ``owned``: ``pages`` and ``group`` are the caller's copies, which the search may
+    overwrite (it compacts them as groups finish)."""
     single = group is None
     groups = budgets.size
     ftol = _FTOL_ONE if single else _FTOL
@@ -703,7 +734,7 @@ def _solve_groups(
     err_lo = np.full(groups, np.inf)  # log Σf − log budget at lo_u (> 0) and hi_u (< 0)
     err_hi = np.full(groups, -np.inf)
     last_side = np.zeros(groups, np.int8)
-    work = _Work(pages, group)
+    work = _Work(pages, group, buffers=buffers, owned=owned)
     if group is not None:
         # the groups with a budget, without their pages past their drop-out at ``lo`` (a
         # group's level is above it: they take nothing; the group has pages that do not)
@@ -906,8 +937,8 @@ def solve_pages(
     has_pages = np.bincount(host_v, minlength=n_hosts) > 0
     closed = caps <= 0.0
     host_u = np.where(closed, np.inf, np.nan)
-    open_pages = ~closed[host_v]
-    rows_open = None if open_pages.all() else np.flatnonzero(open_pages)
+    # (a pass over the pages only when a host is closed)
+    rows_open = np.flatnonzero(~closed[host_v]) if closed[has_pages].any() else None
     host_open = _take(host_v, rows_open)
     room = float(caps[has_pages & ~closed].sum())
     if room <= budget:
@@ -937,7 +968,7 @@ def solve_pages(
         f_v = _spread(f_open, rows_open, pages.size)
         lo_h = np.full(n_hosts, u_global)
     if capped.any():
-        f_v[capped[host_v]] = 0.0  # (their pages past their drop-out are left out below)
+        # (every capped host's page gets its rate here, 0 past its drop-out)
         host_u[capped], f_rows, rows = _solve_hosts(pages, host_v, caps, capped, lo_h, start)
         f_v[rows] = f_rows
     capped |= closed
@@ -972,7 +1003,8 @@ def _solve_global(
     levels: Float | None = None,
 ) -> tuple[float, Float, Mask, Float]:
     """The global multiplier under the caps: (u, f per page at u, the hosts over their caps,
-    a first guess of each one's own level).
+    a first guess of each one's own level). The rates of the hosts over their caps are
+    left as they fall (the caller solves those hosts' own levels and overwrites them).
 
     A host over its cap at a level at or above the root stays over it down to the root, so
     its pages need not be evaluated again: it takes its cap. ``known`` are such hosts (a
@@ -986,11 +1018,12 @@ def _solve_global(
     theirs from a Newton step), returned as it is."""
     n_hosts = caps.size
     guessed = np.zeros(n_hosts, dtype=bool) if levels is None else np.isfinite(levels)
-    f, df = np.zeros(pages.size), np.zeros(pages.size)
+    f = np.zeros(pages.size)
     start_h = np.full(n_hosts, np.nan)
     hi = first
     seen = None
     settled = known
+    spare = None
     guess = None if first is not None or known.any() else pages.start(budget)
     if probe and first is not None:
         guess, hi, first = (float(first[0]) + _PROBE, math.nan), None, None
@@ -1001,8 +1034,11 @@ def _solve_global(
         total, _, _, over, model = _capped_totals(work, (host, caps, known), guess[0], budget)
         if total[0] < budget and over.any():
             settled, hi = over, u0
-            f, df = work.f, work.df
-            start_h = _host_start(guess[0], host, f, df, caps, over & ~guessed)
+            f = work.f
+            start_h = _host_start(guess[0], host, f, work.df, caps, over & ~guessed)
+            # the settled pages' rates are not read again (the caller solves their hosts):
+            # the rest is solved in these buffers, and its rates moved to their places
+            spare = (work.f, work.df)
             if math.isfinite(model):
                 first = np.array([model])
                 # the rest's error there: the secant through it takes the step after
@@ -1017,26 +1053,48 @@ def _solve_global(
     if rest is not None and rest.size == 0:  # (cannot be: the caps would take it all)
         settled, rest, hi, seen = np.zeros(n_hosts, dtype=bool), None, None, None
     capped = np.zeros(n_hosts, dtype=bool)
+    host_rest = _take(host, rest)
     u, f_rest, df_rest = _solve_groups(
         pages if rest is None else pages.take(rest),
         None,
         np.array([budget - float(caps[settled].sum())]),
         hi=hi,
         start=first,
-        caps_by=(_take(host, rest), caps, capped),
+        caps_by=(host_rest, caps, capped),
         seen=seen,
+        buffers=spare,
     )
-    if rest is None:
-        f, df = f_rest, df_rest
-    else:
-        f[rest], df[rest] = f_rest, df_rest
     # the capped hosts' own μ_h > μ: a Newton step off the global solution, or off the
     # level at which a settled host was last evaluated (its pages' rates are those there)
-    later = _host_start(float(u[0]), _take(host, rest), f_rest, df_rest, caps, capped & ~guessed)
+    later = _host_start(float(u[0]), host_rest, f_rest, df_rest, caps, capped & ~guessed)
+    if rest is None:
+        f = f_rest
+    else:
+        _expand(f, rest, f_rest)  # (the rates only: the slopes served ``later``)
     start_h = np.where(capped, later, start_h)
     if levels is not None:
         start_h = np.where(guessed, levels, start_h)
     return float(u[0]), f, capped | settled, start_h
+
+
+def compact(a: NDArray[_T], index: Index) -> NDArray[_T]:
+    """a[index] moved to a's first index.size entries, in place (``index`` increasing, so
+    index[i] ≥ i), block by block from the first, so that no entry is overwritten before it
+    has been read; returns them."""
+    for start in range(0, index.size, _CHUNK):
+        block = slice(start, min(start + _CHUNK, index.size))
+        a[block] = a[index[block]]
+    return a[: index.size]
+
+
+def _expand(out: Float, index: Index, values: Float) -> None:
+    """out[index] = values, where ``values`` may be ``out``'s first index.size entries
+    (``index`` increasing, so index[i] ≥ i): block by block from the last, so that no
+    value is overwritten before it has moved (numpy copies a block whose source and
+    destination overlap)."""
+    for start in reversed(range(0, index.size, _CHUNK)):
+        block = slice(start, start + _CHUNK)
+        out[index[block]] = values[block]
 
 
 def _host_start(u: float, host: Index, f: Float, df: Float, caps: Float, capped: Mask) -> Float:
@@ -1074,6 +1132,7 @@ def _solve_hosts(
         caps[ids],
         lo=None if lo is None else lo[ids],
         start=start[ids],
+        owned=True,
     )
     return u, f, rows
 

@@ -114,6 +114,24 @@ def test_a_warm_split_of_other_hosts_or_without_hosts_starts_from_its_level_alon
     assert solve(2.0, warm=cold).multiplier == pytest.approx(uncapped.multiplier, rel=1e-7)
 
 
+@pytest.mark.parametrize(("name", "decide"), CASES)
+def test_closed_hosts_take_nothing_warm_or_cold_and_the_others_split_alike(
+    name: str, decide: str
+) -> None:
+    # enough pages for the expected split's first guess from its cells; hosts 3 and 50
+    # closed (a cap of 0), the biggest at their caps: every kind of host in one re-plan
+    theta, sd, hosts, caps = _web(n=70_000)
+    caps[[3, 50]] = 0.0
+    kw = {"hosts": hosts, "host_caps": caps}
+    before = _solver(name, decide, theta, sd)(2.0, **kw)
+    solve = _solver(name, decide, theta + 0.05, sd)
+    cold, warm = solve(2.0, **kw), solve(2.0, warm=before, **kw)
+    _same(cold, warm, 2.0)
+    for split in (cold, warm):
+        assert not np.asarray(split.rates)[np.isin(hosts, [3, 50])].any()
+        assert split.capped_hosts is not None and split.capped_hosts[[3, 50]].all()
+
+
 @st.composite
 def _changes(draw: st.DrawFn) -> tuple[Float, ...]:
     """Two instances of the same pages and hosts: rates, caps and budget all drawn anew."""
