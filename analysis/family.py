@@ -244,6 +244,8 @@ def run_web(
     front_queues: int = 8,
     history: int = HISTORY,
     statistics: bool = True,
+    sitemaps: str = "off",
+    sitemap_interval: float = 0.0,
 ) -> dict[str, Any]:
     """Every policy of ``RUNS`` on ``web``: per label, freshness and age per horizon per run.
     ``steady``: one more horizon, :func:`steady_horizon` (when ``horizon`` reaches the last
@@ -268,6 +270,8 @@ def run_web(
         front_queues=front_queues,
         history=history,
         statistics=statistics,
+        sitemaps=sitemaps,
+        sitemap_interval=sitemap_interval,
     )
     out: dict[str, Any] = {"seed": web.seed, "label": web.label, "pages": int(mweb.rates.size)}
     out["horizons"] = horizons
@@ -674,6 +678,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         "statistics of all of them (the model before)",
     )
     parser.add_argument(
+        "--sitemaps",
+        choices=("off", "honest", "build", "now"),
+        default="off",
+        help="the estimator reads the sitemaps of the web's sitemap hosts: not at all, with "
+        "each page's true last change, one build time for every page, or the read's time",
+    )
+    parser.add_argument(
+        "--sitemap-interval",
+        type=float,
+        default=0.0,
+        help="seconds between a host's sitemap reads (0: one uniform round)",
+    )
+    parser.add_argument(
         "--honesty",
         action="store_true",
         help="instead: optimal's estimated against true freshness, last quarter of 15 minutes, "
@@ -745,6 +762,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             front_queues=args.front_queues,
             history=args.history,
             statistics=not args.window,
+            sitemaps=args.sitemaps,
+            sitemap_interval=args.sitemap_interval,
         )
 
     for seed in seeds:
