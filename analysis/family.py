@@ -47,7 +47,7 @@ from numpy.typing import NDArray
 
 from analysis import compare
 from analysis._db import open_history, rows
-from analysis.model import HISTORY, ModelSettings, ModelWeb, model_web, replay
+from analysis.model import HISTORY, SITEMAPS, ModelSettings, ModelWeb, model_web, replay
 from refresher.refresh._allocate import Plan, PolicyInputs, page_freshness
 from refresher.refresh._replan import ReplanRule
 from refresher.sim._simweb import RateClass, SimwebConfig
@@ -679,10 +679,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument(
         "--sitemaps",
-        choices=("off", "honest", "build", "now"),
+        choices=SITEMAPS,
         default="off",
-        help="the estimator reads the sitemaps of the web's sitemap hosts: not at all, with "
-        "each page's true last change, one build time for every page, or the read's time",
+        help="the web's sitemap hosts' sitemaps: never fetched, fetched once at the start, or "
+        "read by the estimator with each page's true last change, one build time for every "
+        "page, or the read's time as lastmod",
     )
     parser.add_argument(
         "--sitemap-interval",

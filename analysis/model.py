@@ -65,6 +65,7 @@ from refresher.store._change_stats import empty_state, read_statistics
 
 __all__ = [
     "HISTORY",
+    "SITEMAPS",
     "ModelSettings",
     "ModelWeb",
     "main",
@@ -80,6 +81,8 @@ Float = NDArray[np.float64]
 HISTORY = EstimateConfig().history
 #: seconds of saved credit of the budget's pacer, as the frontier makes it
 BURST = Pacer(1.0).burst
+#: how the model treats the web's sitemaps (:attr:`ModelSettings.sitemaps`)
+SITEMAPS = ("off", "fetched", "honest", "build", "now")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -125,10 +128,12 @@ class ModelSettings:
     # observation, weighed down to ``history`` (estimate_statistics); False: from the last
     # ``history`` intervals of each page (estimate_pages, the model before)
     statistics: bool = True
-    #: the sitemaps of the hosts that publish one, read every ``sitemap_interval`` seconds
-    #: (0: one uniform round, pages / budget) from the start, each read taking a token:
-    #: "off" (not read), "honest" (each page's last true change), "build" (one build time,
-    #: the web's start, for every page: a lastmod that never moves), "now" (the read's time
+    #: the sitemaps of the hosts that publish one (:data:`SITEMAPS`): "off" (never fetched, as
+    #: ``analysis.compare`` runs with discovery off), "fetched" (once at the cold start, as a
+    #: daemon discovering pages does, and not read), or read every ``sitemap_interval``
+    #: seconds (0: one uniform round, pages / budget) from the start, each read taking a
+    #: token, with "honest" lastmods (each page's last true change), "build" (one build time,
+    #: the web's start, for every page: a lastmod that never moves) or "now" (the read's time
     #: for every page: a lastmod that moves without the content)
     sitemaps: str = "off"
     sitemap_interval: float = 0.0
@@ -145,8 +150,10 @@ class ModelSettings:
             raise ValueError("seconds, budget and resolve_interval must be > 0")
         if self.runs < 1 or not 0 <= self.warmup < 1:
             raise ValueError("runs must be ≥ 1 and warmup a share in [0, 1)")
-        if self.sitemaps not in ("off", "honest", "build", "now"):
-            raise ValueError(f"sitemaps must be off, honest, build or now, not {self.sitemaps!r}")
+        if self.sitemaps not in SITEMAPS:
+            raise ValueError(
+                f"sitemaps must be one of {', '.join(SITEMAPS)}, not {self.sitemaps!r}"
+            )
         if self.model not in MODELS:
             raise ValueError(f"model must be one of {', '.join(MODELS)}, not {self.model!r}")
 
@@ -292,11 +299,11 @@ def replay(
     rule, cost = settings.rule, settings.solve_seconds
     planned_at, fetched, look = 0.0, 0, earliest(rule, cost)
     # the sitemap reads: each takes a token, until its host's sitemap fails the trust test;
-    # not read for the estimator ("off"), a sitemap is still fetched once at the cold start,
-    # as the daemon fetches every page it discovers (robots.txt names it)
+    # "fetched": once at the cold start, as a daemon discovering pages fetches every page
+    # robots.txt names, and not read
     reads = sitemap_reads(web, settings, settings.seconds)
     readers, read = (0 if web.sitemap is None else int(web.sitemap.sum())), 0
-    if readers and settings.sitemaps == "off":
+    if settings.sitemaps == "fetched":
         reads = np.array([1.0])
     while True:
         i = int(np.argmin(order))
@@ -315,7 +322,7 @@ def replay(
             clock = planned_at = look
             fetched, look = 0, look + next_look(0.0, rule, cost)
             inputs, made = _plan(policy, web, settings, fetches, changes, clock, on_plan)
-            if reads.size and settings.sitemaps != "off":
+            if reads.size and settings.sitemaps != "fetched":
                 assert web.sitemap is not None
                 failed = sitemap_checks(web, settings, fetches, changes, reads[:read])[1]
                 readers = int((web.sitemap & ~failed).sum())
@@ -531,7 +538,7 @@ def _estimate_statistics(
 def sitemap_reads(web: ModelWeb, settings: ModelSettings, now: float) -> Float:
     """The times (seconds) the sitemaps are read before ``now``: from 1 s after the cold start,
     every ``sitemap_interval`` (0: one uniform round); none when ``sitemaps`` is "off"."""
-    if settings.sitemaps == "off" or web.sitemap is None or not web.sitemap.any():
+    if settings.sitemaps in ("off", "fetched") or web.sitemap is None or not web.sitemap.any():
         return np.zeros(0)
     period = settings.sitemap_interval or web.rates.size / settings.budget
     return np.arange(1.0, now, period, dtype=np.float64)
@@ -540,7 +547,7 @@ def sitemap_reads(web: ModelWeb, settings: ModelSettings, now: float) -> Float:
 def _sitemap_period(web: ModelWeb, settings: ModelSettings) -> ModelSettings:
     """``settings`` with the sitemap reads' interval fixed (0: one uniform round at the
     budget), when the sitemaps are read."""
-    if settings.sitemaps == "off" or web.sitemap is None or not web.sitemap.any():
+    if settings.sitemaps in ("off", "fetched") or web.sitemap is None or not web.sitemap.any():
         return settings
     period = settings.sitemap_interval or web.rates.size / settings.budget
     return replace(settings, sitemap_interval=period)

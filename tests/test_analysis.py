@@ -709,3 +709,12 @@ def test_reading_honest_sitemaps_learns_the_rates_sooner_than_fetching_alone() -
         errors[lastmods] = np.abs(np.log(inputs.rates / web.rates)).mean()
     # two fetches a page in a minute against twelve reads
     assert errors["honest"] < 0.5 * errors["off"]
+
+
+def test_a_sitemap_fetched_once_at_the_cold_start_takes_one_token_of_the_pages() -> None:
+    web, settings = _sitemap_web("off")
+    counts = {}
+    for mode in ("off", "fetched"):
+        fetches, _ = model.replay("uniform", web, replace(settings, sitemaps=mode, budget=1.0), 1)
+        counts[mode] = sum(len(t) for t in fetches)
+    assert counts["fetched"] == counts["off"] - 1
