@@ -246,6 +246,7 @@ def run_web(
     statistics: bool = True,
     sitemaps: str = "off",
     sitemap_interval: float = 0.0,
+    sitemap_growth: float = 0.25,
 ) -> dict[str, Any]:
     """Every policy of ``RUNS`` on ``web``: per label, freshness and age per horizon per run.
     ``steady``: one more horizon, :func:`steady_horizon` (when ``horizon`` reaches the last
@@ -272,6 +273,7 @@ def run_web(
         statistics=statistics,
         sitemaps=sitemaps,
         sitemap_interval=sitemap_interval,
+        sitemap_growth=sitemap_growth,
     )
     out: dict[str, Any] = {"seed": web.seed, "label": web.label, "pages": int(mweb.rates.size)}
     out["horizons"] = horizons
@@ -692,6 +694,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="seconds between a host's sitemap reads (0: one uniform round)",
     )
     parser.add_argument(
+        "--sitemap-growth",
+        type=float,
+        default=0.25,
+        help="a read at t seconds is followed by the next after max(interval, growth × t)",
+    )
+    parser.add_argument(
         "--honesty",
         action="store_true",
         help="instead: optimal's estimated against true freshness, last quarter of 15 minutes, "
@@ -765,6 +773,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             statistics=not args.window,
             sitemaps=args.sitemaps,
             sitemap_interval=args.sitemap_interval,
+            sitemap_growth=args.sitemap_growth,
         )
 
     for seed in seeds:

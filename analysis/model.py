@@ -137,6 +137,9 @@ class ModelSettings:
     #: for every page: a lastmod that moves without the content)
     sitemaps: str = "off"
     sitemap_interval: float = 0.0
+    #: a read at t seconds is followed by the next after max(interval, growth · t) (0: every
+    #: interval)
+    sitemap_growth: float = 0.25
 
     @property
     def rule(self) -> ReplanRule:
@@ -541,7 +544,13 @@ def sitemap_reads(web: ModelWeb, settings: ModelSettings, now: float) -> Float:
     if settings.sitemaps in ("off", "fetched") or web.sitemap is None or not web.sitemap.any():
         return np.zeros(0)
     period = settings.sitemap_interval or web.rates.size / settings.budget
-    return np.arange(1.0, now, period, dtype=np.float64)
+    if settings.sitemap_growth <= 0:
+        return np.arange(1.0, now, period, dtype=np.float64)
+    times, t = [], 1.0
+    while t < now:  # the interval grows with the crawl's age: the rates are known better
+        times.append(t)
+        t += max(period, settings.sitemap_growth * t)
+    return np.array(times, dtype=np.float64)
 
 
 def _sitemap_period(web: ModelWeb, settings: ModelSettings) -> ModelSettings:

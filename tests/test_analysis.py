@@ -697,7 +697,7 @@ def test_reading_honest_sitemaps_learns_the_rates_sooner_than_fetching_alone() -
         honest=np.array([False]),
         sitemap=np.array([True]),
     )
-    base = model.ModelSettings(seconds=60.0, budget=1.0, sitemap_interval=5.0)
+    base = model.ModelSettings(seconds=60.0, budget=1.0, sitemap_interval=5.0, sitemap_growth=0)
     fetches, changes = model.replay("uniform", web, base, 1)
     with pytest.raises(ValueError, match="sitemaps"):
         model.ModelSettings(sitemaps="sometimes")
@@ -718,3 +718,12 @@ def test_a_sitemap_fetched_once_at_the_cold_start_takes_one_token_of_the_pages()
         fetches, _ = model.replay("uniform", web, replace(settings, sitemaps=mode, budget=1.0), 1)
         counts[mode] = sum(len(t) for t in fetches)
     assert counts["fetched"] == counts["off"] - 1
+
+
+def test_the_sitemap_reads_come_every_interval_then_further_apart_as_the_crawl_ages() -> None:
+    web, settings = _sitemap_web("honest")
+    reads = model.sitemap_reads(web, replace(settings, sitemap_growth=0.25), 200.0)
+    np.testing.assert_allclose(reads[:5], [1.0, 21.0, 41.0, 61.0, 81.0])
+    np.testing.assert_allclose(reads[5:], [101.25, 126.5625, 158.203125, 197.75390625])
+    assert model.sitemap_reads(web, replace(settings, sitemap_growth=0), 200.0).size == 10
+    assert model.sitemap_reads(web, replace(settings, sitemaps="fetched"), 200.0).size == 0
