@@ -47,7 +47,7 @@ from numpy.typing import NDArray
 
 from analysis import compare
 from analysis._db import open_history, rows
-from analysis.model import HISTORY, ModelSettings, ModelWeb, model_web, replay
+from analysis.model import HISTORY, SITEMAPS, ModelSettings, ModelWeb, model_web, replay
 from refresher.refresh._allocate import Plan, PolicyInputs, page_freshness
 from refresher.refresh._replan import ReplanRule
 from refresher.sim._simweb import RateClass, SimwebConfig
@@ -244,6 +244,9 @@ def run_web(
     front_queues: int = 8,
     history: int = HISTORY,
     statistics: bool = True,
+    sitemaps: str = "off",
+    sitemap_interval: float = 0.0,
+    sitemap_growth: float = 0.25,
 ) -> dict[str, Any]:
     """Every policy of ``RUNS`` on ``web``: per label, freshness and age per horizon per run.
     ``steady``: one more horizon, :func:`steady_horizon` (when ``horizon`` reaches the last
@@ -268,6 +271,9 @@ def run_web(
         front_queues=front_queues,
         history=history,
         statistics=statistics,
+        sitemaps=sitemaps,
+        sitemap_interval=sitemap_interval,
+        sitemap_growth=sitemap_growth,
     )
     out: dict[str, Any] = {"seed": web.seed, "label": web.label, "pages": int(mweb.rates.size)}
     out["horizons"] = horizons
@@ -674,6 +680,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         "statistics of all of them (the model before)",
     )
     parser.add_argument(
+        "--sitemaps",
+        choices=SITEMAPS,
+        default="off",
+        help="the web's sitemap hosts' sitemaps: never fetched, fetched once at the start, or "
+        "read by the estimator with each page's true last change, one build time for every "
+        "page, or the read's time as lastmod",
+    )
+    parser.add_argument(
+        "--sitemap-interval",
+        type=float,
+        default=0.0,
+        help="seconds between a host's sitemap reads (0: one uniform round)",
+    )
+    parser.add_argument(
+        "--sitemap-growth",
+        type=float,
+        default=0.25,
+        help="a read at t seconds is followed by the next after max(interval, growth × t)",
+    )
+    parser.add_argument(
         "--honesty",
         action="store_true",
         help="instead: optimal's estimated against true freshness, last quarter of 15 minutes, "
@@ -745,6 +771,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             front_queues=args.front_queues,
             history=args.history,
             statistics=not args.window,
+            sitemaps=args.sitemaps,
+            sitemap_interval=args.sitemap_interval,
+            sitemap_growth=args.sitemap_growth,
         )
 
     for seed in seeds:

@@ -37,6 +37,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -64,6 +65,7 @@ from refresher.store._change_stats import empty_state, read_statistics
 
 __all__ = [
     "HISTORY",
+    "SITEMAPS",
     "ModelSettings",
     "ModelWeb",
     "main",
@@ -79,6 +81,8 @@ Float = NDArray[np.float64]
 HISTORY = EstimateConfig().history
 #: seconds of saved credit of the budget's pacer, as the frontier makes it
 BURST = Pacer(1.0).burst
+#: how the model treats the web's sitemaps (:attr:`ModelSettings.sitemaps`)
+SITEMAPS = ("off", "fetched", "honest", "build", "now")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -124,6 +128,18 @@ class ModelSettings:
     # observation, weighed down to ``history`` (estimate_statistics); False: from the last
     # ``history`` intervals of each page (estimate_pages, the model before)
     statistics: bool = True
+    #: the sitemaps of the hosts that publish one (:data:`SITEMAPS`): "off" (never fetched, as
+    #: ``analysis.compare`` runs with discovery off), "fetched" (once at the cold start, as a
+    #: daemon discovering pages does, and not read), or read every ``sitemap_interval``
+    #: seconds (0: one uniform round, pages / budget) from the start, each read taking a
+    #: token, with "honest" lastmods (each page's last true change), "build" (one build time,
+    #: the web's start, for every page: a lastmod that never moves) or "now" (the read's time
+    #: for every page: a lastmod that moves without the content)
+    sitemaps: str = "off"
+    sitemap_interval: float = 0.0
+    #: a read at t seconds is followed by the next after max(interval, growth · t) (0: every
+    #: interval)
+    sitemap_growth: float = 0.25
 
     @property
     def rule(self) -> ReplanRule:
@@ -137,6 +153,10 @@ class ModelSettings:
             raise ValueError("seconds, budget and resolve_interval must be > 0")
         if self.runs < 1 or not 0 <= self.warmup < 1:
             raise ValueError("runs must be ≥ 1 and warmup a share in [0, 1)")
+        if self.sitemaps not in SITEMAPS:
+            raise ValueError(
+                f"sitemaps must be one of {', '.join(SITEMAPS)}, not {self.sitemaps!r}"
+            )
         if self.model not in MODELS:
             raise ValueError(f"model must be one of {', '.join(MODELS)}, not {self.model!r}")
 
@@ -149,6 +169,8 @@ class ModelWeb:
     rates: Float
     hosts: NDArray[np.intp]
     honest: NDArray[np.bool_]
+    #: per host whether it publishes a sitemap with ``<lastmod>`` (None: no host does)
+    sitemap: NDArray[np.bool_] | None = None
 
 
 def model_web(config: SimwebConfig) -> ModelWeb:
@@ -166,6 +188,7 @@ def model_web(config: SimwebConfig) -> ModelWeb:
         rates=np.array(rates, dtype=np.float64),
         hosts=np.array(hosts, dtype=np.intp),
         honest=np.array([spec.validators == "honest" for spec in web.hosts]),
+        sitemap=np.array([spec.sitemap for spec in web.hosts], dtype=bool),
     )
 
 
@@ -263,6 +286,7 @@ def replay(
     due times by the store's rule (:func:`refresher.store.due_after` after a fetch,
     :func:`next_due` with a new plan), or one interval after the last fetch
     (``catch_up=False``, the rule before)."""
+    settings = _sitemap_period(web, settings)
     rng = np.random.default_rng(seed)
     n = web.rates.size
     changes = _changes(web.rates, settings.seconds, rng)
@@ -277,11 +301,22 @@ def replay(
     # then ask the re-plan rule when it says to look, counting the fetches since the last plan
     rule, cost = settings.rule, settings.solve_seconds
     planned_at, fetched, look = 0.0, 0, earliest(rule, cost)
+    # the sitemap reads: each takes a token, until its host's sitemap fails the trust test;
+    # "fetched": once at the cold start, as a daemon discovering pages fetches every page
+    # robots.txt names, and not read
+    reads = sitemap_reads(web, settings, settings.seconds)
+    readers, read = (0 if web.sitemap is None else int(web.sitemap.sum())), 0
+    if settings.sitemaps == "fetched":
+        reads = np.array([1.0])
     while True:
         i = int(np.argmin(order))
         asked = clock if settings.work_conserving else max(clock, float(due[i]))
         token = max(tokens, asked - BURST)  # the pacer's next token (Pacer.reserve)
         at = max(asked, token)
+        if read < reads.size and reads[read] <= min(at, settings.seconds):
+            tokens = max(tokens, float(reads[read]) - BURST) + readers * step
+            read += 1
+            continue
         if look <= min(at, settings.seconds):  # a look at the rule first, at its time
             since = look - planned_at
             if replan_reason(since, fetched, n, cost, rule) is None:
@@ -290,6 +325,10 @@ def replay(
             clock = planned_at = look
             fetched, look = 0, look + next_look(0.0, rule, cost)
             inputs, made = _plan(policy, web, settings, fetches, changes, clock, on_plan)
+            if reads.size and settings.sitemaps != "fetched":
+                assert web.sitemap is not None
+                failed = sitemap_checks(web, settings, fetches, changes, reads[:read])[1]
+                readers = int((web.sitemap & ~failed).sum())
             last = np.array([t[-1] if t else np.nan for t in fetches])
             if settings.catch_up:
                 due = next_due(last, made.target, due_at=due, planned=planned, now=clock)
@@ -368,7 +407,7 @@ def _plan(
 ) -> tuple[PolicyInputs, Plan]:
     """The daemon's plan at ``now``, fitted to the host caps as the allocator fits it, with
     what it read."""
-    inputs, made = plan_at(policy, web, settings, fetches, changes)
+    inputs, made = plan_at(policy, web, settings, fetches, changes, now=now)
     if on_plan is not None:
         on_plan(now, inputs, made)
     return inputs, made
@@ -380,14 +419,19 @@ def plan_at(
     settings: ModelSettings,
     fetches: list[list[float]] | None = None,
     changes: list[Float] | None = None,
+    *,
+    now: float | None = None,
 ) -> tuple[PolicyInputs, Plan]:
     """What the plan reads and the plan it makes, fitted to the host caps as the allocator
     fits it, after ``fetches`` of pages whose change times are ``changes`` (None: none yet;
-    the clairvoyant plan, ``settings.oracle``, is the same at every moment)."""
+    the clairvoyant plan, ``settings.oracle``, is the same at every moment) at ``now``
+    (seconds; default the last fetch), which bounds the sitemap reads seen."""
     n = web.rates.size
     fetches = [[] for _ in range(n)] if fetches is None else fetches
     changes = [np.zeros(0) for _ in range(n)] if changes is None else changes
-    inputs = _plan_inputs(policy, web, settings, fetches, changes)
+    if now is None:
+        now = max((t[-1] for t in fetches if t), default=0.0)
+    inputs = _plan_inputs(policy, web, settings, fetches, changes, now)
     made = plan(inputs, policy, settings.budget, explore=settings.explore, decide=settings.decide)
     return inputs, replace(made, target=within_caps(inputs, made.target))
 
@@ -398,6 +442,7 @@ def _plan_inputs(
     settings: ModelSettings,
     fetches: list[list[float]],
     changes: list[Float],
+    now: float,
 ) -> PolicyInputs:
     """What the plan reads at this moment: the daemon's estimate from the observations so
     far, the true rates (``oracle``), or the estimate with the true rate of every page
@@ -410,7 +455,7 @@ def _plan_inputs(
     if settings.oracle or policy == "uniform":  # uniform's plan reads no rates
         rates, sd, static_p = web.rates, None, None
     elif settings.statistics:
-        rates, sd, static_p = _estimate_statistics(web, settings, fetches, changes)
+        rates, sd, static_p = _estimate_statistics(web, settings, fetches, changes, now)
     else:
         rates, sd, static_p = _estimate_history(web, settings, fetches, changes)
     if settings.reveal and not settings.oracle and policy != "uniform":
@@ -460,32 +505,26 @@ def _estimate_history(
 
 
 def _estimate_statistics(
-    web: ModelWeb, settings: ModelSettings, fetches: list[list[float]], changes: list[Float]
+    web: ModelWeb,
+    settings: ModelSettings,
+    fetches: list[list[float]],
+    changes: list[Float],
+    now: float,
 ) -> tuple[Float, Float | None, Float | None]:
     """λ̂, the sd of ln λ and P₀ per page as the daemon's allocator reads them
     (:func:`refresher.refresh._allocate.load_inputs`): the store's per-page statistics of
     every fetch so far (:func:`refresher.store.fold_observations`, Last-Modified from the
-    hosts that send honest ones: the page's last change, or the web's start), estimated
-    with the allocator's :func:`posterior`; until some page is fetched twice, the rate of one
-    change per run and the prior's sd for every page (the daemon's estimate starts at its
-    first observation, one change a day before it)."""
+    hosts that send honest ones: the page's last change, or the web's start) and of every
+    sitemap read before ``now`` on the hosts whose sitemaps pass the trust test
+    (:func:`_timeline`), estimated with the allocator's :func:`posterior`; until some page
+    is observed twice, the rate of one change per run and the prior's sd for every page (the
+    daemon's estimate starts at its first observation, one change a day before it)."""
     n = web.rates.size
-    counts = np.array([len(t) for t in fetches], dtype=np.intp)
-    if not (counts >= 2).any():
+    page, at, lm, changed, pairs = _timeline(web, settings, fetches, changes, now)
+    if not (np.bincount(page, minlength=n) >= 2).any():
         return np.full(n, 1.0 / settings.seconds), np.full(n, settings.spread), None
-    page = np.repeat(np.arange(n, dtype=np.int64), counts)
-    at = np.concatenate([np.asarray(t, dtype=np.float64) for t in fetches if t])
-    seen_parts, last_parts = [], []
-    for i in np.flatnonzero(counts):
-        k = np.searchsorted(changes[i], fetches[i], side="right")  # changes up to each fetch
-        seen_parts.append(k)
-        last_parts.append(np.concatenate(([0.0], changes[i]))[k])  # the last one, or the start
-    seen, last = np.concatenate(seen_parts), np.concatenate(last_parts)
-    changed = np.zeros(at.size, dtype=bool)  # a fetch saw a change when the count moved
-    changed[1:] = (seen[1:] > seen[:-1]) & (page[1:] == page[:-1])
-    lm = np.where(web.honest[web.hosts][page], last, np.nan)
     ids = np.arange(n, dtype=np.int64)
-    state = fold_observations(empty_state(n), ids, page, at, lm, changed, changed)
+    state = fold_observations(empty_state(n), ids, page, at, lm, changed, changed, pairs)
     rates, _, sd, static_p = posterior(
         read_statistics(state, meaningful=False),
         web.hosts,
@@ -497,6 +536,151 @@ def _estimate_statistics(
         fit_spread=settings.fit_spread,
     )
     return rates, sd, static_p
+
+
+def sitemap_reads(web: ModelWeb, settings: ModelSettings, now: float) -> Float:
+    """The times (seconds) the sitemaps are read before ``now``: from 1 s after the cold start,
+    every ``sitemap_interval`` (0: one uniform round); none when ``sitemaps`` is "off"."""
+    if settings.sitemaps in ("off", "fetched") or web.sitemap is None or not web.sitemap.any():
+        return np.zeros(0)
+    period = settings.sitemap_interval or web.rates.size / settings.budget
+    if settings.sitemap_growth <= 0:
+        return np.arange(1.0, now, period, dtype=np.float64)
+    times, t = [], 1.0
+    while t < now:  # the interval grows with the crawl's age: the rates are known better
+        times.append(t)
+        t += max(period, settings.sitemap_growth * t)
+    return np.array(times, dtype=np.float64)
+
+
+def _sitemap_period(web: ModelWeb, settings: ModelSettings) -> ModelSettings:
+    """``settings`` with the sitemap reads' interval fixed (0: one uniform round at the
+    budget), when the sitemaps are read."""
+    if settings.sitemaps in ("off", "fetched") or web.sitemap is None or not web.sitemap.any():
+        return settings
+    period = settings.sitemap_interval or web.rates.size / settings.budget
+    return replace(settings, sitemap_interval=period)
+
+
+def _timeline(
+    web: ModelWeb,
+    settings: ModelSettings,
+    fetches: list[list[float]],
+    changes: list[Float],
+    now: float,
+) -> tuple[NDArray[np.int64], Float, Float, NDArray[np.bool_], NDArray[np.bool_]]:
+    """Every page's observation points in one timeline, as :func:`fold_observations` takes
+    them: (page, time, Last-Modified or lastmod, changed since the previous point, pairs).
+
+    A fetch's change is its content against the page's previous fetch; a sitemap read's is
+    its lastmod after the previous point. A fetch after sitemap reads observes (last read,
+    fetch] only when every read since the previous fetch said unchanged (then the content's
+    change lies after the last read) or its own Last-Modified is honest; otherwise it only
+    starts the next pair. The reads count only on hosts whose sitemaps pass
+    :func:`sitemap_checks`."""
+    reads = sitemap_reads(web, settings, now)
+    use = np.zeros(web.honest.size, dtype=bool)
+    if reads.size:
+        assert web.sitemap is not None
+        passed, failed = sitemap_checks(web, settings, fetches, changes, reads)
+        use = web.sitemap & passed & ~failed
+    parts: list[tuple[Any, ...]] = []
+    for i, times in enumerate(fetches):
+        h = int(web.hosts[i])
+        if not times and not use[h]:
+            continue
+        f = np.asarray(times, dtype=np.float64)
+        r = reads if use[h] else np.zeros(0)
+        at = np.concatenate((f, r))
+        is_fetch = np.concatenate((np.ones(f.size, bool), np.zeros(r.size, bool)))
+        order = np.argsort(at, kind="stable")
+        at, is_fetch = at[order], is_fetch[order]
+        k = np.searchsorted(changes[i], at, side="right")  # changes up to each point
+        last = np.concatenate(([0.0], changes[i]))[k]  # the last one, or the start
+        told = _lastmods(settings, at, last)
+        lm = np.where(is_fetch, last if web.honest[h] else np.nan, told)
+        changed = np.zeros(at.size, dtype=bool)
+        pairs = np.ones(at.size, dtype=bool)
+        prior_fetch = -1
+        for j in range(at.size):
+            if is_fetch[j]:
+                seen = k[prior_fetch] if prior_fetch >= 0 else -1
+                changed[j] = prior_fetch >= 0 and k[j] > seen
+                if j > 0 and not is_fetch[j - 1] and not web.honest[h]:
+                    # the reads since the last fetch said nothing moved: the content's change
+                    # lies after the last read; else (or no fetch before) it tells nothing
+                    pairs[j] = prior_fetch >= 0 and not (lm[j - 1] > at[prior_fetch])
+                elif web.honest[h]:
+                    changed[j] = j > 0 and k[j] > k[j - 1]
+                prior_fetch = j
+            elif j > 0:
+                changed[j] = lm[j] > at[j - 1]
+        parts.append((np.full(at.size, i, dtype=np.int64), at, lm, changed, pairs))
+    if not parts:
+        e = np.zeros(0)
+        return np.zeros(0, np.int64), e, e, np.zeros(0, bool), np.zeros(0, bool)
+    page, at, lm, changed, pairs = (np.concatenate(c) for c in zip(*parts, strict=True))
+    return page, at, lm, changed, pairs
+
+
+def _lastmods(settings: ModelSettings, reads: Float, last: Float) -> Float:
+    """What the sitemap read at ``reads`` says of a page whose last change before each read
+    is ``last``: that change ("honest"), the web's start ("build", a build time that never
+    moves) or the read's own time ("now", every entry stamped with the moment it is served)."""
+    if settings.sitemaps == "honest":
+        return last
+    return np.zeros(reads.size) if settings.sitemaps == "build" else reads.copy()
+
+
+def sitemap_checks(
+    web: ModelWeb,
+    settings: ModelSettings,
+    fetches: list[list[float]],
+    changes: list[Float],
+    reads: Float,
+    *,
+    tolerance: float = 1.0,
+) -> tuple[NDArray[np.bool_], NDArray[np.bool_]]:
+    """Per host, the trust test of its sitemaps so far: (some check that could have failed
+    passed, some check failed). A host's sitemaps are trusted when every lastmod checked
+    against what the page's own fetches showed agrees, and one check at least could have
+    failed. A lastmod after its read (beyond ``tolerance`` seconds) fails; a read that says
+    the page changed after its last fetch fails when the next fetch finds the content
+    unchanged (a lastmod that moves without the content: "now"); a fetch that found the
+    content changed fails every later read whose lastmod lies before the fetch before it (a
+    lastmod that stays while the content moves: "build")."""
+    ok = np.zeros(web.honest.size, dtype=bool)
+    bad = np.zeros(web.honest.size, dtype=bool)
+    for i, times in enumerate(fetches):
+        h = int(web.hosts[i])
+        if web.sitemap is None or not web.sitemap[h] or len(times) < 2 or bad[h]:
+            continue
+        f = np.asarray(times, dtype=np.float64)
+        kf = np.searchsorted(changes[i], f, side="right")
+        kr = np.searchsorted(changes[i], reads, side="right")
+        last = np.concatenate(([0.0], changes[i]))[kr]
+        told = _lastmods(settings, reads, last)
+        if (told > reads + tolerance).any():
+            bad[h] = True
+            continue
+        # each read's last fetch before it (−1: none) and the fetch after it
+        j = np.searchsorted(f, reads, side="right") - 1
+        has_prev, has_next = j >= 1, (j >= 0) & (j + 1 < f.size)
+        # (b) the read says changed since its last fetch; the next fetch must see a change
+        jn = np.clip(j, 0, f.size - 1)
+        claim = (j >= 0) & (told > f[jn])
+        nxt = np.clip(j + 1, 0, f.size - 1)
+        saw = kf[nxt] > kf[jn]
+        checked_b = claim & has_next
+        # (c) the last fetch before the read saw a change: the lastmod lies after the fetch
+        # before that one
+        jp = np.clip(j - 1, 0, f.size - 1)
+        moved = has_prev & (kf[jn] > kf[jp])
+        checked_c = moved
+        fail = (checked_b & ~saw) | (checked_c & ~(told > f[jp]))
+        bad[h] |= bool(fail.any())
+        ok[h] |= bool((checked_b | checked_c).any())
+    return ok, bad
 
 
 def _revealed(

@@ -639,3 +639,91 @@ def test_the_model_re_plans_when_the_daemons_rule_says_or_on_a_clock_when_told()
             assert replan_fetches(rule, n) == 0.5 * n
         else:
             assert times == [30.0, 60.0, 90.0, 120.0]  # the last at the run's end, as before
+
+
+def _sitemap_web(lastmods: str) -> tuple[model.ModelWeb, model.ModelSettings]:
+    """One host of two pages, no Last-Modified, a sitemap read every 20 s from 1 s."""
+    web = model.ModelWeb(
+        rates=np.array([0.05, 0.05]),
+        hosts=np.zeros(2, dtype=np.intp),
+        honest=np.array([False]),
+        sitemap=np.array([True]),
+    )
+    return web, model.ModelSettings(seconds=100.0, sitemaps=lastmods, sitemap_interval=20.0)
+
+
+def test_a_trusted_sitemap_adds_its_reads_to_each_pages_timeline_without_counting_twice() -> None:
+    web, settings = _sitemap_web("honest")
+    # page 0 fetched at 10 and 50, changed at 25: the read at 41 times the change, and the
+    # fetch at 50 (content changed since 10) cannot tell whether it changed again after 41
+    # page 1 fetched at 10, 50 and 75, changed at 60: the reads at 21 and 41 said unchanged,
+    # so the fetch at 50 observes (41, 50]; the read at 61 the change at 60, and the fetch at
+    # 75 (content changed since 50) only starts the next pair
+    fetches = [[10.0, 50.0], [10.0, 50.0, 75.0]]
+    changes = [np.array([25.0]), np.array([60.0])]
+    passed, failed = model.sitemap_checks(web, settings, fetches, changes, np.arange(1.0, 80, 20))
+    assert passed[0] and not failed[0]
+    page, at, lm, changed, pairs = model._timeline(web, settings, fetches, changes, 80.0)
+    first = page == 0
+    np.testing.assert_array_equal(at[first], [1.0, 10.0, 21.0, 41.0, 50.0, 61.0])
+    np.testing.assert_array_equal(changed[first], [False, False, False, True, True, False])
+    np.testing.assert_array_equal(pairs[first], [True, False, True, True, False, True])
+    assert lm[first][3] == 25.0 and np.isnan(lm[first][4])
+    second = page == 1
+    np.testing.assert_array_equal(at[second], [1.0, 10.0, 21.0, 41.0, 50.0, 61.0, 75.0])
+    np.testing.assert_array_equal(changed[second], [False] * 5 + [True, True])
+    np.testing.assert_array_equal(pairs[second], [True, False, True, True, True, True, False])
+
+
+@pytest.mark.parametrize("lastmods", ["build", "now"])
+def test_a_sitemap_whose_lastmod_does_not_move_with_the_content_is_not_trusted(
+    lastmods: str,
+) -> None:
+    web, settings = _sitemap_web(lastmods)
+    # the content changed between the fetches at 10 and 30 ("build" says 0 at 41), and not
+    # between 30 and 50, which "now" claimed at 41
+    fetches = [[10.0, 30.0, 50.0], [10.0, 30.0, 50.0]]
+    changes = [np.array([20.0]), np.array([20.0])]
+    failed = model.sitemap_checks(web, settings, fetches, changes, np.arange(1.0, 60, 20))[1]
+    assert failed[0]
+    page, *_ = model._timeline(web, settings, fetches, changes, 60.0)
+    assert page.size == 6  # the fetches alone
+
+
+def test_reading_honest_sitemaps_learns_the_rates_sooner_than_fetching_alone() -> None:
+    web = model.ModelWeb(
+        rates=np.array([0.5, 0.5, 0.01, 0.01] * 5),
+        hosts=np.zeros(20, dtype=np.intp),
+        honest=np.array([False]),
+        sitemap=np.array([True]),
+    )
+    base = model.ModelSettings(seconds=60.0, budget=1.0, sitemap_interval=5.0, sitemap_growth=0)
+    fetches, changes = model.replay("uniform", web, base, 1)
+    with pytest.raises(ValueError, match="sitemaps"):
+        model.ModelSettings(sitemaps="sometimes")
+    errors = {}
+    for lastmods in ("off", "honest"):
+        inputs = model.plan_at("optimal", web, replace(base, sitemaps=lastmods), fetches, changes)[
+            0
+        ]
+        errors[lastmods] = np.abs(np.log(inputs.rates / web.rates)).mean()
+    # two fetches a page in a minute against twelve reads
+    assert errors["honest"] < 0.5 * errors["off"]
+
+
+def test_a_sitemap_fetched_once_at_the_cold_start_takes_one_token_of_the_pages() -> None:
+    web, settings = _sitemap_web("off")
+    counts = {}
+    for mode in ("off", "fetched"):
+        fetches, _ = model.replay("uniform", web, replace(settings, sitemaps=mode, budget=1.0), 1)
+        counts[mode] = sum(len(t) for t in fetches)
+    assert counts["fetched"] == counts["off"] - 1
+
+
+def test_the_sitemap_reads_come_every_interval_then_further_apart_as_the_crawl_ages() -> None:
+    web, settings = _sitemap_web("honest")
+    reads = model.sitemap_reads(web, replace(settings, sitemap_growth=0.25), 200.0)
+    np.testing.assert_allclose(reads[:5], [1.0, 21.0, 41.0, 61.0, 81.0])
+    np.testing.assert_allclose(reads[5:], [101.25, 126.5625, 158.203125, 197.75390625])
+    assert model.sitemap_reads(web, replace(settings, sitemap_growth=0), 200.0).size == 10
+    assert model.sitemap_reads(web, replace(settings, sitemaps="fetched"), 200.0).size == 0

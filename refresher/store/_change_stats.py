@@ -129,6 +129,7 @@ def fold_observations(
     last_modified: Float,
     changed: Mask,
     meaningful: Mask,
+    pairs: Mask | None = None,
 ) -> dict[str, Float]:
     """The statistics of the pages ``page_ids`` (sorted, unique) after these successful
     fetches (one entry per fetch, any order; ``last_modified`` NaN where none; ``changed``
@@ -137,12 +138,15 @@ def fold_observations(
 
     A fetch pairs with the page's previous successful one (in the batch or, for its first
     there, ``stat_last_ok``); a pair whose later fetch finished no later than the earlier
-    is skipped, as in the history."""
+    is skipped, as in the history. An entry whose ``pairs`` is False (default: all True)
+    observes nothing: it only starts the next pair (a point where the page's state is known
+    but its change since the previous point is not)."""
     out = {c: v.copy() for c, v in state.items()}
     if page.size == 0:
         return out
-    page, finished, lm, changed, meaningful = _by_page_then_time(
-        page, finished, last_modified, changed, meaningful
+    pairs = np.ones(page.size, dtype=bool) if pairs is None else np.asarray(pairs, dtype=bool)
+    page, finished, lm, changed, meaningful, pairs = _by_page_then_time(
+        page, finished, last_modified, changed, meaningful, pairs
     )
     variants = ((False, changed), (True, meaningful))
     same = np.zeros(page.size, dtype=bool)
@@ -161,7 +165,7 @@ def fold_observations(
         quiet = first & np.isfinite(lm) & (finished > lm)
     out["stat_first_quiet"][slot[quiet]] = (finished - lm)[quiet]
     with np.errstate(invalid="ignore"):
-        obs = np.isfinite(prev) & (finished > prev)
+        obs = np.isfinite(prev) & (finished > prev) & pairs
     last = np.ones(page.size, dtype=bool)
     last[:-1] = page[:-1] != page[1:]
     later = ~(state["stat_last_ok"][slot[last]] > finished[last])  # never move back in time

@@ -278,3 +278,19 @@ def test_newtons_steps_clipped_onto_the_ends_of_its_bracket_do_not_cycle() -> No
 
     assert abs(gradient(float(theta[0]))) < 1e-9
     assert -4.34 < theta[0] < -4.32
+
+
+def test_a_point_that_does_not_pair_observes_nothing_but_starts_the_next_pair() -> None:
+    ids = np.array([1], dtype=np.int64)
+    page = np.ones(3, dtype=np.int64)
+    at, lm = np.array([10.0, 30.0, 50.0]), np.full(3, np.nan)
+    changed = np.array([False, True, False])
+    both = fold_observations(empty_state(1), ids, page, at, lm, changed, changed)
+    cut = fold_observations(
+        empty_state(1), ids, page, at, lm, changed, changed, np.array([True, False, True])
+    )
+    assert both["stat_n"][0] == 2 and both["stat_time"][0] == 40.0
+    # the point at 30 s (a fetch whose change since the sitemap read before it is unknown)
+    # leaves out (10, 30] and pairs the next one with itself: (30, 50]
+    assert cut["stat_n"][0] == 1 and cut["stat_time"][0] == 20.0 and cut["stat_changes"][0] == 0
+    assert cut["stat_last_ok"][0] == 50.0
