@@ -18,37 +18,15 @@ import os
 import pickle
 import signal
 import sys
-from collections.abc import Callable, Sequence
 from typing import BinaryIO
 
-__all__ = ["HEADER", "Batch", "main"]
+__all__ = ["HEADER", "main"]
 
 #: bytes of the length that precedes each pickle on a parse process's pipes (a call has two:
 #: its pickle's and its body's, the body's raw bytes following the pickle). Here, not in
 #: :mod:`refresher.discover._threads`, so that this process never imports trio (0.1 CPU s of
 #: its start)
 HEADER = 8
-
-
-class Batch:
-    """Several calls sent as one (:class:`refresher.discover._threads.Parsers` sends small
-    pages so): calling it runs each in order and gives each one's ``(ok, result or
-    exception)``, so that one call's failure stays its own. Here, not in ``_threads``, for
-    the same reason as :data:`HEADER`."""
-
-    __slots__ = ("calls",)
-
-    def __init__(self, calls: Sequence[Callable[[], object]]) -> None:
-        self.calls = tuple(calls)
-
-    def __call__(self) -> list[tuple[bool, object]]:
-        answers: list[tuple[bool, object]] = []
-        for call in self.calls:
-            try:
-                answers.append((True, call()))
-            except Exception as e:
-                answers.append((False, e))
-        return answers
 
 
 def _read(stream: BinaryIO, n: int) -> bytes:

@@ -67,13 +67,10 @@ from typing import Any, TypeVar
 import trio
 
 from refresher._cpus import cpu_mask, keep_threads_to, split_cpus, usable_cpus
-from refresher.discover._parse_worker import HEADER, Batch
+from refresher.discover._parse_worker import HEADER
 from refresher.ops._logging import get_logger
 
 __all__ = [
-    "BATCH_BYTES",
-    "BATCH_MIN_BYTES",
-    "BATCH_PAGES",
     "HEADER",
     "IDLE_SECONDS",
     "MIN_PARSE_THREADS",
@@ -96,20 +93,6 @@ log = get_logger("parse")
 #: handing a 374-byte page to a process cost the daemon's process 0.12-0.20 ms against 0.09
 #: ms to parse it on a thread, a 95 kB page 0.5 ms against 7 ms (bench/bench_parse_pool.py)
 PROCESS_MIN_BYTES = 16 * 1024
-
-#: while split, the small pages that reach the parse stage within :data:`BATCH_PASSES` passes
-#: of the event loop go to a parse process together, as one call, once they add up to this
-#: many bytes (as much as one large page, whose hand-off costs less than its parse); fewer
-#: are parsed on the loop. A small page's own hand-off (~0.3 ms of the loop's CPU) cost more
-#: than its parse (0.17 ms; bench/README.md, "Several small pages in one process call")
-BATCH_MIN_BYTES = PROCESS_MIN_BYTES
-#: at most this many pages, and bytes, in one batch: the next page opens another
-BATCH_PAGES = 32
-BATCH_BYTES = 256 * 1024
-#: passes of the event loop a batch stays open for pages to join it: on the Rust std docs
-#: (20 hosts, 67 % of pages under 16 KiB) one pass sent 468 batches and left 2,783 small
-#: pages on the loop, three 483-542 batches and 1,614-1,654 pages (bench/README.md)
-BATCH_PASSES = 3
 
 
 async def _outcome(executor: Executor, fn: Callable[[], T]) -> T:
@@ -494,10 +477,6 @@ class ParseProcesses:
             self._spawn()
         return bool(self._ready)
 
-    def any_ready(self) -> bool:
-        """Whether a worker is ready now (none is started)."""
-        return bool(self._ready)
-
     async def started(self) -> None:
         """Start every worker not running and wait until each is ready or dead (a warm
         pool for tests and benches; the daemon never waits: :class:`Parsers` hands large pages
@@ -576,7 +555,6 @@ class ParsersStatistics:
     thread_calls: int
     process_calls: int
     loop_calls: int
-    batches: int
     waiting: int
     processes: int
 
@@ -594,28 +572,6 @@ class _Waiter:
         self.kind = ""
         self.worker: _Worker | None = None
         self.ready = trio.Event()
-
-
-def either_small(processes: ParseProcesses | None, portable: bool) -> bool:
-    """Whether a small page may join a batch for a process: the call runs the same there
-    and a process is ready. None is started for small pages: a crawl of small pages alone
-    keeps none, and one that expired for idling stays ended."""
-    return portable and processes is not None and processes.any_ready()
-
-
-class _SmallBatch:
-    """Small pages' calls going to a parse process together (:meth:`Parsers._batched`):
-    ``answers`` (each call's ``(ok, result or exception)``, in order) or ``error`` set before
-    ``done``; both left ``None`` when the batch was not sent."""
-
-    __slots__ = ("answers", "calls", "done", "error", "size")
-
-    def __init__(self) -> None:
-        self.calls: list[Callable[[], Any]] = []
-        self.size = 0
-        self.answers: list[tuple[bool, Any]] | None = None
-        self.error: ParseCrashed | None = None
-        self.done = trio.Event()
 
 
 class Parsers:
@@ -672,8 +628,6 @@ class Parsers:
         self._thread_only: deque[_Waiter] = deque()
         self._arrivals = 0
         self.calls = {"thread": 0, "process": 0, "loop": 0}
-        self._batch: _SmallBatch | None = None  # open: small pages joining it this pass
-        self.batches = 0  # batches of small pages sent to a process
         if self.processes is not None:
             self.processes.on_ready = self._hand_to_processes
 
@@ -705,8 +659,6 @@ class Parsers:
         if self._mask is not None and size < PROCESS_MIN_BYTES:
             # split: the parse threads share the event loop's CPU, so a small page's parse
             # costs as much there as here, plus the hand-off (a wake-up and the GIL each way)
-            if either_small(self.processes, portable):
-                return await self._batched(fn, size)
             self.calls["loop"] += 1
             return fn()
         with trio.CancelScope(shield=True):
@@ -721,61 +673,6 @@ class Parsers:
             finally:
                 self._release(kind)
         return result
-
-    async def _batched(self, fn: Callable[[], T], size: int) -> T:
-        """``fn()`` for a small body while split: in a batch with the other small pages of
-        this pass of the event loop, sent to a process as one call when they add up to
-        :data:`BATCH_MIN_BYTES` and a process has room; else on the event loop itself."""
-        batch = self._batch
-        lead = batch is None
-        if batch is None:
-            batch = self._batch = _SmallBatch()
-        index = len(batch.calls)
-        batch.calls.append(fn)
-        batch.size += size
-        if len(batch.calls) >= BATCH_PAGES or batch.size >= BATCH_BYTES:
-            self._batch = None  # full: the next small page opens another
-        with trio.CancelScope(shield=True):  # once in a batch, a call is always answered
-            if lead:
-                for _ in range(BATCH_PASSES):
-                    await trio.lowlevel.cancel_shielded_checkpoint()
-                if self._batch is batch:
-                    self._batch = None
-                await self._send(batch)
-            else:
-                await batch.done.wait()
-        if batch.error is not None:
-            raise ParseCrashed(str(batch.error)) from batch.error
-        if batch.answers is None:  # too small, or no process had room: parsed here
-            self.calls["loop"] += 1
-            return fn()
-        ok, result = batch.answers[index]
-        if not ok:
-            raise result
-        return result  # type: ignore[no-any-return]
-
-    async def _send(self, batch: _SmallBatch) -> None:
-        """``batch`` to a process, its answers (or its crash) kept; left unanswered when
-        it is too small or no process has room for it. Its members are woken in any case."""
-        assert self.processes is not None
-        try:
-            if batch.size < BATCH_MIN_BYTES:
-                return
-            worker = self.processes.reserve(batch.size)
-            if worker is None:
-                return
-            self.calls["process"] += len(batch.calls)
-            self.batches += 1
-            try:
-                batch.answers = await self.processes.run(
-                    Batch(batch.calls), place=(worker, batch.size)
-                )
-            except ParseCrashed as e:
-                batch.error = e
-            finally:
-                self._release("process")
-        finally:
-            batch.done.set()
 
     async def _slot(self, either: bool, size: int) -> tuple[str, _Worker | None]:
         for kind in self._order if either else ("thread",):
@@ -831,7 +728,6 @@ class Parsers:
             thread_calls=self.calls["thread"],
             process_calls=self.calls["process"],
             loop_calls=self.calls["loop"],
-            batches=self.batches,
             waiting=len(self._any) + len(self._thread_only),
             processes=len(self.processes.pids()) if self.processes is not None else 0,
         )

@@ -147,7 +147,6 @@ METRICS: Mapping[str, Mapping[str, MetricSpec]] = {
         "thread_calls": _c("Parse calls started on a parse thread."),
         "process_calls": _c("Parse calls started in a parse process (discovery.parse_processes)."),
         "loop_calls": _c("Small pages parsed on the event loop itself (discovery.split_cpus)."),
-        "batches": _c("Batches of small pages sent to a parse process as one call (split_cpus)."),
         "waiting": _g("Parse calls waiting for a thread or process now."),
         "processes": _g("Parse processes running now, idle or busy."),
     },

@@ -22,10 +22,7 @@ from _pages import DATA
 from refresher._cpus import split_cpus
 from refresher.discover import _threads
 from refresher.discover._parse import Document, Extracted, HtmlLinks, Link, process
-from refresher.discover._parse_worker import Batch
 from refresher.discover._threads import (
-    BATCH_MIN_BYTES,
-    BATCH_PAGES,
     MIN_PARSE_THREADS,
     PIPE_BYTES,
     PIPELINE,
@@ -250,12 +247,7 @@ async def test_a_large_page_takes_an_idle_thread_while_every_process_is_busy(
             assert await parsers.run(os.getpid, size=PROCESS_MIN_BYTES) == me
             await trio.to_thread.run_sync(fifo.write_bytes, b"done")
         assert parsers.statistics() == ParsersStatistics(
-            thread_calls=1,
-            process_calls=PIPELINE,
-            loop_calls=0,
-            batches=0,
-            waiting=0,
-            processes=1,
+            thread_calls=1, process_calls=PIPELINE, loop_calls=0, waiting=0, processes=1
         )
 
 
@@ -554,82 +546,3 @@ async def test_while_split_an_idle_process_ends_on_a_small_pages_call_on_the_eve
         await parsers.run(os.getpid, size=10)  # only small pages come now, parsed here
         stats = parsers.statistics()
         assert stats.loop_calls == 1 and stats.processes == 0
-
-
-def test_a_batch_answers_each_call_in_order_a_failure_its_own() -> None:
-    answers = Batch([os.getpid, functools.partial(operator.floordiv, 1, 0), lambda: "x"])()
-    assert answers[0] == (True, os.getpid()) and answers[2] == (True, "x")
-    assert answers[1][0] is False and isinstance(answers[1][1], ZeroDivisionError)
-
-
-_split_only = pytest.mark.skipif(
-    not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
-    reason="needs CPU masks and two CPUs",
-)
-
-
-async def _at_once(parsers: Parsers, calls: list[tuple[object, int]]) -> list[object]:
-    """Each ``(fn, size)`` run by ``parsers`` from its own task, all started in one pass of
-    the event loop; each one's result, or the exception it raised."""
-    out: list[object] = [None] * len(calls)
-
-    async def one(i: int, fn: object, size: int) -> None:
-        try:
-            out[i] = await parsers.run(fn, size=size)  # type: ignore[arg-type]
-        except Exception as e:
-            out[i] = e
-
-    async with trio.open_nursery() as nursery:
-        for i, (fn, size) in enumerate(calls):
-            nursery.start_soon(one, i, fn, size)
-    return out
-
-
-@_split_only
-async def test_while_split_small_pages_go_to_a_process_together_with_the_same_results() -> None:
-    docs = [d for d in documents() if len(d.body) < PROCESS_MIN_BYTES]
-    assert sum(len(d.body) for d in docs) >= BATCH_MIN_BYTES and len(docs) <= BATCH_PAGES
-    jobs = [functools.partial(process, doc) for doc in docs]
-    async with Parsers(processes=1, prefer="process", split=True) as parsers:
-        assert parsers.processes is not None
-        await parsers.processes.started()
-        results = await _at_once(
-            parsers, [(job, len(d.body)) for job, d in zip(jobs, docs, strict=True)]
-        )
-        stats = parsers.statistics()
-    # the same links, canonical, robots directives and simhash as parsed here
-    assert results == [job() for job in jobs]
-    assert (stats.batches, stats.process_calls, stats.loop_calls) == (1, len(docs), 0)
-
-
-@_split_only
-async def test_while_split_a_batch_smaller_than_one_large_page_is_parsed_on_the_event_loop() -> (
-    None
-):
-    me = os.getpid()
-    async with Parsers(processes=1, prefer="process", split=True) as parsers:
-        assert parsers.processes is not None
-        await parsers.processes.started()
-        small = BATCH_MIN_BYTES // 4
-        assert await _at_once(parsers, [(os.getpid, small)] * 3) == [me] * 3
-        assert await _at_once(parsers, [(os.getpid, small)] * 4) != [me] * 4
-        stats = parsers.statistics()
-        assert (stats.batches, stats.loop_calls, stats.process_calls) == (1, 3, 4)
-        # unportable calls never join a batch
-        assert await parsers.run(os.getpid, size=small, portable=False) == me
-
-
-@_split_only
-async def test_a_crash_fails_every_page_of_its_batch_and_a_failing_call_only_its_own() -> None:
-    small = BATCH_MIN_BYTES // 2
-    async with Parsers(processes=1, prefer="process", split=True) as parsers:
-        assert parsers.processes is not None
-        await parsers.processes.started()
-        out = await _at_once(parsers, [(functools.partial(os._exit, 3), small), (os.getpid, small)])
-        assert all(isinstance(o, ParseCrashed) for o in out)
-        await parsers.processes.started()  # a new process takes the next batch
-        failing = functools.partial(operator.floordiv, 1, 0)
-        out = await _at_once(parsers, [(failing, small), (os.getpid, small)])
-        assert isinstance(out[0], ZeroDivisionError)
-        assert out[1] in parsers.processes.pids()
-        assert parsers.processes.crashes == 1

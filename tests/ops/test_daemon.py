@@ -177,14 +177,7 @@ async def test_seed_and_status_reach_the_running_daemon_and_the_file_when_stoppe
     # a host is held through its fetch and its page's parse
     assert stages["held"] >= stages["wire"] + stages["parse"] > 0
     parse = answer["parse"]  # the parse stage's calls, as Parsers.statistics() counts them
-    assert set(parse) == {
-        "thread_calls",
-        "process_calls",
-        "loop_calls",
-        "batches",
-        "waiting",
-        "processes",
-    }
+    assert set(parse) == {"thread_calls", "process_calls", "loop_calls", "waiting", "processes"}
     # on a parse thread or in a process, or (split, on two CPUs or more) on the event loop
     assert parse["thread_calls"] + parse["process_calls"] + parse["loop_calls"] >= 3
     human = await acli("status", "--config", str(config))
