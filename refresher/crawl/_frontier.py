@@ -594,10 +594,7 @@ class Frontier:
                     self._leased += 1
                     page = host.queue.popleft()
                     try:
-                        # Closing the frontier ends the wait for a token: at a low budget a
-                        # worker could otherwise sit out the whole drain deadline.
-                        with trio.move_on_at(self.pacer.reserve()):
-                            await self._closed_event.wait()
+                        await self._token(self.pacer.reserve())
                     except BaseException:
                         host.queue.appendleft(page)
                         self._unlease(host)
@@ -625,6 +622,17 @@ class Frontier:
                     wake = min(wake, early)
             await self._park(wake)
         return None
+
+    async def _token(self, at: float) -> None:
+        """Wait until trio time ``at``, a token's, or until the frontier closes: at a low
+        budget a worker could otherwise sit out the whole drain deadline. A token free now
+        (a busy crawl, below the budget) costs a checkpoint only, not a cancel scope with
+        its deadline: that was ~1 % of the event loop's time on a docs web (py-spy)."""
+        if at <= trio.current_time():
+            await trio.lowlevel.checkpoint()
+            return
+        with trio.move_on_at(at):
+            await self._closed_event.wait()
 
     def _pull_forward(self, now: float) -> float | None:
         """Work conservation, with nothing due on a host allowed now: put the page due soonest

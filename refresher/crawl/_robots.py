@@ -160,6 +160,8 @@ class RobotsRules:
 
         ``/robots.txt`` itself is always allowed.
         """
+        if not self.rules:  # no robots.txt (4xx), or one with no line for us: the common case
+            return True
         path = _escape(_path_params_query(url))
         if path.partition("?")[0] == "/robots.txt":
             return True

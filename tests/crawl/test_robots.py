@@ -397,3 +397,10 @@ def test_lone_surrogates_in_a_url_do_not_raise() -> None:
 )
 def test_product_token_is_the_leading_name(user_agent: str, token: str) -> None:
     assert product_token(user_agent) == token
+
+
+def test_a_robots_txt_with_no_group_for_us_allows_every_url_whatever_its_path() -> None:
+    rules = RobotsRules.parse(b"User-agent: otherbot\nDisallow: /\n", AGENT)
+    assert rules.rules == ()
+    for url in ("https://example.org/", "/caf\u00e9 menu?q=%zz", "//host", "", "/robots.txt"):
+        assert rules.allowed(url)
