@@ -286,7 +286,6 @@ def replay(
     due times by the store's rule (:func:`refresher.store.due_after` after a fetch,
     :func:`next_due` with a new plan), or one interval after the last fetch
     (``catch_up=False``, the rule before)."""
-    settings = _sitemap_period(web, settings)
     rng = np.random.default_rng(seed)
     n = web.rates.size
     changes = _changes(web.rates, settings.seconds, rng)
@@ -551,15 +550,6 @@ def sitemap_reads(web: ModelWeb, settings: ModelSettings, now: float) -> Float:
         times.append(t)
         t += max(period, settings.sitemap_growth * t)
     return np.array(times, dtype=np.float64)
-
-
-def _sitemap_period(web: ModelWeb, settings: ModelSettings) -> ModelSettings:
-    """``settings`` with the sitemap reads' interval fixed (0: one uniform round at the
-    budget), when the sitemaps are read."""
-    if settings.sitemaps in ("off", "fetched") or web.sitemap is None or not web.sitemap.any():
-        return settings
-    period = settings.sitemap_interval or web.rates.size / settings.budget
-    return replace(settings, sitemap_interval=period)
 
 
 def _timeline(
