@@ -307,6 +307,27 @@ class PostgresServer:
         )
         self.options = options
         self.start()
+        self._watchdog = self._watch()
+
+    def _watch(self) -> subprocess.Popen[bytes]:
+        """A process that stops the server and removes its directory once this one is gone,
+        however it ends (a run killed with SIGKILL or by CI's time limit runs no teardown): it
+        waits for the end of a pipe only this process holds, in a session of its own so that
+        a signal to pytest's process group leaves it be."""
+        stop = [self.pg_ctl, "-D", str(self.data), "-m", "immediate", "-w", "stop"]
+        script = (
+            "import shutil, subprocess, sys\n"
+            "sys.stdin.buffer.read()\n"
+            f"subprocess.run({stop!r}, capture_output=True, user={self.user!r}, timeout=60)\n"
+            f"shutil.rmtree({str(self.dir)!r}, ignore_errors=True)\n"
+        )
+        return subprocess.Popen(
+            [sys.executable, "-c", script],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
 
     def start(self) -> None:
         """Start the server (again, after :meth:`halt`)."""
@@ -351,13 +372,10 @@ class PostgresServer:
         return f"postgresql://postgres@127.0.0.1:{self.port}/{name}"
 
     def stop(self) -> None:
-        subprocess.run(
-            [self.pg_ctl, "-D", str(self.data), "-m", "immediate", "-w", "stop"],
-            capture_output=True,
-            user=self.user,
-            timeout=60,
-        )
-        shutil.rmtree(self.dir, ignore_errors=True)
+        """Stop the server and remove its directory: the watchdog does it once told to."""
+        assert self._watchdog.stdin is not None
+        self._watchdog.stdin.close()
+        self._watchdog.wait(timeout=90)
 
 
 @pytest.fixture(scope="session")

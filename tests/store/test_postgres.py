@@ -4,6 +4,9 @@ writes are fenced off, and links across partitions reach their owner exactly onc
 from __future__ import annotations
 
 import dataclasses
+import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
@@ -330,6 +333,35 @@ async def test_a_batch_written_while_postgresql_is_down_commits_once_it_is_back(
         core.close()
     finally:
         server.stop()
+
+
+async def test_a_test_run_killed_with_sigkill_leaves_no_postgresql_behind() -> None:
+    from conftest import wait_for
+
+    tests = Path(__file__).parents[1]
+    script = (
+        f"import sys; sys.path.insert(0, {str(tests)!r}); from conftest import PostgresServer\n"
+        "server = PostgresServer(); print(server.data, flush=True); sys.stdin.read()\n"
+    )
+    run = subprocess.Popen(
+        [sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    assert run.stdin is not None and run.stdout is not None
+    data = Path((await trio.to_thread.run_sync(run.stdout.readline)).decode().strip())
+    postmaster = int((data / "postmaster.pid").read_text().split()[0])
+    run.kill()  # no teardown runs
+    run.wait()
+    run.stdin.close()
+    run.stdout.close()
+
+    def gone() -> bool:
+        try:
+            os.kill(postmaster, 0)
+        except ProcessLookupError:
+            return not data.parent.exists()
+        return False
+
+    await wait_for(gone, what="the server stopped and its directory removed")
 
 
 def test_postgresql_unreachable_at_start_is_a_clear_error_without_the_password() -> None:
