@@ -113,6 +113,17 @@ def test_the_parse_threads_follow_the_cpus_the_process_may_run_on_but_are_at_lea
         pool.close()
 
 
+@pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="no SCHED_BATCH here")
+async def test_a_parse_thread_waits_for_the_running_threads_slice_when_woken() -> None:
+    # SCHED_BATCH: a call wakes a parse thread without handing it the caller's CPU at once
+    threads = ParseThreads()
+    try:
+        assert await threads.run(functools.partial(os.sched_getscheduler, 0)) == os.SCHED_BATCH
+        assert os.sched_getscheduler(0) != os.SCHED_BATCH  # the event loop's own: as it was
+    finally:
+        threads.close()
+
+
 def test_zero_threads_are_refused() -> None:
     with pytest.raises(ValueError, match="at least 1"):
         ParseThreads(0)
