@@ -113,6 +113,17 @@ def test_the_parse_threads_follow_the_cpus_the_process_may_run_on_but_are_at_lea
         pool.close()
 
 
+@pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="no SCHED_BATCH here")
+async def test_a_parse_thread_waits_for_the_running_threads_slice_when_woken() -> None:
+    # SCHED_BATCH: a call wakes a parse thread without handing it the caller's CPU at once
+    threads = ParseThreads()
+    try:
+        assert await threads.run(functools.partial(os.sched_getscheduler, 0)) == os.SCHED_BATCH
+        assert os.sched_getscheduler(0) != os.SCHED_BATCH  # the event loop's own: as it was
+    finally:
+        threads.close()
+
+
 def test_zero_threads_are_refused() -> None:
     with pytest.raises(ValueError, match="at least 1"):
         ParseThreads(0)
@@ -277,6 +288,35 @@ async def test_a_process_takes_calls_while_it_works_and_answers_each_its_own(
             assert answers == {} and len(processes.pids()) == 1  # one process, three calls
             await trio.to_thread.run_sync(fifo.write_bytes, b"done")
         assert answers == {0: b"done", 1: 42, 2: processes.pids()[0]}
+
+
+async def test_a_call_larger_than_the_pipe_is_sent_whole_before_the_calls_behind_it(
+    tmp_path: Path,
+) -> None:
+    fifo = tmp_path / "held"
+    os.mkfifo(fifo)
+    answers: dict[int, object] = {}
+    body = b"y" * (3 * PIPE_BYTES)  # written in part at once, the rest while the process reads
+
+    async def call(processes: ParseProcesses, i: int, fn: object) -> None:
+        answers[i] = await processes.run(fn)  # type: ignore[arg-type]
+
+    async with ParseProcesses(1, pipeline=3) as processes:
+        await processes.started()
+        async with trio.open_nursery() as nursery:
+            # one at a time, so they reach the process in this order (trio shuffles tasks)
+            for i, fn in enumerate(
+                [
+                    functools.partial(fifo.read_bytes),
+                    functools.partial(len, body),
+                    functools.partial(operator.mul, 6, 7),
+                ]
+            ):
+                nursery.start_soon(call, processes, i, fn)
+                await trio.testing.wait_all_tasks_blocked()
+            assert answers == {}
+            await trio.to_thread.run_sync(fifo.write_bytes, b"done")
+        assert answers == {0: b"done", 1: len(body), 2: 42}
 
 
 async def test_a_dying_process_fails_the_calls_queued_behind_its_own_too(tmp_path: Path) -> None:
