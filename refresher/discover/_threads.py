@@ -66,7 +66,13 @@ from typing import Any, TypeVar
 
 import trio
 
-from refresher._cpus import cpu_mask, keep_threads_to, split_cpus, usable_cpus
+from refresher._cpus import (
+    cpu_mask,
+    keep_threads_to,
+    no_wakeup_preemption,
+    split_cpus,
+    usable_cpus,
+)
 from refresher.discover._parse_worker import HEADER
 from refresher.ops._logging import get_logger
 
@@ -118,15 +124,6 @@ async def _outcome(executor: Executor, fn: Callable[[], T]) -> T:
 MIN_PARSE_THREADS = 2
 
 
-def _no_wakeup_preemption() -> None:
-    """Make the calling thread ``SCHED_BATCH`` (Linux): woken, it waits for the running
-    thread's slice to end instead of taking the CPU at once. A parse thread woken by a call
-    took the event loop's CPU in the middle of ``submit`` (117 us of wall time per call
-    against 18 us of CPU, the git docs, split), only to find the GIL held and sleep again."""
-    with contextlib.suppress(AttributeError, OSError):  # not Linux, or not allowed
-        os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
-
-
 class ParseThreads:
     """Runs blocking calls on ``threads`` dedicated threads (default: one per CPU the process
     may run on, :func:`usable_cpus`, and at least :data:`MIN_PARSE_THREADS`).
@@ -141,7 +138,7 @@ class ParseThreads:
             raise ValueError(f"threads={count}: give at least 1")
         self.threads = count
         self._executor = ThreadPoolExecutor(
-            max_workers=count, thread_name_prefix="parse", initializer=_no_wakeup_preemption
+            max_workers=count, thread_name_prefix="parse", initializer=no_wakeup_preemption
         )
 
     async def run(self, fn: Callable[[], T]) -> T:

@@ -19,7 +19,7 @@ import numpy as np
 import trio
 from numpy.typing import NDArray
 
-from refresher._cpus import every_cpu
+from refresher._cpus import every_cpu, no_wakeup_preemption
 from refresher._errors import StoreError
 from refresher.ops._logging import get_logger
 from refresher.store._captures import BatchArchive, Capture, CaptureRow
@@ -303,7 +303,8 @@ class BatchedService(Generic[S]):
         def write(store: S) -> tuple[int, tuple[int, int, int]]:
             # The batch's WARC records first, synced, then the transaction that indexes them;
             # on every CPU (mostly without the GIL: gzip, DuckDB), however the daemon's
-            # threads are kept (refresher._cpus)
+            # threads are kept (refresher._cpus), and woken without preempting the event loop
+            no_wakeup_preemption()
             with every_cpu():
                 synced = archive.write_batch(captures) if archive is not None else ()
                 written = store.write(records, hosts, robots, synced)

@@ -661,14 +661,16 @@ async def test_a_batchs_captures_are_archived_together_before_the_transaction_in
 
 
 class _MaskArchive(Archive):
-    """Notes the CPUs each batch's archiving may run on."""
+    """Notes the CPUs each batch's archiving may run on, and its thread's scheduling policy."""
 
     def __init__(self, directory: Path, store: DuckDBStore) -> None:
         super().__init__(directory, store)
         self.masks: list[frozenset[int]] = []
+        self.policies: list[int] = []
 
     def write_batch(self, captures: Sequence[Capture]) -> list[CaptureRow]:
         self.masks.append(frozenset(os.sched_getaffinity(0)))
+        self.policies.append(os.sched_getscheduler(0))
         return super().write_batch(captures)
 
 
@@ -691,6 +693,22 @@ async def test_a_batch_is_written_on_every_cpu_while_the_daemons_threads_keep_to
     finally:
         _cpus.keep_threads_to(_cpus.STARTED_ON)
     assert archive.masks == [_cpus.STARTED_ON]
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="no SCHED_BATCH here")
+async def test_a_batch_is_written_by_a_thread_that_does_not_preempt_the_event_loop(
+    paged_store: DuckDBStore, tmp_path: Path
+) -> None:
+    archive = _MaskArchive(tmp_path, paged_store)
+    service = StoreService(paged_store, flush_interval=10_000, batch_size=100, archive=archive)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(service.run)
+        for i in (1, 2):
+            await service.record(fetch(i), a_capture(i))
+            await service.flush()
+        service.close()
+    assert archive.policies == [os.SCHED_BATCH] * 2
+    assert os.sched_getscheduler(0) != os.SCHED_BATCH  # the event loop's own: as it was
 
 
 async def test_large_captures_commit_their_batch_early_so_copies_do_not_pile_up_in_memory(
