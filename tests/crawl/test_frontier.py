@@ -913,3 +913,41 @@ def test_a_replanned_copy_carries_every_field_of_the_page_it_copies():
     copy = frontier_module._replanned(row, 1.5, 2.5, 3.5, 4.5)
     assert copy == dataclasses.replace(row, due_at=1.5, target_rate=2.5, rate=3.5, weight=4.5)
     assert all(getattr(copy, f.name) != f.default for f in dataclasses.fields(PageRow))
+
+
+async def test_a_freed_host_serves_its_next_page_while_the_last_one_stays_held(autojump_clock):
+    frontier, _ = make([page(1, host=1, due=EPOCH), page(2, host=1, due=EPOCH)])
+    async with trio.open_nursery() as nursery:
+        await nursery.start(frontier.run)
+        first = await frontier.acquire()
+        assert first is not None
+        end = wall()
+        timing = HostTiming(next_allowed=end + 1.0, delay=1.0, backoff=0.0, errors=0)
+        frontier.free(first, timing=timing)  # its response read, its parse to come
+        assert frontier.freed(first)
+        second = await frontier.acquire()  # the host's other page, after its delay
+        assert second is not None and second.page.id != first.page.id
+        assert wall() == pytest.approx(end + 1.0)
+        released = trio.Event()
+
+        async def hand_over() -> None:
+            await frontier.wait_released(lambda host: host == "h1.test")
+            released.set()
+
+        nursery.start_soon(hand_over)
+        later = HostTiming(next_allowed=wall() + 5.0, delay=5.0, backoff=0.0, errors=0)
+        frontier.release(second, next_due=wall() + 0.5, timing=later)
+        await trio.testing.wait_all_tasks_blocked()
+        # the first page's record is still pending: not handed out again, nor handed over
+        assert not released.is_set()
+        assert frontier.statistics().recording == 1
+        # its release leaves the host's newer timing as it is, and lets the page alone go
+        frontier.release(first, next_due=wall() + 0.5, timing=timing)
+        await released.wait()
+        assert first.host.next_allowed == later.next_allowed
+        stats = frontier.statistics()
+        assert (stats.leased, stats.recording, stats.in_memory) == (0, 0, 2)
+        again = await frontier.acquire()  # the host waits out the later timing
+        assert again is not None and wall() >= later.next_allowed
+        frontier.close()
+        nursery.cancel_scope.cancel()
