@@ -9,11 +9,6 @@ worker the root host's next page once the host may be contacted and the refresh 
 the host leaves the heap until :meth:`Frontier.release`, so never two requests are in flight to one
 host. The budget is a pacer at B fetches per second (with at most one second of saved credit).
 
-A worker may give the host back before its page: :meth:`Frontier.free` frees the host once its
-response is read (its back queue hands out the next page, after its next-allowed time) while the
-page stays held, out of every queue, until :meth:`Frontier.release` once its record is queued: a
-page is never handed out twice at once, nor before its new validators and due time come back.
-
 Work-conserving (``work_conserving=True``, the daemon's ``frontier.work_conserving``): when the
 pacer has a token, no page is due on a host politeness allows now and the front queues are empty,
 the page due soonest among the hosts allowed now (not in a worker's hands, not paused, past their
@@ -233,7 +228,6 @@ class HostState:
     queue: deque[PageRow] = field(default_factory=deque)  # the back queue
     in_memory: int = 0  # pages of this host held by the frontier
     leased: bool = False
-    recording: int = 0  # pages of it whose host was freed before their release (:meth:`free`)
     active: bool = False  # owns a back queue slot
     token: int = 0  # the heap entry carrying this token is the valid one
 
@@ -275,7 +269,6 @@ class FrontierStatistics:
     dispatched: int  # pages handed to workers since start
     cursor: float  # unix seconds: pages due up to here have been loaded
     backing_off: int = 0  # known hosts waiting out an error backoff now
-    recording: int = 0  # pages whose host was freed, held until their record is queued
     paused: int = 0  # known hosts paused
     early: int = 0  # pages handed out before they were due (work conservation)
     lapsed: float = 0.0  # budget tokens left unused beyond the pacer's one second of credit
@@ -370,7 +363,6 @@ class Frontier:
         self._epoch = 0
         self._hosts: dict[int, HostState] = {}
         self._paged: set[int] = set()  # ids of pages held
-        self._recording: set[int] = set()  # ids of pages held whose host was freed (free)
         self._active = 0
         self._leased = 0
         self._dispatched = 0
@@ -530,10 +522,8 @@ class Frontier:
         self._reload()
 
     async def wait_released(self, hosts: Callable[[str], bool]) -> None:
-        """Return once no host that ``hosts`` accepts is in a worker's hands, nor a page of
-        one whose host was freed before its record (:meth:`free`): every fetch to them is
-        then recorded (queued for the store) or given up."""
-        while any((h.leased or h.recording) and hosts(h.name) for h in self._hosts.values()):
+        """Return once no host that ``hosts`` accepts is in a worker's hands."""
+        while any(h.leased and hosts(h.name) for h in self._hosts.values()):
             await self._unleased.park()
 
     def _drop(self, page: PageRow) -> None:
@@ -741,24 +731,6 @@ class Frontier:
             self._forget_host(host)
         self._poke(everyone=False)
 
-    def free(
-        self, lease: Lease, *, timing: HostTiming | None = None, robots: HostRobots | None = None
-    ) -> None:
-        """Give ``lease``'s host back now, with its new ``timing`` and ``robots`` as
-        :meth:`release`, while its page stays held (in no queue: not handed out again) until
-        :meth:`release`, which then lets the page alone go. For a worker whose request has
-        ended, so the host's next request need not wait for this page's parse and record."""
-        host = lease.host
-        assert host.leased and lease.page.id not in self._recording
-        _apply(host, timing, robots)
-        self._recording.add(lease.page.id)
-        host.recording += 1
-        self._unlease(host)
-
-    def freed(self, lease: Lease) -> bool:
-        """Whether ``lease``'s host was given back already (:meth:`free`)."""
-        return lease.page.id in self._recording
-
     def release(
         self,
         lease: Lease,
@@ -771,26 +743,9 @@ class Frontier:
 
         ``next_due`` (unix seconds) keeps the page in memory when it falls inside the loaded
         window; otherwise, or when None, the page is dropped and the store brings it back.
-        A page whose host was freed (:meth:`free`) goes alone: its host, perhaps in another
-        worker's hands by now, is left as it is (``timing`` and ``robots`` unused).
         """
         page, host = lease.page, lease.host
-        if page.id in self._recording:
-            self._recording.discard(page.id)
-            host.recording -= 1
-            self._settle(page, host, next_due)
-            self._unleased.unpark_all()
-            if host.in_memory == 0 and not host.leased:
-                self._forget_host(host)
-            self._poke(everyone=False)
-            return
         _apply(host, timing, robots)
-        self._settle(page, host, next_due)
-        self._unlease(host)
-
-    def _settle(self, page: PageRow, host: HostState, next_due: float | None) -> None:
-        """A page back from a worker: waiting for ``next_due`` when it falls inside the loaded
-        window (or a rescan reads the store), else let go."""
         if next_due is not None and self._fresh is not None:
             self._fresh[page.id] = next_due
         if next_due is not None and self.work_conserving:
@@ -803,6 +758,7 @@ class Frontier:
             heapq.heappush(self._due, (next_due, page.id, _with_due(page, next_due)))
         else:
             self._forget(page, host)
+        self._unlease(host)
 
     def requeue(
         self, lease: Lease, *, timing: HostTiming | None = None, robots: HostRobots | None = None
@@ -998,7 +954,6 @@ class Frontier:
             lapsed=self.pacer.lapsed(),
             cursor=self._cursor[0],
             backing_off=sum(1 for h in self._hosts.values() if h.errors and h.next_allowed > now),
-            recording=len(self._recording),
             paused=sum(1 for h in self._hosts.values() if h.paused),
         )
 

@@ -3,12 +3,10 @@
 One refresh of one page, in order: robots.txt for the host when it is unknown or expired (a
 request of its own, after which the host waits its politeness delay before the page); the robots
 check (a disallowed page is recorded as ``denied`` and never requested); the conditional GET;
-the outcome (:func:`refresher.crawl._outcome.classify`, pure); the politeness delay and
-backoff; for a new body, the host's timing queued for the store and the host freed at once
-(:meth:`Frontier.free`), its page still held; processing the body and the content-seen test;
-the record to the store; the page (and the host, unless freed already) back to the frontier
-with its new timing and robots (the frontier alone writes its host state); the links to
-discovery.
+the outcome (:func:`refresher.crawl._outcome.classify`, pure); processing a new body and the
+content-seen test; the politeness delay and backoff; the record to the store; the host back to
+the frontier with its new timing and robots (the frontier alone writes its host state); the
+links to discovery.
 """
 
 from __future__ import annotations
@@ -90,7 +88,7 @@ def _host_update(host_id: int, timing: HostTiming) -> HostUpdate:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CrawlerStatistics:
     workers: int
-    busy: int  # workers holding a lease (a host, or a page whose host was freed)
+    busy: int  # workers holding a lease
     fetches: int  # page fetches finished since start
     changed: int
     not_modified: int
@@ -112,10 +110,8 @@ class CrawlerStatistics:
 #: seconds of requests the wire rate is averaged over
 WIRE_WINDOW = 30.0
 #: the stages of a refresh whose seconds CrawlerStatistics.stage_seconds sums over workers:
-#: a host held by a worker (from its lease until it is freed: released, or freed once the
-#: response is read when a body is to be processed), a request on the wire, a body waiting for
-#: and being processed (parse, after the host is freed), and a fetch or a host's timing waiting
-#: for room in the store's queue
+#: a host held by a worker (from its lease to its release), a request on the wire, a body
+#: waiting for and being processed (parse), and a fetch waiting for room in the store's queue
 STAGES = ("held", "wire", "parse", "record")
 #: seconds until a page robots.txt denies is checked again when its host's robots.txt has no
 #: expiry (it is checked again when robots.txt is re-fetched otherwise)
@@ -207,8 +203,6 @@ class Crawler:
         self._on_wire_now: dict[int, tuple[str, trio.CancelScope]] = {}
         self._abandoned = 0
         self._stages = dict.fromkeys(STAGES, 0.0)
-        #: page id → perf_counter time its host was freed before its record (Frontier.free)
-        self._freed_at: dict[int, float] = {}
 
     @contextmanager
     def _timed(self, stage: str) -> Iterator[None]:
@@ -263,13 +257,7 @@ class Crawler:
         may have been contacted until now, and the next run or a partition's next owner knows
         its politeness only from the store. Every path that ends a refresh without a record
         comes here: a cut request, a bug, a cancellation (the write is shielded, for at most
-        :data:`STORE_GRACE` seconds). The host is released even when the write fails.
-
-        A page whose host was freed already (its timing queued for the store then, the host
-        perhaps in another worker's hands by now) goes back alone, with nothing written."""
-        if self._frontier.freed(lease):
-            self._frontier.release(lease, next_due=None)
-            return
+        :data:`STORE_GRACE` seconds). The host is released even when the write fails."""
         timing = self._fallback_timing(lease.host)
         try:
             with trio.CancelScope(shield=True), trio.move_on_after(STORE_GRACE):
@@ -323,8 +311,7 @@ class Crawler:
             raise
         finally:
             self._busy -= 1
-            freed = self._freed_at.pop(lease.page.id, None)
-            self._stages["held"] += (freed or time.perf_counter()) - t0
+            self._stages["held"] += time.perf_counter() - t0
 
     async def _hand_over(self, found: Found) -> None:
         """Give a fetch's findings to discovery, waiting while its queue is full (the crawl
@@ -512,10 +499,7 @@ class Crawler:
         self, lease: Lease, r: FetchResult, robots: HostRobots | None
     ) -> Found | None:
         """Record the fetch and release the host: the findings for discovery, which are
-        handed over once the host is free (no release left to do if that wait is cut).
-
-        A body to process frees the host first (:meth:`_free`): the parse and the record
-        then hold the page alone, and the host's next request waits only for its timing."""
+        handed over once the host is free (no release left to do if that wait is cut)."""
         page, host = lease.page, lease.host
         o = classify(page, r)
         self._count(o, r)
@@ -528,12 +512,7 @@ class Crawler:
             failed=o.failed,
             retry_after=r.retry_after,
         )
-        politeness: HostUpdate | None = _host_update(host.id, timing)
-        extracted = None
-        if o.process:
-            await self._free(lease, timing, robots)
-            politeness = None  # queued with the host's release
-            extracted = await self._process(r)
+        extracted = await self._process(r) if o.process else None
         if extracted is not None:
             fingerprint = extracted.fingerprint
         elif o.success and r.body is not None:
@@ -567,7 +546,7 @@ class Crawler:
         if found is not None:
             record = replace(record, findings=findings_of(found), deferred=deferred)
         with self._timed("record"):
-            await self._store.record(record, capture, politeness)
+            await self._store.record(record, capture, _host_update(host.id, timing))
         lease = self._frontier.update_page(
             lease,
             etag=o.etag,
@@ -577,22 +556,11 @@ class Crawler:
             tried=True,
         )
         # A gone page is out of the plan (the allocator leaves it out) and due again only on
-        # its slow schedule: it may come back. A page whose host was freed goes back alone.
+        # its slow schedule: it may come back.
         self._frontier.release(lease, next_due=due, timing=timing, robots=robots)
         # Waits while the queue is full (the deferred backlog is full too, or the queue filled
         # since), after the release: the crawl slows to discovery's pace rather than drop links.
         return None if deferred else found
-
-    async def _free(self, lease: Lease, timing: HostTiming, robots: HostRobots | None) -> None:
-        """Free ``lease``'s host, its response read, before its page's parse and record: queue
-        the host's ``timing`` for the store first, so that whoever waits for the host's release
-        (a fleet node handing its partition over, :meth:`Frontier.wait_released`) finds it
-        ahead of a store flush, and the host's timings reach the store in the order of its
-        requests (records of one host may now be in flight at once; of one page never)."""
-        with self._timed("record"):
-            await self._store.update_host(_host_update(lease.host.id, timing))
-        self._frontier.free(lease, timing=timing, robots=robots)
-        self._freed_at[lease.page.id] = time.perf_counter()
 
     def _count(self, o: Outcome, r: FetchResult) -> None:
         self._fetches += 1

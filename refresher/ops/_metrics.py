@@ -162,7 +162,6 @@ METRICS: Mapping[str, Mapping[str, MetricSpec]] = {
         "dispatched": _c("Pages handed to workers."),
         "cursor": _g("Unix time (seconds) up to which due pages have been loaded."),
         "backing_off": _g("Known hosts waiting out an error backoff."),
-        "recording": _g("Pages whose host is free again, held until their record is queued."),
         "paused": _g("Known hosts paused."),
         "early": _c("Pages handed out before they were due (frontier.work_conserving)."),
         "lapsed": _c("Budget tokens left unused beyond the pacer's one second of credit."),

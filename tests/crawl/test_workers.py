@@ -15,8 +15,6 @@ from refresher.crawl._dns import Resolver
 from refresher.crawl._fetch import Fetcher
 from refresher.crawl._frontier import Frontier
 from refresher.crawl._workers import Crawler, parse_stage
-from refresher.fleet._node import FleetNode
-from refresher.fleet._partition import partition_of
 from refresher.store._interface import HostRow, PageRow
 
 
@@ -26,7 +24,6 @@ class _Recorder:
     def __init__(self) -> None:
         self.records: list[Any] = []
         self.hosts: list[Any] = []
-        self.flushed: list[tuple[int, int]] = []  # (records, host updates) queued at each flush
 
     async def record(self, record: Any, capture: Any = None, host: Any = None) -> None:
         self.records.append(record)
@@ -36,9 +33,6 @@ class _Recorder:
     async def update_host(self, update: Any) -> None:
         self.hosts.append(update)
 
-    async def flush(self) -> None:
-        self.flushed.append((len(self.records), len(self.hosts)))
-
 
 class _Plan:
     policy = "uniform"
@@ -47,25 +41,21 @@ class _Plan:
         return 60.0
 
 
-def _once(url: str, name: str, *, pages: int = 1) -> Any:
-    """A frontier's page source: ``pages`` new pages due now (``url``, then ``url`` + ``1``,
-    ...) on a host whose robots.txt is known (no robots.txt request comes first), then
-    nothing."""
+def _once(url: str, name: str) -> Any:
+    """A frontier's page source: one new page due now on a host whose robots.txt is known
+    (no robots.txt request comes first), then nothing."""
     now = time.time()
-    rows = [
-        PageRow(
-            id=1 + i,
-            url=url + (str(i) if i else ""),
-            host_id=1,
-            host=name,
-            due_at=now - 1,
-            etag=None,
-            last_modified=None,
-            digest=None,
-            target_rate=None,
-        )
-        for i in range(pages)
-    ]
+    page = PageRow(
+        id=1,
+        url=url,
+        host_id=1,
+        host=name,
+        due_at=now - 1,
+        etag=None,
+        last_modified=None,
+        digest=None,
+        target_rate=None,
+    )
     host = HostRow(
         id=1,
         name=name,
@@ -83,9 +73,9 @@ def _once(url: str, name: str, *, pages: int = 1) -> Any:
 
     async def source(*_: Any) -> tuple[list[PageRow], dict[int, HostRow]]:
         nonlocal served
-        taken = [] if served else rows
+        rows = [] if served else [page]
         served = True
-        return taken, {1: host}
+        return rows, {1: host}
 
     return source
 
@@ -100,12 +90,10 @@ async def _crawling(
     allocator: Any = None,
     discovery: Any = None,
     timeout: float = 300.0,
-    parsers: Any = None,
-    store: _Recorder | None = None,
 ) -> AsyncIterator[tuple[Crawler, _Recorder]]:
     """A crawler and ``frontier`` running, host ``name`` served on 127.0.0.1:``port``: the
     crawler and its store's writes. Both stop at the end."""
-    store = store or _Recorder()
+    store = _Recorder()
     resolver = Resolver(static={name: f"127.0.0.1:{port}"})
     async with (
         Fetcher(user_agent="test", resolver=resolver, timeout=timeout) as fetcher,
@@ -118,7 +106,6 @@ async def _crawling(
             store=store,  # type: ignore[arg-type]
             allocator=allocator or _Plan(),
             discovery=discovery,
-            parsers=parsers,
         )
         await nursery.start(frontier.run)
         await nursery.start(crawler.run)
@@ -254,126 +241,6 @@ async def test_a_worker_cancelled_handing_links_to_discovery_does_not_release_it
         assert frontier.statistics().leased == 0
         assert len(store.records) == 1
         assert len(store.hosts) == 1
-
-
-class _HeldParse:
-    """The parse stage with every parse held until ``go`` is set."""
-
-    def __init__(self) -> None:
-        self.go = trio.Event()
-        self.calls = 0
-        self._called = trio.Event()
-
-    async def run(self, fn: Any, *, size: int, portable: bool = True) -> Any:
-        self.calls += 1
-        self._called.set()
-        await self.go.wait()
-        return fn()
-
-    async def wait_calls(self, n: int) -> None:
-        with trio.fail_after(10):
-            while self.calls < n:
-                self._called = trio.Event()
-                await self._called.wait()
-
-
-_HTML = Reply(headers=[("Content-Type", "text/html")], body=b"<p>a page</p>")
-_QUICK = Config(politeness=PolitenessConfig(min_delay=0.01))
-
-
-async def test_a_hosts_next_request_goes_out_while_its_last_page_is_parsed():
-    async with raw_server(http_handler(lambda request: _HTML)) as server:
-        frontier = Frontier(source=_once("http://two.test/", "two.test", pages=2), budget=100.0)
-        parse = _HeldParse()
-        async with _crawling(
-            frontier, "two.test", server.port, config=_QUICK, allocator=_Later(), parsers=parse
-        ) as (_, store):
-            # the second request went out while the first page's parse is held
-            await server.wait_for(lambda: len(server.requests) == 2)
-            await parse.wait_calls(2)
-            assert store.records == []
-            # each response's host timing was queued before its host was freed
-            assert [u.host_id for u in store.hosts] == [1, 1]
-            assert store.hosts[1].next_allowed > store.hosts[0].next_allowed
-            stats = frontier.statistics()
-            assert (stats.leased, stats.recording, stats.in_memory) == (0, 2, 2)
-            parse.go.set()
-            with trio.fail_after(10):
-                while len(store.records) < 2:
-                    await trio.testing.wait_all_tasks_blocked()
-            assert frontier.statistics().recording == 0
-            assert len(store.hosts) == 2  # the records carry no second copy of the timing
-            assert len(server.requests) == 2  # neither page was handed out again meanwhile
-
-
-class _Failing(_Recorder):
-    """A store whose fetch records fail (a bug, a store closing)."""
-
-    async def record(self, record: Any, capture: Any = None, host: Any = None) -> None:
-        raise RuntimeError("the store failed")
-
-
-async def test_a_page_whose_host_was_freed_goes_back_once_when_its_record_fails_or_is_cut():
-    async with raw_server(http_handler(lambda request: _HTML)) as server:
-        frontier = Frontier(source=_once("http://fail.test/", "fail.test"), budget=100.0)
-        parse = _HeldParse()
-        parse.go.set()
-        async with _crawling(
-            frontier, "fail.test", server.port, allocator=_Later(), parsers=parse, store=_Failing()
-        ) as (_, store):
-            await parse.wait_calls(1)
-            with trio.fail_after(10):
-                await frontier.wait_released(lambda h: h == "fail.test")
-            stats = frontier.statistics()
-            assert (stats.leased, stats.recording, stats.in_memory) == (0, 0, 0)
-            assert len(store.hosts) == 1  # the response's timing, no fallback after it
-        cut = _HeldParse()
-        frontier = Frontier(source=_once("http://cut.test/", "cut.test"), budget=100.0)
-        async with _crawling(
-            frontier, "cut.test", server.port, allocator=_Later(), parsers=cut
-        ) as (_, store):
-            await cut.wait_calls(1)
-        # cancelled in the parse (a drain deadline): the page went back alone, once
-        stats = frontier.statistics()
-        assert (stats.leased, stats.recording, stats.in_memory) == (0, 0, 0)
-        assert len(store.hosts) == 1 and store.records == []
-
-
-async def test_a_partition_is_handed_over_after_a_freed_hosts_record_and_its_timing_commit():
-    async with raw_server(http_handler(lambda request: _HTML)) as server:
-        frontier = Frontier(source=_once("http://shed.test/", "shed.test"), budget=100.0)
-        parse = _HeldParse()
-        async with (
-            _crawling(frontier, "shed.test", server.port, allocator=_Later(), parsers=parse) as (
-                _,
-                store,
-            ),
-            trio.open_nursery() as nursery,
-        ):
-            await parse.wait_calls(1)  # the host is free, its page's record pending
-            config = Config()
-            node = FleetNode(
-                config,
-                store=store,  # type: ignore[arg-type]
-                frontier=frontier,
-                rate=lambda: 0.0,
-                pages_added=lambda n: None,
-            )
-            partition = partition_of("shed.test", config.fleet.partitions)
-            drained = trio.Event()
-
-            async def hand_over() -> None:
-                await node._drain(frozenset({partition}), trio.current_time() + 30.0)
-                drained.set()
-
-            nursery.start_soon(hand_over)
-            await trio.testing.wait_all_tasks_blocked()
-            assert not drained.is_set() and store.flushed == []
-            parse.go.set()
-            with trio.fail_after(10):
-                await drained.wait()
-            # one flush, after the page's record and its host's timing were queued
-            assert store.flushed == [(1, 1)]
 
 
 async def test_the_parse_stage_starts_its_processes_before_any_page_when_they_come_first():
