@@ -83,12 +83,16 @@ from refresher.store._interface import (
 from refresher.store._prune import PruneCalls, PrunePlan, apply_plan, plan_prune
 from refresher.store._service import BatchedService
 from refresher.store._timeline import (
+    BATCH_COLUMNS,
+    LISTED_COLUMN,
+    SITEMAP_SINCE_SQL,
     TIMELINE_COLUMNS,
     TrustCounts,
     estimator_column_sql,
     fold_fetch_records,
     fold_read_points,
     timeline_migration_sql,
+    unchanged_reads,
 )
 
 __all__ = [
@@ -714,7 +718,7 @@ class DuckDBStore:
         fold = fold_pages(records)
         pages_ = sorted(fold.last, key=lambda r: r.page_id)
         page_ids = np.array([r.page_id for r in pages_], dtype=np.int64)
-        state = state_of(self._con, page_ids, STAT_COLUMNS + TIMELINE_COLUMNS)
+        state = state_of(self._con, page_ids, BATCH_COLUMNS)
         moved = moved_statistics(state, fold_records(state, page_ids, records))
         self._fold_timeline(state, page_ids, records)
         _p = moved | {
@@ -741,6 +745,8 @@ class DuckDBStore:
             FROM _p WHERE pages.id = _p.id
             """
         )
+        for sitemap, read_at in unchanged_reads(page_ids, state[LISTED_COLUMN], records):
+            self._fold_listed(self._entries(sitemap), read_at)
 
     def _fold_timeline(
         self, state: dict[str, np.ndarray], page_ids: np.ndarray, records: Sequence[FetchRecord]
@@ -781,21 +787,42 @@ class DuckDBStore:
     def _fold_read(self, sitemap: int, read_at: float) -> None:
         """A sitemap read as points of its listed pages' timelines (the lastmods in ``_lm``,
         registered by :meth:`_save_lastmod`): the pages of the sitemap's own host only, so a
-        read touches only its host's rows (a fleet node's own partition)."""
+        read touches only its host's rows (a fleet node's own partition). Its entries are
+        kept for the unchanged re-reads (:func:`unchanged_reads`)."""
         got = self._con.execute(
             """
-            SELECT p.id, p.host_id, m.t FROM (SELECT url, max(t) AS t FROM _lm GROUP BY url) m
-            JOIN pages p ON p.url = m.url
+            SELECT p.id AS page_id, p.host_id, m.t AS lastmod
+            FROM (SELECT url, max(t) AS t FROM _lm GROUP BY url) m JOIN pages p ON p.url = m.url
             WHERE p.host_id = (SELECT host_id FROM pages WHERE id = ?) ORDER BY p.id
             """,
             [sitemap],
         ).fetchnumpy()
-        ids = np.asarray(got["id"], dtype=np.int64)
+        self._fold_listed(got, read_at)
+        self._con.execute("DELETE FROM sitemap_entries WHERE sitemap_id = ?", [sitemap])
+        _entries = {"page_id": got["page_id"], "lastmod": got["lastmod"]}  # by name
+        self._con.execute(
+            "INSERT INTO sitemap_entries SELECT ?, page_id, lastmod FROM _entries", [sitemap]
+        )
+        self._con.execute(
+            f"UPDATE pages SET {LISTED_COLUMN} = ? WHERE id = ?", [len(got["page_id"]), sitemap]
+        )
+
+    def _entries(self, sitemap: int) -> dict[str, np.ndarray]:
+        """The entries of the sitemap's last read (of pages that still exist)."""
+        return self._con.execute(
+            "SELECT e.page_id, p.host_id, e.lastmod FROM sitemap_entries e"
+            " JOIN pages p ON p.id = e.page_id WHERE e.sitemap_id = ? ORDER BY e.page_id",
+            [sitemap],
+        ).fetchnumpy()
+
+    def _fold_listed(self, entries: dict[str, np.ndarray], read_at: float) -> None:
+        """Fold one read of these entries (page_id sorted, host_id, lastmod) at ``read_at``."""
+        ids = np.asarray(entries["page_id"], dtype=np.int64)
         if ids.size == 0:
             return
         state = state_of(self._con, ids, STAT_COLUMNS + TIMELINE_COLUMNS)
-        hosts = np.asarray(got["host_id"], dtype=np.int64)
-        lastmods = np.asarray(got["t"], dtype=np.float64)
+        hosts = np.asarray(entries["host_id"], dtype=np.int64)
+        lastmods = np.asarray(entries["lastmod"], dtype=np.float64)
         folded, counts = fold_read_points(state, ids, ids, hosts, read_at, lastmods)
         self._write_timeline(ids, {c: folded[c] for c in TIMELINE_COLUMNS})
         self._add_trust(counts)
@@ -963,6 +990,9 @@ class DuckDBStore:
             if current
             else ""
         )
+        timeline = version >= TIMELINE_VERSION
+        if timeline:
+            stat_sql += f", coalesce({SITEMAP_SINCE_SQL}, 'NaN'::DOUBLE) AS sitemap_since"
         # not asked for: +inf, a join over no fetch
         since = math.inf if responses_since is None else responses_since
         pages = self._con.execute(
@@ -993,6 +1023,9 @@ class DuckDBStore:
             stats=read_statistics(stats, meaningful=meaningful),
             link_src=np.asarray(edges["src"], dtype=np.int64),
             link_dst=np.asarray(edges["dst"], dtype=np.int64),
+            sitemap_since=(
+                np.asarray(pages["sitemap_since"], dtype=np.float64) if timeline else None
+            ),
         )
 
     def save_plan(self, plan: PlanUpdate, *, now: float) -> None:

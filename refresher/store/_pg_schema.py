@@ -249,7 +249,7 @@ _MIGRATIONS.append(
 _MIGRATIONS.append("CREATE INDEX fetches_finished ON fetches (finished_at);")
 # 5: sitemap reads as points of each listed page's timeline, and the hosts' trust counts
 # (refresher.store._timeline)
-_MIGRATIONS.append(timeline_migration_sql("double precision", "integer"))
+_MIGRATIONS.append(timeline_migration_sql("double precision", "integer", "bigint"))
 PG_SCHEMA_VERSION = len(_MIGRATIONS)
 
 #: serialises concurrent `fleet init`s (an arbitrary, fixed advisory lock key)

@@ -80,11 +80,15 @@ from refresher.store._pg_schema import check_schema
 from refresher.store._prune import PruneCalls, PrunePlan
 from refresher.store._service import BatchedService
 from refresher.store._timeline import (
+    BATCH_COLUMNS,
+    LISTED_COLUMN,
+    SITEMAP_SINCE_SQL,
     TIMELINE_COLUMNS,
     TrustCounts,
     estimator_column_sql,
     fold_fetch_records,
     fold_read_points,
+    unchanged_reads,
 )
 
 __all__ = [
@@ -101,7 +105,7 @@ T = TypeVar("T")
 log = get_logger("store.pg")
 
 _U64 = 1 << 64
-_STATE = STAT_COLUMNS + TIMELINE_COLUMNS  # what a batch reads of its pages
+_STATE = BATCH_COLUMNS  # what a batch reads of its pages
 _STAT_READ = ", ".join(f"coalesce({c}, 'NaN'::float8)" for c in _STATE)
 _STAT_SETS = ", ".join(f"{c} = b.{c}" for c in STAT_COLUMNS)
 _STAT_ARRAYS = ", %s::float8[]" * len(STAT_COLUMNS)
@@ -188,7 +192,8 @@ def estimator_sql(columns: Sequence[str]) -> str:
     stats = ", ".join(f"coalesce({estimator_column_sql(c)}, 'NaN'::float8)" for c in columns)
     return f"""
         SELECT p.id, p.host_id, coalesce(p.last_fetch, 'NaN'::float8),
-               coalesce(h.delay, 0), coalesce(r.response, 0), {stats}
+               coalesce(h.delay, 0), coalesce(r.response, 0),
+               coalesce({SITEMAP_SINCE_SQL}, 'NaN'::float8), {stats}
         FROM pages p JOIN hosts h ON h.id = p.host_id {response_join_sql("%s")}
         WHERE p.partition = ANY(%s) AND p.status NOT IN ('gone', 'denied')
         ORDER BY p.id
@@ -766,6 +771,8 @@ class PgStore:
                 *([float(x) for x in stats[c]] for c in STAT_COLUMNS),
             ),
         )
+        for sitemap, read_at in unchanged_reads(page_ids, state[LISTED_COLUMN], records):
+            _fold_entries(cur, sitemap, read_at)
 
     def _insert_captures(self, cur: Any, rows: Sequence[CaptureRow]) -> None:
         with cur.copy(
@@ -950,7 +957,7 @@ class PgStore:
 
         def read(cur: Any) -> EstimatorInputs:
             cur.execute(estimator_sql(columns), (since, owned))
-            pages = np.array(cur.fetchall(), dtype=np.float64).reshape(-1, 5 + len(columns))
+            pages = np.array(cur.fetchall(), dtype=np.float64).reshape(-1, 6 + len(columns))
             edges: NDArray[np.int64] = np.zeros((0, 2), dtype=np.int64)
             if links:
                 cur.execute(
@@ -959,7 +966,7 @@ class PgStore:
                     (owned,),
                 )
                 edges = np.array(cur.fetchall(), dtype=np.int64).reshape(-1, 2)
-            stats = {c: pages[:, 5 + k] for k, c in enumerate(columns)}
+            stats = {c: pages[:, 6 + k] for k, c in enumerate(columns)}
             return EstimatorInputs(
                 page_ids=pages[:, 0].astype(np.int64),
                 page_host=pages[:, 1].astype(np.int64),
@@ -969,6 +976,7 @@ class PgStore:
                 stats=read_statistics(stats, meaningful=meaningful),
                 link_src=edges[:, 0].astype(np.int64),
                 link_dst=edges[:, 1].astype(np.int64),
+                sitemap_since=pages[:, 5].copy(),
             )
 
         return self._tx("reading the estimator's inputs", read)
@@ -1198,7 +1206,8 @@ def _fold_read(
     cur: Any, sitemap: int, lastmod: Sequence[tuple[str, float]], read_at: float
 ) -> None:
     """A sitemap read as points of its listed pages' timelines: the pages of the sitemap's own
-    host only (so of this node's partition)."""
+    host only (so of this node's partition). Its entries are kept for the unchanged
+    re-reads (:func:`unchanged_reads`)."""
     cur.execute(
         f"""
         SELECT p.id, p.host_id, m.t, {_STAT_READ}
@@ -1209,9 +1218,38 @@ def _fold_read(
         """,
         ([u for u, _ in lastmod], [t for _, t in lastmod], sitemap),
     )
-    got = np.array(cur.fetchall(), dtype=np.float64).reshape(-1, 3 + len(_STATE))
+    got = _fold_rows(cur, cur.fetchall(), read_at)
+    cur.execute("DELETE FROM sitemap_entries WHERE sitemap_id = %s", (sitemap,))
+    cur.execute(
+        "INSERT INTO sitemap_entries (sitemap_id, page_id, lastmod)"
+        " SELECT %s, e.page_id, e.lastmod FROM unnest(%s::bigint[], %s::float8[])"
+        " AS e(page_id, lastmod)",
+        (sitemap, [int(i) for i in got[:, 0]], [float(t) for t in got[:, 2]]),
+    )
+    cur.execute(
+        f"UPDATE pages SET {LISTED_COLUMN} = %s WHERE id = %s", (int(got.shape[0]), sitemap)
+    )
+
+
+def _fold_entries(cur: Any, sitemap: int, read_at: float) -> None:
+    """A sitemap read again with the same body: its last read's entries at ``read_at``."""
+    cur.execute(
+        f"""
+        SELECT e.page_id, p.host_id, e.lastmod, {_STAT_READ}
+        FROM sitemap_entries e JOIN pages p ON p.id = e.page_id
+        WHERE e.sitemap_id = %s ORDER BY e.page_id
+        """,
+        (sitemap,),
+    )
+    _fold_rows(cur, cur.fetchall(), read_at)
+
+
+def _fold_rows(cur: Any, rows: list[Any], read_at: float) -> NDArray[np.float64]:
+    """Fold one read at ``read_at`` of the rows (page id, host id, lastmod, the page's
+    :data:`BATCH_COLUMNS`), sorted by page; the rows as an array."""
+    got = np.array(rows, dtype=np.float64).reshape(-1, 3 + len(_STATE))
     if got.shape[0] == 0:
-        return
+        return got
     ids = got[:, 0].astype(np.int64)
     state = {c: got[:, 3 + k].copy() for k, c in enumerate(_STATE)}
     folded, counts = fold_read_points(
@@ -1219,3 +1257,4 @@ def _fold_read(
     )
     _write_timeline(cur, ids, {c: folded[c] for c in TIMELINE_COLUMNS})
     _add_trust(cur, counts)
+    return got

@@ -44,7 +44,10 @@ from refresher.store._change_stats import STAT_COLUMNS, fold_observations, recor
 from refresher.store._interface import FetchRecord
 
 __all__ = [
+    "BATCH_COLUMNS",
     "EXTRA_COLUMNS",
+    "LISTED_COLUMN",
+    "SITEMAP_SINCE_SQL",
     "TIMELINE_COLUMNS",
     "TOLERANCE",
     "TRUSTED_SQL",
@@ -55,6 +58,7 @@ __all__ = [
     "fold_read_points",
     "timeline_column",
     "timeline_migration_sql",
+    "unchanged_reads",
 ]
 
 Float = NDArray[np.float64]
@@ -77,19 +81,55 @@ EXTRA_COLUMNS = ("tl_read", "tl_prev_ok", "tl_moved")
 TIMELINE_COLUMNS = tuple(timeline_column(c) for c in STAT_COLUMNS) + EXTRA_COLUMNS
 
 
-def timeline_migration_sql(double: str = "DOUBLE", integer: str = "INTEGER") -> str:
-    """The migration that adds the timeline's columns and the hosts' trust counts (nothing to
-    fill: no read was folded before it)."""
+#: per sitemap page: the entries its last read listed (NULL: none), which an unchanged
+#: re-read repeats (``sitemap_entries``)
+LISTED_COLUMN = "sitemap_listed"
+#: what a batch of fetches reads of its pages
+BATCH_COLUMNS = (*STAT_COLUMNS, *TIMELINE_COLUMNS, LISTED_COLUMN)
+
+
+def timeline_migration_sql(
+    double: str = "DOUBLE", integer: str = "INTEGER", bigint: str = "BIGINT"
+) -> str:
+    """The migration that adds the timeline's columns, the hosts' trust counts and each
+    sitemap's entries of its last read (nothing to fill: no read was folded before it)."""
     lines = [f"ALTER TABLE pages ADD COLUMN {c} {double};" for c in TIMELINE_COLUMNS]
+    lines.append(f"ALTER TABLE pages ADD COLUMN {LISTED_COLUMN} {double};")
     lines += [
         f"ALTER TABLE hosts ADD COLUMN {c} {integer} NOT NULL DEFAULT 0;"
         for c in ("sitemap_passed", "sitemap_failed")
     ]
+    lines.append(
+        f"CREATE TABLE sitemap_entries (sitemap_id {bigint} NOT NULL, page_id {bigint} NOT NULL,"
+        f" lastmod {double} NOT NULL, PRIMARY KEY (sitemap_id, page_id));"
+    )
     return "\n".join(lines)
+
+
+def unchanged_reads(
+    page_ids: NDArray[np.int64], listed: Float, records: Sequence[FetchRecord]
+) -> list[tuple[int, float]]:
+    """(sitemap page, read time) of the successful fetches in ``records`` that found a sitemap
+    page's body unchanged (``listed``: its entries of the last read, per page of
+    ``page_ids``, NaN none): they read the same lastmods again, each a point of the listed
+    pages' timelines. (A changed body reaches the store as a document, with its new
+    lastmods.)"""
+    has = np.isfinite(listed) & (listed > 0)
+    if not has.any():
+        return []
+    sitemaps = set(page_ids[has].tolist())
+    a = record_arrays(records)
+    again = ~a["changed"] & np.isin(a["page"], list(sitemaps))
+    return sorted(zip(a["page"][again].tolist(), a["finished"][again].tolist(), strict=True))
 
 
 #: the hosts whose sitemap lastmods count (alias ``h``), the model's rule
 TRUSTED_SQL = "(h.sitemap_passed > 0 AND h.sitemap_failed = 0)"
+
+
+#: per page (aliases ``p``, ``h``): when a sitemap page of a host not found untrusted was
+#: found, else NULL (:attr:`refresher.store.EstimatorInputs.sitemap_since`)
+SITEMAP_SINCE_SQL = "CASE WHEN p.source = 'sitemap' AND h.sitemap_failed = 0 THEN p.first_seen END"
 
 
 def estimator_column_sql(column: str) -> str:

@@ -506,13 +506,15 @@ async def test_sitemap_lastmods_of_a_host_that_passes_the_trust_test_are_points_
 ) -> None:
     hosts = ("honest.example", "served.example")  # lastmods: true changes; the read's time
     rows, _ = await store.add_pages(
-        [page(f"http://{h}/{p}", h) for h in hosts for p in ("sitemap.xml", "p")], now=NOW
+        [page(f"http://{h}/sitemap.xml", h, source="sitemap") for h in hosts]
+        + [page(f"http://{h}/p", h) for h in hosts],
+        now=NOW,
     )
     by_url = {r.url: r for r in rows}
 
     async def read(host: str, at: float, lastmod: float) -> None:
-        sitemap = by_url[f"http://{host}/sitemap.xml"]
-        await store.record(fetch(sitemap.id, sitemap.host_id, at))
+        sitemap = by_url[f"http://{host}/sitemap.xml"]  # a new body each time: a document
+        await store.record(fetch(sitemap.id, sitemap.host_id, at, changed=True, digest=b"%d" % at))
         update = DocumentUpdate(
             page_id=sitemap.id,
             new=[],
@@ -550,3 +552,14 @@ async def test_sitemap_lastmods_of_a_host_that_passes_the_trust_test_are_points_
     # served: the change its read claimed was not there, so its host fails and keeps the
     # fetch-only sums; honest: (30, 40] unchanged after a read that said unchanged
     assert await stats() == ([3, 2], [30, 30])
+    # the sitemaps read on their own schedule: the honest host's, found at NOW; not the
+    # failed host's (a page like any other again) nor any other page
+    inputs = await store.estimator_inputs(meaningful=False, links=False)
+    assert inputs.sitemap_since is not None
+    since = dict(zip(inputs.page_ids.tolist(), inputs.sitemap_since.tolist(), strict=True))
+    assert since.pop(by_url[f"http://{hosts[0]}/sitemap.xml"].id) == NOW
+    assert np.isnan(list(since.values())).all()
+    # the same body read again (no document): the same lastmods, a point at its fetch
+    sitemap = by_url[f"http://{hosts[0]}/sitemap.xml"]
+    await store.record(fetch(sitemap.id, sitemap.host_id, NOW + 50, digest=b"%d" % (NOW + 30)))
+    assert await stats() == ([4, 2], [40, 30])
