@@ -3,10 +3,13 @@ fetch-only statistics, and the per-host trust test of the reads from per-page st
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
+from refresher.store import DocumentUpdate, DuckDBStore, NewPage
 from refresher.store._change_stats import STAT_COLUMNS, empty_state, fold_observations
 from refresher.store._timeline import (
     TIMELINE_COLUMNS,
@@ -16,6 +19,7 @@ from refresher.store._timeline import (
 )
 
 HOST = 7
+NOW = 1_700_000_000.0
 # one event: ("fetch", gap, changed, meaningful, Last-Modified back from it or None)
 # or ("read", gap, lastmod back from the read)
 _FETCH = st.tuples(
@@ -181,3 +185,31 @@ def test_a_lastmod_that_stays_while_the_content_moves_fails_at_the_next_read() -
 def test_a_lastmod_after_its_read_fails() -> None:
     state = _read(_fetch(_state(), 100.0, False), 120.0, 200.0)
     assert state["_failed"][0] == 1
+
+
+def test_a_sitemap_read_folds_only_the_pages_of_its_own_host(tmp_path: Path) -> None:
+    store = DuckDBStore(tmp_path / "s.duckdb")
+    try:
+        rows = store.add_pages(
+            [
+                NewPage(url=u, host=u.split("/")[2], scheme="http")
+                for u in ("http://a.test/sitemap.xml", "http://a.test/p", "http://b.test/p")
+            ],
+            now=NOW,
+        )
+        ids = {r.url: r.id for r in rows}
+        update = DocumentUpdate(
+            page_id=ids["http://a.test/sitemap.xml"],
+            new=[],
+            linked=[],
+            canonical=None,
+            noindex=False,
+            lastmod=[("http://a.test/p", NOW - 10), ("http://b.test/p", NOW - 10)],
+            fetched_at=NOW + 1,
+        )
+        store.save_documents([update], now=NOW + 1)
+        got = dict(store._con.execute("SELECT url, tl_n FROM pages").fetchall())
+        assert got["http://a.test/p"] == 0.0  # listed: a timeline of one point
+        assert got["http://b.test/p"] is None  # another host's (on a fleet, maybe another node's)
+    finally:
+        store.close()
