@@ -757,11 +757,15 @@ class DuckDBStore:
         active = np.isfinite(state["tl_n"])
         if not active.any():
             return
-        folded, counts = fold_fetch_records(state, page_ids, records)
-        tl = {c: folded[c][active] for c in TIMELINE_COLUMNS}
-        moved = moved_statistics({c: state[c][active] for c in TIMELINE_COLUMNS}, tl)
+        ids = page_ids[active]
+        before = {c: state[c][active] for c in STAT_COLUMNS}
+        before |= state_of(self._con, ids, TIMELINE_COLUMNS)
+        folded, counts = fold_fetch_records(before, ids, records)
+        moved = moved_statistics(
+            {c: before[c] for c in TIMELINE_COLUMNS}, {c: folded[c] for c in TIMELINE_COLUMNS}
+        )
         if moved:
-            self._write_timeline(page_ids[active], moved)
+            self._write_timeline(ids, moved)
         self._add_trust(counts)
 
     def _write_timeline(self, page_ids: np.ndarray, columns: dict[str, np.ndarray]) -> None:

@@ -107,6 +107,8 @@ log = get_logger("store.pg")
 _U64 = 1 << 64
 _STATE = BATCH_COLUMNS  # what a batch reads of its pages
 _STAT_READ = ", ".join(f"coalesce({c}, 'NaN'::float8)" for c in _STATE)
+_TIMELINE = (*STAT_COLUMNS, *TIMELINE_COLUMNS)  # what a sitemap read reads of its pages
+_TIMELINE_READ = ", ".join(f"coalesce({c}, 'NaN'::float8)" for c in _TIMELINE)
 _STAT_SETS = ", ".join(f"{c} = b.{c}" for c in STAT_COLUMNS)
 _STAT_ARRAYS = ", %s::float8[]" * len(STAT_COLUMNS)
 _SUCCESS = success_sql()
@@ -739,10 +741,15 @@ class PgStore:
         stats = fold_records(state, page_ids, records)
         active = np.isfinite(state["tl_n"])
         if active.any():  # pages a sitemap read listed: their timelines, the trust checks
-            timeline, counts = fold_fetch_records(state, page_ids, records)
-            _write_timeline(
-                cur, page_ids[active], {c: timeline[c][active] for c in TIMELINE_COLUMNS}
+            ids = page_ids[active]
+            cur.execute(
+                f"SELECT {_TIMELINE_READ} FROM pages WHERE id = ANY(%s) ORDER BY id",
+                ([int(i) for i in ids],),
             )
+            got = np.array(cur.fetchall(), dtype=np.float64).reshape(-1, len(_TIMELINE))
+            before = {c: got[:, k].copy() for k, c in enumerate(_TIMELINE)}
+            timeline, counts = fold_fetch_records(before, ids, records)
+            _write_timeline(cur, ids, {c: timeline[c] for c in TIMELINE_COLUMNS})
             _add_trust(cur, counts)
         cur.execute(
             f"""
@@ -1210,7 +1217,7 @@ def _fold_read(
     re-reads (:func:`unchanged_reads`)."""
     cur.execute(
         f"""
-        SELECT p.id, p.host_id, m.t, {_STAT_READ}
+        SELECT p.id, p.host_id, m.t, {_TIMELINE_READ}
         FROM (SELECT url, max(t) AS t
               FROM unnest(%s::text[], %s::float8[]) AS l(url, t) GROUP BY url) m
         JOIN pages p ON p.url = m.url
@@ -1235,7 +1242,7 @@ def _fold_entries(cur: Any, sitemap: int, read_at: float) -> None:
     """A sitemap read again with the same body: its last read's entries at ``read_at``."""
     cur.execute(
         f"""
-        SELECT e.page_id, p.host_id, e.lastmod, {_STAT_READ}
+        SELECT e.page_id, p.host_id, e.lastmod, {_TIMELINE_READ}
         FROM sitemap_entries e JOIN pages p ON p.id = e.page_id
         WHERE e.sitemap_id = %s ORDER BY e.page_id
         """,
@@ -1246,12 +1253,12 @@ def _fold_entries(cur: Any, sitemap: int, read_at: float) -> None:
 
 def _fold_rows(cur: Any, rows: list[Any], read_at: float) -> NDArray[np.float64]:
     """Fold one read at ``read_at`` of the rows (page id, host id, lastmod, the page's
-    :data:`BATCH_COLUMNS`), sorted by page; the rows as an array."""
-    got = np.array(rows, dtype=np.float64).reshape(-1, 3 + len(_STATE))
+    statistics and timeline columns), sorted by page; the rows as an array."""
+    got = np.array(rows, dtype=np.float64).reshape(-1, 3 + len(_TIMELINE))
     if got.shape[0] == 0:
         return got
     ids = got[:, 0].astype(np.int64)
-    state = {c: got[:, 3 + k].copy() for k, c in enumerate(_STATE)}
+    state = {c: got[:, 3 + k].copy() for k, c in enumerate(_TIMELINE)}
     folded, counts = fold_read_points(
         state, ids, ids, got[:, 1].astype(np.int64), read_at, got[:, 2].copy()
     )

@@ -84,8 +84,10 @@ TIMELINE_COLUMNS = tuple(timeline_column(c) for c in STAT_COLUMNS) + EXTRA_COLUM
 #: per sitemap page: the entries its last read listed (NULL: none), which an unchanged
 #: re-read repeats (``sitemap_entries``)
 LISTED_COLUMN = "sitemap_listed"
-#: what a batch of fetches reads of its pages
-BATCH_COLUMNS = (*STAT_COLUMNS, *TIMELINE_COLUMNS, LISTED_COLUMN)
+#: what a batch of fetches reads of all its pages: the fetch-only statistics, whether the page
+#: has a timeline (``tl_n``; the rest of it is read for those pages alone: reading every
+#: timeline column of every page cost DuckDB 1.7 ms a batch of 50, 14 %) and its entries
+BATCH_COLUMNS = (*STAT_COLUMNS, "tl_n", LISTED_COLUMN)
 
 
 def timeline_migration_sql(
@@ -272,8 +274,10 @@ def fold_fetch_points(
 def fold_fetch_records(
     state: dict[str, Float], page_ids: NDArray[np.int64], records: Sequence[FetchRecord]
 ) -> tuple[dict[str, Float], TrustCounts]:
-    """:func:`fold_fetch_points` over the successful ones of ``records``."""
-    a = record_arrays(records)
+    """:func:`fold_fetch_points` over the successful ones of ``records`` of ``page_ids``
+    (others left out)."""
+    ids = set(page_ids.tolist())
+    a = record_arrays([r for r in records if r.page_id in ids])
     return fold_fetch_points(
         state,
         page_ids,
