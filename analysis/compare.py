@@ -121,6 +121,11 @@ class CompareSettings:
     explore: float = 0.05
     weights: str = "none"
     plots: bool = True
+    #: discovery on for the sitemaps alone (``discovery.max_depth = 0``: the sitemaps that
+    #: robots.txt names, or ``/sitemap.xml``, are found at depth 0 and read; the pages they
+    #: and the pages' links name lie deeper and are not added, so every policy keeps the
+    #: seeded pages); off (the default): discovery off, no sitemap is ever fetched
+    sitemaps: bool = False
 
     def __post_init__(self) -> None:
         if not self.seconds > 0 or not self.budget > 0:
@@ -292,7 +297,7 @@ def _daemon_config(
         fetch={"timeout": 5.0},
         dns={"static": {f"*.{settings.simweb.domain}": f"127.0.0.1:{port}"}},
         frontier={"window": 10.0},
-        discovery={"enabled": False},
+        discovery={"enabled": True, "max_depth": 0} if settings.sitemaps else {"enabled": False},
         snapshot={"interval": 0.0},
         control={"socket": str(control)},
         log={"progress_interval": 10.0},

@@ -341,6 +341,7 @@ def real_web(
     policies: Sequence[str] = ("uniform", "optimal"),
     workers: int = 8,
     horizons: Sequence[float] | None = None,
+    sitemaps: bool = False,
 ) -> dict[str, Any]:
     """Real daemons on ``web``, every policy at the same time (each its own copy of the web,
     daemon and store under ``out/<policy>/``) for ``seconds``; per policy the true mean
@@ -357,6 +358,7 @@ def real_web(
         resolve_interval=5.0,
         explore=0.05,
         plots=False,
+        sitemaps=sitemaps,
     )
     compare.run_side_by_side(settings, out)
     result = measure_real(out, policies, seconds=seconds, seed=web.seed, horizons=horizons)
@@ -716,6 +718,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--real-seconds", type=float, default=300.0, help="per real run")
     parser.add_argument(
+        "--real-sitemaps",
+        action="store_true",
+        help="with --real: the daemons read the webs' sitemaps (discovery on at depth 0; "
+        "default: discovery off, no sitemap fetched)",
+    )
+    parser.add_argument(
         "--remeasure",
         action="store_true",
         help="with --real: measure the runs already under --out/real again, run no daemons",
@@ -811,7 +819,13 @@ def _real(
             result = measure_real(runs, policies, seconds=args.real_seconds, seed=seed)
             result["label"] = web.label
         else:
-            result = real_web(web, seconds=args.real_seconds, out=runs, policies=policies)
+            result = real_web(
+                web,
+                seconds=args.real_seconds,
+                out=runs,
+                policies=policies,
+                sitemaps=args.real_sitemaps,
+            )
         out.append(result)
         print(format_real(result, models[seed]), flush=True)
         (args.out / "real.json").write_text(json.dumps(out, indent=1))

@@ -83,6 +83,7 @@ __all__ = [
     "policy_table",
     "priority_level",
     "priority_levels",
+    "sitemap_reads",
     "unplaced",
     "within_caps",
 ]
@@ -147,6 +148,9 @@ class PolicyInputs:
     # the store's id of each dense host (``host_index`` numbers them); None: not known, and a
     # later plan carries no host's level over from this one (see :class:`WarmStart`)
     hosts: NDArray[np.int64] | None = None
+    # unix seconds: when each sitemap page read on its own schedule was found, NaN for every
+    # other page (:func:`sitemap_reads`); None: none is
+    sitemap_since: NDArray[np.float64] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -252,7 +256,44 @@ def load_inputs(
         rate_sd=rate_sd,
         static_p=static_p,
         hosts=hosts,
+        sitemap_since=raw.sitemap_since,
     )
+
+
+#: a sitemap read when it is t seconds old is read next after max(round, growth · t)
+SITEMAP_GROWTH = 0.25
+#: the largest share of a plan's fetches its sitemap reads take (a web of a few pages per
+#: sitemap would otherwise spend most of its budget re-reading them)
+SITEMAP_SHARE = 0.5
+
+
+def sitemap_reads(
+    inputs: PolicyInputs, target: NDArray[np.float64], now: float
+) -> NDArray[np.float64]:
+    """``target`` with the sitemap pages (:attr:`PolicyInputs.sitemap_since`) on a schedule of
+    their own, as the offline model reads them (``analysis.model.sitemap_reads``): once per
+    uniform round of the plan (its pages over its total rate) at first, then further apart as
+    the sitemap ages (after max(round, :data:`SITEMAP_GROWTH` · its age)); the other pages'
+    targets scaled to keep the plan's total. Not the policy's: a sitemap changes whenever a
+    page it lists does, so the policy would plan it as too fast to keep fresh, while its
+    worth is the lastmods it tells of every listed page (each read a point of their
+    timelines, :mod:`refresher.store._timeline`)."""
+    since = inputs.sitemap_since
+    if since is None or target.size == 0:
+        return target
+    read = np.isfinite(since)
+    total = float(target.sum())
+    if not read.any() or total <= 0.0:
+        return target
+    uniform_round = target.size / total
+    rates = 1.0 / np.maximum(uniform_round, SITEMAP_GROWTH * np.maximum(now - since[read], 0.0))
+    rates *= min(1.0, SITEMAP_SHARE * total / float(rates.sum()))
+    out = target.copy()
+    out[read] = rates
+    rest = float(target[~read].sum())
+    if rest > 0.0:
+        out[~read] *= (total - float(rates.sum())) / rest
+    return out
 
 
 Posterior = tuple[
@@ -921,7 +962,8 @@ class Allocator:
             )
         )
         self._warm = result.warm
-        result = replace(result, target=within_caps(inputs, result.target))
+        target = sitemap_reads(inputs, result.target, now)
+        result = replace(result, target=within_caps(inputs, target))
         self._frontier.set_budget(budget if result.pace is None else result.pace)
         update = PlanUpdate(
             page_ids=inputs.page_ids,

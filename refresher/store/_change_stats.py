@@ -32,6 +32,7 @@ __all__ = [
     "last_modified_agrees",
     "moved_statistics",
     "read_statistics",
+    "record_arrays",
     "stat_column",
     "state_of",
     "statistics_from_history",
@@ -218,37 +219,57 @@ def _by_page_then_time(page: NDArray[np.int64], finished: Float, *columns: Any) 
     return (page[order], finished[order], *(c[order] for c in columns))
 
 
-def fold_records(
-    state: dict[str, Float], page_ids: NDArray[np.int64], records: Sequence[FetchRecord]
-) -> dict[str, Float]:
-    """:func:`fold_observations` over the successful ones of ``records``."""
+def record_arrays(records: Sequence[FetchRecord]) -> dict[str, NDArray[Any]]:
+    """The successful ones of ``records`` as the folds take them: ``page``, ``host``,
+    ``finished``, ``last_modified`` (NaN where none), ``changed`` and ``meaningful``
+    (``coalesce(meaningful, changed)``)."""
     ok = [
         r
         for r in records
         if is_success(r.status, not_modified=r.not_modified, error_kind=r.error_kind)
     ]
-    return fold_observations(
-        state,
-        page_ids,
-        np.array([r.page_id for r in ok], dtype=np.int64),
-        np.array([r.finished_at for r in ok], dtype=np.float64),
-        np.array(
+    return {
+        "page": np.array([r.page_id for r in ok], dtype=np.int64),
+        "host": np.array([r.host_id for r in ok], dtype=np.int64),
+        "finished": np.array([r.finished_at for r in ok], dtype=np.float64),
+        "last_modified": np.array(
             [np.nan if r.last_modified_at is None else r.last_modified_at for r in ok],
             dtype=np.float64,
         ),
-        np.array([r.changed for r in ok], dtype=bool),
-        np.array([r.changed if r.meaningful is None else r.meaningful for r in ok], dtype=bool),
+        "changed": np.array([r.changed for r in ok], dtype=bool),
+        "meaningful": np.array(
+            [r.changed if r.meaningful is None else r.meaningful for r in ok], dtype=bool
+        ),
+    }
+
+
+def fold_records(
+    state: dict[str, Float], page_ids: NDArray[np.int64], records: Sequence[FetchRecord]
+) -> dict[str, Float]:
+    """:func:`fold_observations` over the successful ones of ``records``."""
+    a = record_arrays(records)
+    return fold_observations(
+        state,
+        page_ids,
+        a["page"],
+        a["finished"],
+        a["last_modified"],
+        a["changed"],
+        a["meaningful"],
     )
 
 
-def state_of(con: Any, page_ids: NDArray[np.int64]) -> dict[str, Float]:
-    """The stored statistics of ``page_ids`` (sorted, unique; all must exist)."""
+def state_of(
+    con: Any, page_ids: NDArray[np.int64], columns: Sequence[str] = STAT_COLUMNS
+) -> dict[str, Float]:
+    """The stored ``columns`` (NaN for NULL) of ``page_ids`` (sorted, unique; all must
+    exist)."""
     _stat_ids = {"id": page_ids}  # scanned by name (DuckDB's replacement scan)
     got = con.execute(
-        f"SELECT {', '.join(_read(c) for c in STAT_COLUMNS)} FROM pages"
+        f"SELECT {', '.join(_read(c) for c in columns)} FROM pages"
         " SEMI JOIN _stat_ids ON pages.id = _stat_ids.id ORDER BY pages.id"
     ).fetchnumpy()
-    return {c: np.asarray(got[c], dtype=np.float64) for c in STAT_COLUMNS}
+    return {c: np.asarray(got[c], dtype=np.float64) for c in columns}
 
 
 def moved_statistics(state: dict[str, Float], folded: dict[str, Float]) -> dict[str, Float]:

@@ -52,6 +52,7 @@ from refresher.store._captures import (
 from refresher.store._change_stats import (
     ESTIMATOR_COLUMNS,
     MIGRATION_SQL,
+    STAT_COLUMNS,
     fill_from_history,
     fold_records,
     moved_statistics,
@@ -81,6 +82,18 @@ from refresher.store._interface import (
 )
 from refresher.store._prune import PruneCalls, PrunePlan, apply_plan, plan_prune
 from refresher.store._service import BatchedService
+from refresher.store._timeline import (
+    BATCH_COLUMNS,
+    LISTED_COLUMN,
+    SITEMAP_SINCE_SQL,
+    TIMELINE_COLUMNS,
+    TrustCounts,
+    estimator_column_sql,
+    fold_fetch_records,
+    fold_read_points,
+    timeline_migration_sql,
+    unchanged_reads,
+)
 
 __all__ = [
     "FETCH_LOG",
@@ -240,8 +253,13 @@ _MIGRATIONS.append(
     );
     """
 )
+# 7: sitemap reads as points of each listed page's timeline, and the hosts' trust counts
+# (refresher.store._timeline)
+_MIGRATIONS.append(timeline_migration_sql())
 #: the first schema version with per-page change statistics
 STATISTICS_VERSION = 5
+#: the first schema version with sitemap timelines
+TIMELINE_VERSION = 7
 SCHEMA_VERSION = len(_MIGRATIONS)
 #: pages per transaction of :meth:`DuckDBStore.save_plan`
 _PLAN_SLICE = 1 << 20
@@ -457,8 +475,12 @@ class DuckDBStore:
             self._con.unregister("_dst")
         return len(rows)
 
-    def _save_lastmod(self, lastmod: Sequence[tuple[str, float]]) -> None:
-        """Sitemap ``<lastmod>`` values (unix seconds) of pages by URL; the latest is kept."""
+    def _save_lastmod(
+        self, lastmod: Sequence[tuple[str, float]], sitemap: int, read_at: float | None
+    ) -> None:
+        """Sitemap ``<lastmod>`` values (unix seconds) of pages by URL; the latest is kept.
+        With the read's time (the sitemap fetch's end), each is also a point of its page's
+        timeline (:meth:`_fold_read`)."""
         self._con.register(
             "_lm",
             {
@@ -474,6 +496,8 @@ class DuckDBStore:
                 WHERE pages.url = m.url
                 """
             )
+            if read_at is not None:
+                self._fold_read(sitemap, read_at)
         finally:
             self._con.unregister("_lm")
 
@@ -694,8 +718,9 @@ class DuckDBStore:
         fold = fold_pages(records)
         pages_ = sorted(fold.last, key=lambda r: r.page_id)
         page_ids = np.array([r.page_id for r in pages_], dtype=np.int64)
-        state = state_of(self._con, page_ids)
+        state = state_of(self._con, page_ids, BATCH_COLUMNS)
         moved = moved_statistics(state, fold_records(state, page_ids, records))
+        self._fold_timeline(state, page_ids, records)
         _p = moved | {
             "id": page_ids,
             "last_fetch": np.array([r.finished_at for r in pages_], dtype=np.float64),
@@ -720,6 +745,91 @@ class DuckDBStore:
             FROM _p WHERE pages.id = _p.id
             """
         )
+        for sitemap, read_at in unchanged_reads(page_ids, state[LISTED_COLUMN], records):
+            self._fold_listed(self._entries(sitemap), read_at)
+
+    def _fold_timeline(
+        self, state: dict[str, np.ndarray], page_ids: np.ndarray, records: Sequence[FetchRecord]
+    ) -> None:
+        """The sitemap timelines of the batch's listed pages, and the trust checks of their
+        pending claims (:mod:`refresher.store._timeline`; inside :meth:`write`'s
+        transaction). Pages never listed by a sitemap read cost one read of NULLs."""
+        active = np.isfinite(state["tl_n"])
+        if not active.any():
+            return
+        ids = page_ids[active]
+        before = {c: state[c][active] for c in STAT_COLUMNS}
+        before |= state_of(self._con, ids, TIMELINE_COLUMNS)
+        folded, counts = fold_fetch_records(before, ids, records)
+        moved = moved_statistics(
+            {c: before[c] for c in TIMELINE_COLUMNS}, {c: folded[c] for c in TIMELINE_COLUMNS}
+        )
+        if moved:
+            self._write_timeline(ids, moved)
+        self._add_trust(counts)
+
+    def _write_timeline(self, page_ids: np.ndarray, columns: dict[str, np.ndarray]) -> None:
+        _tl = {"id": page_ids, **columns}  # scanned by name (DuckDB's replacement scan)
+        sets = ", ".join(f"{c} = _tl.{c}" for c in columns)
+        self._con.execute(f"UPDATE pages SET {sets} FROM _tl WHERE pages.id = _tl.id")
+
+    def _add_trust(self, counts: TrustCounts) -> None:
+        """Add a fold's trust checks to its hosts' counts."""
+        if counts.host_ids.size == 0:
+            return
+        _trust = {  # scanned by name (DuckDB's replacement scan)
+            "id": counts.host_ids,
+            "passed": counts.passed,
+            "failed": counts.failed,
+        }
+        self._con.execute(
+            "UPDATE hosts SET sitemap_passed = sitemap_passed + _trust.passed,"
+            " sitemap_failed = sitemap_failed + _trust.failed FROM _trust"
+            " WHERE hosts.id = _trust.id"
+        )
+
+    def _fold_read(self, sitemap: int, read_at: float) -> None:
+        """A sitemap read as points of its listed pages' timelines (the lastmods in ``_lm``,
+        registered by :meth:`_save_lastmod`): the pages of the sitemap's own host only, so a
+        read touches only its host's rows (a fleet node's own partition). Its entries are
+        kept for the unchanged re-reads (:func:`unchanged_reads`)."""
+        got = self._con.execute(
+            """
+            SELECT p.id AS page_id, p.host_id, m.t AS lastmod
+            FROM (SELECT url, max(t) AS t FROM _lm GROUP BY url) m JOIN pages p ON p.url = m.url
+            WHERE p.host_id = (SELECT host_id FROM pages WHERE id = ?) ORDER BY p.id
+            """,
+            [sitemap],
+        ).fetchnumpy()
+        self._fold_listed(got, read_at)
+        self._con.execute("DELETE FROM sitemap_entries WHERE sitemap_id = ?", [sitemap])
+        _entries = {"page_id": got["page_id"], "lastmod": got["lastmod"]}  # by name
+        self._con.execute(
+            "INSERT INTO sitemap_entries SELECT ?, page_id, lastmod FROM _entries", [sitemap]
+        )
+        self._con.execute(
+            f"UPDATE pages SET {LISTED_COLUMN} = ? WHERE id = ?", [len(got["page_id"]), sitemap]
+        )
+
+    def _entries(self, sitemap: int) -> dict[str, np.ndarray]:
+        """The entries of the sitemap's last read (of pages that still exist)."""
+        return self._con.execute(
+            "SELECT e.page_id, p.host_id, e.lastmod FROM sitemap_entries e"
+            " JOIN pages p ON p.id = e.page_id WHERE e.sitemap_id = ? ORDER BY e.page_id",
+            [sitemap],
+        ).fetchnumpy()
+
+    def _fold_listed(self, entries: dict[str, np.ndarray], read_at: float) -> None:
+        """Fold one read of these entries (page_id sorted, host_id, lastmod) at ``read_at``."""
+        ids = np.asarray(entries["page_id"], dtype=np.int64)
+        if ids.size == 0:
+            return
+        state = state_of(self._con, ids, STAT_COLUMNS + TIMELINE_COLUMNS)
+        hosts = np.asarray(entries["host_id"], dtype=np.int64)
+        lastmods = np.asarray(entries["lastmod"], dtype=np.float64)
+        folded, counts = fold_read_points(state, ids, ids, hosts, read_at, lastmods)
+        self._write_timeline(ids, {c: folded[c] for c in TIMELINE_COLUMNS})
+        self._add_trust(counts)
 
     def counts(self) -> tuple[int, int, int]:
         """(pages, hosts, fetches)."""
@@ -770,7 +880,7 @@ class DuckDBStore:
                 self._save_flags({u.page_id: (u.canonical, u.noindex) for u in own})
             for u in own:
                 if u.lastmod:
-                    self._save_lastmod(u.lastmod)
+                    self._save_lastmod(u.lastmod, u.page_id, u.fetched_at)
             self._forget_owed(updates)
         by_url = {r.url: r for r in rows}
         out = []
@@ -874,11 +984,19 @@ class DuckDBStore:
     def estimator_inputs(
         self, *, meaningful: bool, links: bool, responses_since: float | None = None
     ) -> EstimatorInputs:
-        current = self.schema_version() >= STATISTICS_VERSION
+        version = self.schema_version()
+        current = version >= STATISTICS_VERSION
         columns = [stat_column(c, meaningful) for c in ESTIMATOR_COLUMNS]
+        # the sitemap timeline's sums where the page's host passes the trust test
+        value = estimator_column_sql if version >= TIMELINE_VERSION else (lambda c: f"p.{c}")
         stat_sql = (
-            "".join(f", coalesce(p.{c}, 'NaN'::DOUBLE) AS {c}" for c in columns) if current else ""
+            "".join(f", coalesce({value(c)}, 'NaN'::DOUBLE) AS {c}" for c in columns)
+            if current
+            else ""
         )
+        timeline = version >= TIMELINE_VERSION
+        if timeline:
+            stat_sql += f", coalesce({SITEMAP_SINCE_SQL}, 'NaN'::DOUBLE) AS sitemap_since"
         # not asked for: +inf, a join over no fetch
         since = math.inf if responses_since is None else responses_since
         pages = self._con.execute(
@@ -909,6 +1027,9 @@ class DuckDBStore:
             stats=read_statistics(stats, meaningful=meaningful),
             link_src=np.asarray(edges["src"], dtype=np.int64),
             link_dst=np.asarray(edges["dst"], dtype=np.int64),
+            sitemap_since=(
+                np.asarray(pages["sitemap_since"], dtype=np.float64) if timeline else None
+            ),
         )
 
     def save_plan(self, plan: PlanUpdate, *, now: float) -> None:

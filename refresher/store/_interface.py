@@ -395,6 +395,11 @@ class EstimatorInputs:
     #: seconds per page: its host's mean response time over the fetches with a response since
     #: ``responses_since`` (0: none); None when not asked for
     host_response: NDArray[np.float64] | None = None
+    #: unix seconds per page: when a sitemap page (``source = 'sitemap'``) of a host whose
+    #: sitemaps have not failed the trust test was found (NaN for every other page), read on
+    #: a schedule of its own (:func:`refresher.refresh._allocate.sitemap_reads`); None: no
+    #: schedule (a store before the sitemap timelines)
+    sitemap_since: NDArray[np.float64] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -43,6 +43,7 @@ import psycopg
 from refresher._errors import StoreError
 from refresher.store._change_stats import MIGRATION_SQL
 from refresher.store._pg_dsn import connect, describe, redact
+from refresher.store._timeline import timeline_migration_sql
 
 __all__ = [
     "PG_SCHEMA_VERSION",
@@ -246,6 +247,9 @@ _MIGRATIONS.append(
 # 300 s at every solve (refresher.store.response_join_sql), and retention cuts by finished_at:
 # without an index each read the whole tail (the whole history when fleet.history_dir is unset).
 _MIGRATIONS.append("CREATE INDEX fetches_finished ON fetches (finished_at);")
+# 5: sitemap reads as points of each listed page's timeline, and the hosts' trust counts
+# (refresher.store._timeline)
+_MIGRATIONS.append(timeline_migration_sql("double precision", "integer", "bigint"))
 PG_SCHEMA_VERSION = len(_MIGRATIONS)
 
 #: serialises concurrent `fleet init`s (an arbitrary, fixed advisory lock key)

@@ -79,6 +79,17 @@ from refresher.store._pg_dsn import connect, describe, idle_limit, redact
 from refresher.store._pg_schema import check_schema
 from refresher.store._prune import PruneCalls, PrunePlan
 from refresher.store._service import BatchedService
+from refresher.store._timeline import (
+    BATCH_COLUMNS,
+    LISTED_COLUMN,
+    SITEMAP_SINCE_SQL,
+    TIMELINE_COLUMNS,
+    TrustCounts,
+    estimator_column_sql,
+    fold_fetch_records,
+    fold_read_points,
+    unchanged_reads,
+)
 
 __all__ = [
     "Fencing",
@@ -94,7 +105,10 @@ T = TypeVar("T")
 log = get_logger("store.pg")
 
 _U64 = 1 << 64
-_STAT_READ = ", ".join(f"coalesce({c}, 'NaN'::float8)" for c in STAT_COLUMNS)
+_STATE = BATCH_COLUMNS  # what a batch reads of its pages
+_STAT_READ = ", ".join(f"coalesce({c}, 'NaN'::float8)" for c in _STATE)
+_TIMELINE = (*STAT_COLUMNS, *TIMELINE_COLUMNS)  # what a sitemap read reads of its pages
+_TIMELINE_READ = ", ".join(f"coalesce({c}, 'NaN'::float8)" for c in _TIMELINE)
 _STAT_SETS = ", ".join(f"{c} = b.{c}" for c in STAT_COLUMNS)
 _STAT_ARRAYS = ", %s::float8[]" * len(STAT_COLUMNS)
 _SUCCESS = success_sql()
@@ -176,10 +190,12 @@ def estimator_sql(columns: Sequence[str]) -> str:
     """The statement of :meth:`PgStore.estimator_inputs` (parameters: the start of the
     response-time window, unix seconds, and the partitions): each page of the partitions with
     its host's delay and mean response time and the change statistics ``columns``."""
-    stats = ", ".join(f"coalesce(p.{c}, 'NaN'::float8)" for c in columns)
+    # the sitemap timeline's sums where the page's host passes the trust test
+    stats = ", ".join(f"coalesce({estimator_column_sql(c)}, 'NaN'::float8)" for c in columns)
     return f"""
         SELECT p.id, p.host_id, coalesce(p.last_fetch, 'NaN'::float8),
-               coalesce(h.delay, 0), coalesce(r.response, 0), {stats}
+               coalesce(h.delay, 0), coalesce(r.response, 0),
+               coalesce({SITEMAP_SINCE_SQL}, 'NaN'::float8), {stats}
         FROM pages p JOIN hosts h ON h.id = p.host_id {response_join_sql("%s")}
         WHERE p.partition = ANY(%s) AND p.status NOT IN ('gone', 'denied')
         ORDER BY p.id
@@ -526,6 +542,8 @@ class PgStore:
                     """,
                     ([u for u, _ in update.lastmod], [t for _, t in update.lastmod]),
                 )
+                if update.fetched_at is not None:
+                    _fold_read(cur, update.page_id, update.lastmod, update.fetched_at)
             return rows, hosts, edges
 
         return self._tx("saving a document", save)
@@ -718,9 +736,21 @@ class PgStore:
             f"SELECT {_STAT_READ} FROM pages WHERE id = ANY(%s) ORDER BY id",
             ([int(i) for i in page_ids],),
         )
-        got = np.array(cur.fetchall(), dtype=np.float64).reshape(-1, len(STAT_COLUMNS))
-        state = {c: got[:, k].copy() for k, c in enumerate(STAT_COLUMNS)}
+        got = np.array(cur.fetchall(), dtype=np.float64).reshape(-1, len(_STATE))
+        state = {c: got[:, k].copy() for k, c in enumerate(_STATE)}
         stats = fold_records(state, page_ids, records)
+        active = np.isfinite(state["tl_n"])
+        if active.any():  # pages a sitemap read listed: their timelines, the trust checks
+            ids = page_ids[active]
+            cur.execute(
+                f"SELECT {_TIMELINE_READ} FROM pages WHERE id = ANY(%s) ORDER BY id",
+                ([int(i) for i in ids],),
+            )
+            got = np.array(cur.fetchall(), dtype=np.float64).reshape(-1, len(_TIMELINE))
+            before = {c: got[:, k].copy() for k, c in enumerate(_TIMELINE)}
+            timeline, counts = fold_fetch_records(before, ids, records)
+            _write_timeline(cur, ids, {c: timeline[c] for c in TIMELINE_COLUMNS})
+            _add_trust(cur, counts)
         cur.execute(
             f"""
             UPDATE pages SET {page_sets("b")}, {_STAT_SETS}
@@ -748,6 +778,8 @@ class PgStore:
                 *([float(x) for x in stats[c]] for c in STAT_COLUMNS),
             ),
         )
+        for sitemap, read_at in unchanged_reads(page_ids, state[LISTED_COLUMN], records):
+            _fold_entries(cur, sitemap, read_at)
 
     def _insert_captures(self, cur: Any, rows: Sequence[CaptureRow]) -> None:
         with cur.copy(
@@ -932,7 +964,7 @@ class PgStore:
 
         def read(cur: Any) -> EstimatorInputs:
             cur.execute(estimator_sql(columns), (since, owned))
-            pages = np.array(cur.fetchall(), dtype=np.float64).reshape(-1, 5 + len(columns))
+            pages = np.array(cur.fetchall(), dtype=np.float64).reshape(-1, 6 + len(columns))
             edges: NDArray[np.int64] = np.zeros((0, 2), dtype=np.int64)
             if links:
                 cur.execute(
@@ -941,7 +973,7 @@ class PgStore:
                     (owned,),
                 )
                 edges = np.array(cur.fetchall(), dtype=np.int64).reshape(-1, 2)
-            stats = {c: pages[:, 5 + k] for k, c in enumerate(columns)}
+            stats = {c: pages[:, 6 + k] for k, c in enumerate(columns)}
             return EstimatorInputs(
                 page_ids=pages[:, 0].astype(np.int64),
                 page_host=pages[:, 1].astype(np.int64),
@@ -951,6 +983,7 @@ class PgStore:
                 stats=read_statistics(stats, meaningful=meaningful),
                 link_src=edges[:, 0].astype(np.int64),
                 link_dst=edges[:, 1].astype(np.int64),
+                sitemap_since=pages[:, 5].copy(),
             )
 
         return self._tx("reading the estimator's inputs", read)
@@ -1143,3 +1176,92 @@ def seed_fleet(config: Config, pages: Sequence[NewPage], *, now: float) -> Route
     finally:
         with contextlib.suppress(psycopg.Error):
             core.close()
+
+
+def _write_timeline(
+    cur: Any, page_ids: NDArray[np.int64], columns: dict[str, NDArray[np.float64]]
+) -> None:
+    """Store the timeline columns of ``page_ids`` (:mod:`refresher.store._timeline`)."""
+    names = list(columns)
+    cur.execute(
+        f"UPDATE pages SET {', '.join(f'{c} = b.{c}' for c in names)}"
+        f" FROM unnest(%s::bigint[]{', %s::float8[]' * len(names)}) AS b(id, {', '.join(names)})"
+        " WHERE pages.id = b.id",
+        ([int(i) for i in page_ids], *([float(x) for x in columns[c]] for c in names)),
+    )
+
+
+def _add_trust(cur: Any, counts: TrustCounts) -> None:
+    """Add a fold's trust checks to its hosts' counts (hosts of this node's partitions: a
+    fetch's own, or a sitemap's, whose read folds only its own host's pages)."""
+    if counts.host_ids.size == 0:
+        return
+    cur.execute(  # by id: two transactions updating the same hosts take their locks alike
+        "UPDATE hosts SET sitemap_passed = sitemap_passed + c.passed,"
+        " sitemap_failed = sitemap_failed + c.failed"
+        " FROM (SELECT * FROM unnest(%s::bigint[], %s::int[], %s::int[]) AS c(id, passed, failed)"
+        " ORDER BY id) c WHERE hosts.id = c.id",
+        (
+            [int(i) for i in counts.host_ids],
+            [int(i) for i in counts.passed],
+            [int(i) for i in counts.failed],
+        ),
+    )
+
+
+def _fold_read(
+    cur: Any, sitemap: int, lastmod: Sequence[tuple[str, float]], read_at: float
+) -> None:
+    """A sitemap read as points of its listed pages' timelines: the pages of the sitemap's own
+    host only (so of this node's partition). Its entries are kept for the unchanged
+    re-reads (:func:`unchanged_reads`)."""
+    cur.execute(
+        f"""
+        SELECT p.id, p.host_id, m.t, {_TIMELINE_READ}
+        FROM (SELECT url, max(t) AS t
+              FROM unnest(%s::text[], %s::float8[]) AS l(url, t) GROUP BY url) m
+        JOIN pages p ON p.url = m.url
+        WHERE p.host_id = (SELECT host_id FROM pages WHERE id = %s) ORDER BY p.id
+        """,
+        ([u for u, _ in lastmod], [t for _, t in lastmod], sitemap),
+    )
+    got = _fold_rows(cur, cur.fetchall(), read_at)
+    cur.execute("DELETE FROM sitemap_entries WHERE sitemap_id = %s", (sitemap,))
+    cur.execute(
+        "INSERT INTO sitemap_entries (sitemap_id, page_id, lastmod)"
+        " SELECT %s, e.page_id, e.lastmod FROM unnest(%s::bigint[], %s::float8[])"
+        " AS e(page_id, lastmod)",
+        (sitemap, [int(i) for i in got[:, 0]], [float(t) for t in got[:, 2]]),
+    )
+    cur.execute(
+        f"UPDATE pages SET {LISTED_COLUMN} = %s WHERE id = %s", (int(got.shape[0]), sitemap)
+    )
+
+
+def _fold_entries(cur: Any, sitemap: int, read_at: float) -> None:
+    """A sitemap read again with the same body: its last read's entries at ``read_at``."""
+    cur.execute(
+        f"""
+        SELECT e.page_id, p.host_id, e.lastmod, {_TIMELINE_READ}
+        FROM sitemap_entries e JOIN pages p ON p.id = e.page_id
+        WHERE e.sitemap_id = %s ORDER BY e.page_id
+        """,
+        (sitemap,),
+    )
+    _fold_rows(cur, cur.fetchall(), read_at)
+
+
+def _fold_rows(cur: Any, rows: list[Any], read_at: float) -> NDArray[np.float64]:
+    """Fold one read at ``read_at`` of the rows (page id, host id, lastmod, the page's
+    statistics and timeline columns), sorted by page; the rows as an array."""
+    got = np.array(rows, dtype=np.float64).reshape(-1, 3 + len(_TIMELINE))
+    if got.shape[0] == 0:
+        return got
+    ids = got[:, 0].astype(np.int64)
+    state = {c: got[:, 3 + k].copy() for k, c in enumerate(_TIMELINE)}
+    folded, counts = fold_read_points(
+        state, ids, ids, got[:, 1].astype(np.int64), read_at, got[:, 2].copy()
+    )
+    _write_timeline(cur, ids, {c: folded[c] for c in TIMELINE_COLUMNS})
+    _add_trust(cur, counts)
+    return got

@@ -13,6 +13,7 @@ from refresher._errors import StoreError
 from refresher.ops._cli import main
 from refresher.store._pg_dsn import dsn_problem, redact
 from refresher.store._pg_schema import PG_SCHEMA_VERSION, check_schema, init_fleet
+from refresher.store._timeline import LISTED_COLUMN, TIMELINE_COLUMNS
 
 
 def _config(tmp_path: Path, dsn: str, partitions: int = 8) -> Path:
@@ -56,6 +57,12 @@ def test_fleet_init_migrates_a_version_3_fleet_to_an_index_on_the_fetches_finish
     index = "SELECT count(*) FROM pg_indexes WHERE indexname = 'fetches_finished'"
     with psycopg.connect(dsn, autocommit=True) as con:  # the fleet as version 3 made it
         con.execute("DROP INDEX fetches_finished")
+        for table, columns in (  # version 5
+            ("pages", (*TIMELINE_COLUMNS, LISTED_COLUMN)),
+            ("hosts", ("sitemap_passed", "sitemap_failed")),
+        ):
+            con.execute(f"ALTER TABLE {table} " + ", ".join(f"DROP COLUMN {c}" for c in columns))
+        con.execute("DROP TABLE sitemap_entries")
         con.execute("UPDATE fleet_meta SET value = '3' WHERE key = 'schema_version'")
         with pytest.raises(StoreError, match="run `refresher fleet init"):
             check_schema(con, partitions=8, dsn=dsn)

@@ -30,6 +30,7 @@ from refresher.refresh._allocate import (
     priority_level,
     priority_levels,
     reported_rates,
+    sitemap_reads,
     uncertainty,
     unplaced,
     within_caps,
@@ -79,6 +80,24 @@ def test_exploration_gives_pages_the_policy_starved_a_share_and_spends_the_budge
     # nothing starved: the whole budget goes to the policy's split
     u = plan(inputs(np.arange(1, 6) / day), "uniform", 5 / day, explore=0.05)
     assert u.explored == 0 and u.target.tolist() == pytest.approx([1 / day] * 5)
+
+
+def test_a_sitemap_is_read_once_a_round_at_first_then_a_quarter_of_its_age_apart():
+    # 100 pages at 10/s: a uniform round is 10 s; page 0 is a sitemap found at NOW
+    base = replace(inputs(np.full(100, 0.01)), sitemap_since=np.full(100, np.nan))
+    base.sitemap_since[0] = NOW
+    target = np.full(100, 0.1)
+    young = sitemap_reads(base, target, NOW + 20)
+    assert young[0] == pytest.approx(1 / 10)
+    old = sitemap_reads(base, target, NOW + 400)
+    assert old[0] == pytest.approx(1 / 100)  # 400 s old: read 100 s apart
+    for got in (young, old):  # the plan's total is kept, the rest in proportion
+        assert got.sum() == pytest.approx(10.0)
+        assert np.ptp(got[1:]) == pytest.approx(0.0, abs=1e-12)
+    # no sitemap read on a schedule (none, or a store before them): the plan as it was
+    assert sitemap_reads(replace(base, sitemap_since=None), target, NOW) is target
+    many = replace(base, sitemap_since=np.full(100, NOW))  # all sitemaps: at most half each
+    assert sitemap_reads(many, target, NOW).sum() == pytest.approx(5.0)
 
 
 def test_expected_exploration_goes_where_a_re_check_can_change_the_plan():

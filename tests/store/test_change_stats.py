@@ -22,6 +22,7 @@ from refresher.store._change_stats import (
     state_of,
     statistics_from_history,
 )
+from refresher.store._timeline import LISTED_COLUMN, TIMELINE_COLUMNS
 
 NOW = 1_700_000_000.0
 
@@ -165,6 +166,11 @@ def _downgrade(path: Path) -> None:
         for c in STAT_COLUMNS:
             con.execute(f"ALTER TABLE pages DROP COLUMN {c}")
         con.execute("DROP TABLE owed_documents")  # version 6
+        for c in (*TIMELINE_COLUMNS, LISTED_COLUMN):  # version 7
+            con.execute(f"ALTER TABLE pages DROP COLUMN {c}")
+        con.execute("DROP TABLE sitemap_entries")
+        con.execute("ALTER TABLE hosts DROP COLUMN sitemap_passed")
+        con.execute("ALTER TABLE hosts DROP COLUMN sitemap_failed")
         con.execute("UPDATE meta SET value = '4' WHERE key = 'schema_version'")
     finally:
         con.close()

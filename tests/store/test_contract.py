@@ -499,3 +499,67 @@ def test_both_stores_implement_the_protocol(tmp_path: Path, postgres: Callable[.
     finally:
         core.close()
         duck.close()
+
+
+async def test_sitemap_lastmods_of_a_host_that_passes_the_trust_test_are_points_of_the_timeline(
+    store: Store,
+) -> None:
+    hosts = ("honest.example", "served.example")  # lastmods: true changes; the read's time
+    rows, _ = await store.add_pages(
+        [page(f"http://{h}/sitemap.xml", h, source="sitemap") for h in hosts]
+        + [page(f"http://{h}/p", h) for h in hosts],
+        now=NOW,
+    )
+    by_url = {r.url: r for r in rows}
+
+    async def read(host: str, at: float, lastmod: float) -> None:
+        sitemap = by_url[f"http://{host}/sitemap.xml"]  # a new body each time: a document
+        await store.record(fetch(sitemap.id, sitemap.host_id, at, changed=True, digest=b"%d" % at))
+        update = DocumentUpdate(
+            page_id=sitemap.id,
+            new=[],
+            linked=[],
+            canonical=None,
+            noindex=False,
+            # a page of another host is no point of this read
+            lastmod=[(f"http://{host}/p", lastmod), (f"http://{hosts[0]}/x", at)],
+            fetched_at=at,
+        )
+        await store.save_documents([update], now=at)
+
+    async def stats() -> tuple[list[float], list[float]]:
+        inputs = await store.estimator_inputs(meaningful=False, links=False)
+        got = dict(zip(inputs.page_ids.tolist(), inputs.stats.observations.tolist(), strict=True))
+        times = dict(zip(inputs.page_ids.tolist(), inputs.stats.time.tolist(), strict=True))
+        ids = [by_url[f"http://{h}/p"].id for h in hosts]
+        return [got[i] for i in ids], [times[i] for i in ids]
+
+    for h in hosts:
+        listed = by_url[f"http://{h}/p"]
+        await read(h, NOW + 5, NOW - 100 if h == hosts[0] else NOW + 5)
+        await store.record(fetch(listed.id, listed.host_id, NOW + 10))
+        await store.record(fetch(listed.id, listed.host_id, NOW + 20, changed=True, digest=b"d2"))
+    # no check could fail yet: the fetches' pair (10, 20] alone
+    assert await stats() == ([1, 1], [10, 10])
+    await read(hosts[0], NOW + 30, NOW + 15)  # the change the fetch at NOW + 20 saw: passes
+    await read(hosts[1], NOW + 30, NOW + 30)  # claims a change after NOW + 20
+    # both pass the check a build time would fail, so both count the read's pair (20, 30]:
+    # the change the served one claims is checked by the next fetch
+    assert await stats() == ([2, 2], [20, 20])
+    for h in hosts:
+        listed = by_url[f"http://{h}/p"]
+        await store.record(fetch(listed.id, listed.host_id, NOW + 40, digest=b"d2"))
+    # served: the change its read claimed was not there, so its host fails and keeps the
+    # fetch-only sums; honest: (30, 40] unchanged after a read that said unchanged
+    assert await stats() == ([3, 2], [30, 30])
+    # the sitemaps read on their own schedule: the honest host's, found at NOW; not the
+    # failed host's (a page like any other again) nor any other page
+    inputs = await store.estimator_inputs(meaningful=False, links=False)
+    assert inputs.sitemap_since is not None
+    since = dict(zip(inputs.page_ids.tolist(), inputs.sitemap_since.tolist(), strict=True))
+    assert since.pop(by_url[f"http://{hosts[0]}/sitemap.xml"].id) == NOW
+    assert np.isnan(list(since.values())).all()
+    # the same body read again (no document): the same lastmods, a point at its fetch
+    sitemap = by_url[f"http://{hosts[0]}/sitemap.xml"]
+    await store.record(fetch(sitemap.id, sitemap.host_id, NOW + 50, digest=b"%d" % (NOW + 30)))
+    assert await stats() == ([4, 2], [40, 30])

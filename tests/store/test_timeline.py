@@ -1,0 +1,215 @@
+"""Sitemap reads as points of a page's one timeline (the offline model's fold), kept beside the
+fetch-only statistics, and the per-host trust test of the reads from per-page state."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+
+from refresher.store import DocumentUpdate, DuckDBStore, NewPage
+from refresher.store._change_stats import STAT_COLUMNS, empty_state, fold_observations
+from refresher.store._timeline import (
+    TIMELINE_COLUMNS,
+    fold_fetch_points,
+    fold_read_points,
+    timeline_column,
+)
+
+HOST = 7
+NOW = 1_700_000_000.0
+# one event: ("fetch", gap, changed, meaningful, Last-Modified back from it or None)
+# or ("read", gap, lastmod back from the read)
+_FETCH = st.tuples(
+    st.just("fetch"),
+    st.floats(0.5, 50.0),
+    st.booleans(),
+    st.booleans(),
+    st.none() | st.floats(0.0, 100.0),
+)
+_READ = st.tuples(st.just("read"), st.floats(0.5, 50.0), st.floats(-2.0, 100.0))
+
+
+def _state(n: int = 1) -> dict[str, np.ndarray]:
+    state = empty_state(n)
+    state |= {c: np.full(n, np.nan) for c in TIMELINE_COLUMNS}
+    return state
+
+
+def _one(value: float | bool, dtype: type = np.float64) -> np.ndarray:
+    return np.array([value], dtype=dtype)
+
+
+def _fetch(state: dict[str, np.ndarray], at: float, changed: bool, **kw: object) -> dict:
+    """One successful fetch of page 0 folded as a store's batch folds it: the timeline from
+    the fetch-only state before the fetch, then the fetch-only statistics."""
+    lm = kw.get("lm")
+    meaningful = bool(kw.get("meaningful", changed))
+    ids, page = np.array([0]), np.array([0])
+    args = (_one(at), _one(np.nan if lm is None else lm), _one(changed, bool))
+    out, counts = fold_fetch_points(
+        state, ids, page, np.array([HOST]), *args, _one(meaningful, bool)
+    )
+    fetch_only = fold_observations(
+        {c: state[c] for c in STAT_COLUMNS}, ids, page, *args, _one(meaningful, bool)
+    )
+    out |= fetch_only
+    out["_passed"] = _one(float(counts.passed.sum()))
+    out["_failed"] = _one(float(counts.failed.sum()))
+    return out
+
+
+def _read(state: dict[str, np.ndarray], at: float, lastmod: float) -> dict:
+    ids = np.array([0])
+    out, counts = fold_read_points(state, ids, ids, np.array([HOST]), at, _one(lastmod))
+    out["_passed"] = _one(float(counts.passed.sum()))
+    out["_failed"] = _one(float(counts.failed.sum()))
+    return out
+
+
+def _reference(events: list[tuple]) -> dict[str, np.ndarray]:
+    """The model's timeline of the events (``analysis.model._timeline`` on a host whose
+    Last-Modified the fold does not know to be honest), folded at once."""
+    at, lm, changed, meaningful, pairs = [], [], [], [], []
+    prior_fetch = -1
+    for j, (kind, t, *rest) in enumerate(events):
+        at.append(t)
+        if kind == "read":
+            lm.append(rest[0])
+            c = j > 0 and rest[0] > at[j - 1]
+            changed.append(c)
+            meaningful.append(c)
+            pairs.append(True)
+            continue
+        c, m, fetch_lm = rest
+        lm.append(np.nan if fetch_lm is None else fetch_lm)
+        changed.append(c)
+        meaningful.append(m)
+        if j > 0 and events[j - 1][0] == "read":
+            pairs.append(prior_fetch >= 0 and not lm[j - 1] > at[prior_fetch])
+        else:
+            pairs.append(True)
+        prior_fetch = j
+    n = len(at)
+    return fold_observations(
+        empty_state(1),
+        np.array([0]),
+        np.zeros(n, dtype=np.int64),
+        np.array(at),
+        np.array(lm),
+        np.array(changed),
+        np.array(meaningful),
+        np.array(pairs),
+    )
+
+
+@given(st.lists(st.one_of(_FETCH, _READ), min_size=1, max_size=12))
+def test_reads_and_fetches_folded_one_at_a_time_equal_the_models_timeline_folded_at_once(
+    drawn: list[tuple],
+) -> None:
+    state, clock, events = _state(), 1000.0, []
+    for event in drawn:
+        clock += event[1]
+        if event[0] == "read":
+            lastmod = clock - event[2]
+            events.append(("read", clock, lastmod))
+            state = _read(state, clock, lastmod)
+        else:
+            _, _, changed, meaningful, back = event
+            lm = None if back is None else clock - back
+            events.append(("fetch", clock, changed, meaningful, lm))
+            state = _fetch(state, clock, changed, meaningful=meaningful, lm=lm)
+    if not any(e[0] == "read" for e in events):
+        assert np.isnan(state["tl_n"]).all()  # never listed: no timeline at all
+        return
+    want = _reference(events)
+    for c in STAT_COLUMNS:
+        np.testing.assert_allclose(state[timeline_column(c)], want[c], rtol=1e-9, err_msg=c)
+
+
+def test_a_page_listed_for_the_first_time_starts_its_timeline_from_its_fetches() -> None:
+    state = _fetch(_state(), 100.0, False)
+    state = _fetch(state, 110.0, True)
+    assert np.isnan(state["tl_n"][0])
+    state = _read(state, 120.0, 105.0)
+    # the fetch pair (100, 110], then the read: no change after 110
+    assert state["tl_n"][0] == 2 and state["stat_n"][0] == 1
+    assert state["tl_changes"][0] == 1 and state["tl_time"][0] == 20.0
+
+
+def test_a_fetch_after_reads_that_said_changed_only_starts_the_next_pair() -> None:
+    state = _read(_fetch(_state(), 100.0, False), 120.0, 115.0)  # changed at 115
+    state = _fetch(state, 130.0, True)
+    # (100, 120] changed from the read; (120, 130] unknown: the change the fetch saw may be
+    # the one the read told
+    assert state["tl_n"][0] == 1 and state["tl_time"][0] == 20.0
+    assert state["stat_n"][0] == 1 and state["stat_time"][0] == 30.0
+
+
+def test_a_fetch_after_reads_that_said_unchanged_places_its_change_after_the_last_read() -> None:
+    state = _read(_fetch(_state(), 100.0, False), 120.0, 90.0)
+    state = _fetch(state, 130.0, True)
+    assert state["tl_n"][0] == 2 and state["tl_changes"][0] == 1
+    assert state["tl_changed_time"][0] == 10.0  # (120, 130]
+
+
+def test_a_read_that_reaches_the_store_after_a_later_fetch_is_left_out() -> None:
+    state = _read(_fetch(_state(), 100.0, False), 120.0, 90.0)
+    state = _fetch(state, 130.0, False)
+    late = _read(state, 125.0, 90.0)
+    for c in TIMELINE_COLUMNS:
+        np.testing.assert_array_equal(late[c], state[c])
+
+
+def test_a_lastmod_that_moves_without_the_content_fails_at_the_next_fetch() -> None:
+    state = _fetch(_state(), 100.0, False)
+    state = _read(state, 120.0, 120.0)  # stamped as served: claims a change after 100
+    assert state["_failed"][0] == 0 and state["_passed"][0] == 0
+    assert _fetch(state, 130.0, False)["_failed"][0] == 1
+    assert _fetch(state, 130.0, True)["_passed"][0] == 1
+
+
+def test_a_lastmod_that_stays_while_the_content_moves_fails_at_the_next_read() -> None:
+    listed = _read(_state(), 90.0, 50.0)  # the checks need the page's fetches since a read
+    state = _fetch(_fetch(listed, 100.0, False), 110.0, True)  # changed in (100, 110]
+    assert _read(state, 120.0, 50.0)["_failed"][0] == 1  # a build time
+    honest = _read(state, 120.0, 105.0)
+    assert honest["_passed"][0] == 1 and honest["_failed"][0] == 0
+    # a new digest without a meaningful change asks nothing of the lastmod (a clock in the page)
+    clock = _fetch(_fetch(listed, 100.0, False), 110.0, True, meaningful=False)
+    assert _read(clock, 120.0, 50.0)["_failed"][0] == 0
+
+
+def test_a_lastmod_after_its_read_fails() -> None:
+    state = _read(_fetch(_state(), 100.0, False), 120.0, 200.0)
+    assert state["_failed"][0] == 1
+
+
+def test_a_sitemap_read_folds_only_the_pages_of_its_own_host(tmp_path: Path) -> None:
+    store = DuckDBStore(tmp_path / "s.duckdb")
+    try:
+        rows = store.add_pages(
+            [
+                NewPage(url=u, host=u.split("/")[2], scheme="http")
+                for u in ("http://a.test/sitemap.xml", "http://a.test/p", "http://b.test/p")
+            ],
+            now=NOW,
+        )
+        ids = {r.url: r.id for r in rows}
+        update = DocumentUpdate(
+            page_id=ids["http://a.test/sitemap.xml"],
+            new=[],
+            linked=[],
+            canonical=None,
+            noindex=False,
+            lastmod=[("http://a.test/p", NOW - 10), ("http://b.test/p", NOW - 10)],
+            fetched_at=NOW + 1,
+        )
+        store.save_documents([update], now=NOW + 1)
+        got = dict(store._con.execute("SELECT url, tl_n FROM pages").fetchall())
+        assert got["http://a.test/p"] == 0.0  # listed: a timeline of one point
+        assert got["http://b.test/p"] is None  # another host's (on a fleet, maybe another node's)
+    finally:
+        store.close()
