@@ -674,6 +674,19 @@ class _MaskArchive(Archive):
         return super().write_batch(captures)
 
 
+async def _archived_batches(store: DuckDBStore, tmp_path: Path, n: int) -> _MaskArchive:
+    """The archive of ``n`` batches of one capture each, each flushed before the next."""
+    archive = _MaskArchive(tmp_path, store)
+    service = StoreService(store, flush_interval=10_000, batch_size=100, archive=archive)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(service.run)
+        for i in range(1, n + 1):
+            await service.record(fetch(i), a_capture(i))
+            await service.flush()
+        service.close()
+    return archive
+
+
 @pytest.mark.skipif(
     not hasattr(os, "sched_getaffinity") or len(_cpus.STARTED_ON) < 2,
     reason="needs CPU masks and two CPUs",
@@ -681,15 +694,9 @@ class _MaskArchive(Archive):
 async def test_a_batch_is_written_on_every_cpu_while_the_daemons_threads_keep_to_one(
     paged_store: DuckDBStore, tmp_path: Path
 ) -> None:
-    archive = _MaskArchive(tmp_path, paged_store)
-    service = StoreService(paged_store, flush_interval=10_000, batch_size=100, archive=archive)
     _cpus.keep_threads_to(frozenset({min(_cpus.STARTED_ON)}))  # as discovery.split_cpus does
     try:
-        async with trio.open_nursery() as nursery:
-            await nursery.start(service.run)
-            await service.record(fetch(1), a_capture(1))
-            await service.flush()
-            service.close()
+        archive = await _archived_batches(paged_store, tmp_path, 1)
     finally:
         _cpus.keep_threads_to(_cpus.STARTED_ON)
     assert archive.masks == [_cpus.STARTED_ON]
@@ -699,14 +706,7 @@ async def test_a_batch_is_written_on_every_cpu_while_the_daemons_threads_keep_to
 async def test_a_batch_is_written_by_a_thread_that_does_not_preempt_the_event_loop(
     paged_store: DuckDBStore, tmp_path: Path
 ) -> None:
-    archive = _MaskArchive(tmp_path, paged_store)
-    service = StoreService(paged_store, flush_interval=10_000, batch_size=100, archive=archive)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(service.run)
-        for i in (1, 2):
-            await service.record(fetch(i), a_capture(i))
-            await service.flush()
-        service.close()
+    archive = await _archived_batches(paged_store, tmp_path, 2)
     assert archive.policies == [os.SCHED_BATCH] * 2
     assert os.sched_getscheduler(0) != os.SCHED_BATCH  # the event loop's own: as it was
 
