@@ -6,7 +6,7 @@ keep its pipeline busy), then on the parse threads one at a time. Prints the eve
 thread CPU (``time.thread_time``) and wall time per call. Run old and new trees in turns,
 each from its own directory (bench/README.md, "The parse hand-off's cost to the event loop").
 
-    flock /work/wt/bench.lock nice -n 10 env PYTHONPATH=$PWD .venv/bin/python bench/bench_handoff.py
+    PYTHONPATH=$PWD nice -n 10 .venv/bin/python bench/bench_handoff.py
 """
 
 from __future__ import annotations
