@@ -342,14 +342,23 @@ def _print_hosts(rows: list[dict[str, Any]]) -> None:
     if not rows:
         print("  hosts      none yet")
         return
-    print(f"  {'host':<32}{'pages':>8}{'fetches':>10}{'errors':>8}  state")
+    print(f"  {'host':<32}{'pages':>8}{'fetches':>10}{'errors':>8}  {'sitemaps':<12}state")
     for h in rows:
         state = "paused" if h["paused"] else ""
         if h["backoff_left"] > 0:
             state = f"{state} backoff {h['backoff_left']:.0f} s".strip()
         print(
-            f"  {h['host']:<32}{h['pages']:>8}{h['fetches']:>10}{h['errors']:>8}  {state or 'ok'}"
+            f"  {h['host']:<32}{h['pages']:>8}{h['fetches']:>10}{h['errors']:>8}"
+            f"  {_sitemap_trust(h):<12}{state or 'ok'}"
         )
+
+
+def _sitemap_trust(host: dict[str, Any]) -> str:
+    """Whether a host's sitemap lastmods count as change observations (the trust test)."""
+    passed, failed = host.get("sitemap_passed", 0), host.get("sitemap_failed", 0)
+    if failed:
+        return "distrusted"
+    return "trusted" if passed else "-"
 
 
 def _cmd_status(args: argparse.Namespace) -> int:

@@ -12,14 +12,15 @@ __all__ = ["HostSummary", "host_summary", "summaries", "summary_sql_pg"]
 _SUMMARY = """
 WITH per_host AS (
     SELECT h.name, count(p.id) AS pages, coalesce(sum(p.fetches), 0) AS fetches, h.errors,
-           h.paused,
+           h.paused, h.sitemap_passed, h.sitemap_failed,
            CASE WHEN h.errors > 0 THEN greatest(h.next_allowed - $now, 0) ELSE 0 END AS backoff_left
     FROM hosts h LEFT JOIN pages p ON p.host_id = h.id
-    GROUP BY h.id, h.name, h.errors, h.paused, h.next_allowed
+    GROUP BY h.id, h.name, h.errors, h.paused, h.next_allowed, h.sitemap_passed, h.sitemap_failed
 ), ranked AS (
     SELECT *, row_number() OVER (ORDER BY fetches DESC, name) AS rank FROM per_host
 )
-SELECT name, pages, fetches, errors, paused, backoff_left FROM ranked
+SELECT name, pages, fetches, errors, paused, backoff_left, sitemap_passed, sitemap_failed
+FROM ranked
 WHERE $limit IS NULL OR rank <= $limit OR paused OR backoff_left > 0
 ORDER BY paused DESC, backoff_left > 0 DESC, fetches DESC, name
 """
@@ -35,6 +36,8 @@ def summaries(rows: Any) -> list[HostSummary]:
             errors=int(r[3]),
             paused=bool(r[4]),
             backoff_left=float(r[5]),
+            sitemap_passed=int(r[6]),
+            sitemap_failed=int(r[7]),
         )
         for r in rows
     ]

@@ -436,6 +436,10 @@ class HostSummary:
     paused: bool
     #: seconds until the host may be fetched again after errors or Retry-After; 0 when not
     backoff_left: float
+    #: checks of its sitemaps' lastmods against its pages' fetches that passed and failed
+    #: (:mod:`refresher.store._timeline`): its lastmods count once one passed and none failed
+    sitemap_passed: int = 0
+    sitemap_failed: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -552,6 +552,11 @@ async def test_sitemap_lastmods_of_a_host_that_passes_the_trust_test_are_points_
     # served: the change its read claimed was not there, so its host fails and keeps the
     # fetch-only sums; honest: (30, 40] unchanged after a read that said unchanged
     assert await stats() == ([3, 2], [30, 30])
+    trust = {
+        h.host: (h.sitemap_passed > 0, h.sitemap_failed > 0)
+        for h in await store.host_summary(now=NOW, limit=None)
+    }
+    assert trust == {hosts[0]: (True, False), hosts[1]: (True, True)}  # as status shows them
     # the sitemaps read on their own schedule: the honest host's, found at NOW; not the
     # failed host's (a page like any other again) nor any other page
     inputs = await store.estimator_inputs(meaningful=False, links=False)
