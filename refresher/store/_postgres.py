@@ -105,8 +105,6 @@ T = TypeVar("T")
 log = get_logger("store.pg")
 
 _U64 = 1 << 64
-_STATE = BATCH_COLUMNS  # what a batch reads of its pages
-_STAT_READ = ", ".join(f"coalesce({c}, 'NaN'::float8)" for c in _STATE)
 _TIMELINE = (*STAT_COLUMNS, *TIMELINE_COLUMNS)  # what a sitemap read reads of its pages
 _TIMELINE_READ = ", ".join(f"coalesce({c}, 'NaN'::float8)" for c in _TIMELINE)
 _STAT_SETS = ", ".join(f"{c} = b.{c}" for c in STAT_COLUMNS)
@@ -732,25 +730,9 @@ class PgStore:
         rows = sorted(fold.last, key=lambda r: r.page_id)
         page_ids = np.array([r.page_id for r in rows], dtype=np.int64)
         # the change statistics, read and folded inside this transaction
-        cur.execute(
-            f"SELECT {_STAT_READ} FROM pages WHERE id = ANY(%s) ORDER BY id",
-            ([int(i) for i in page_ids],),
-        )
-        got = np.array(cur.fetchall(), dtype=np.float64).reshape(-1, len(_STATE))
-        state = {c: got[:, k].copy() for k, c in enumerate(_STATE)}
+        state = _page_state(cur, page_ids, BATCH_COLUMNS)
         stats = fold_records(state, page_ids, records)
-        active = np.isfinite(state["tl_n"])
-        if active.any():  # pages a sitemap read listed: their timelines, the trust checks
-            ids = page_ids[active]
-            cur.execute(
-                f"SELECT {_TIMELINE_READ} FROM pages WHERE id = ANY(%s) ORDER BY id",
-                ([int(i) for i in ids],),
-            )
-            got = np.array(cur.fetchall(), dtype=np.float64).reshape(-1, len(_TIMELINE))
-            before = {c: got[:, k].copy() for k, c in enumerate(_TIMELINE)}
-            timeline, counts = fold_fetch_records(before, ids, records)
-            _write_timeline(cur, ids, {c: timeline[c] for c in TIMELINE_COLUMNS})
-            _add_trust(cur, counts)
+        _fold_timeline(cur, state, page_ids, records)
         cur.execute(
             f"""
             UPDATE pages SET {page_sets("b")}, {_STAT_SETS}
@@ -1176,6 +1158,39 @@ def seed_fleet(config: Config, pages: Sequence[NewPage], *, now: float) -> Route
     finally:
         with contextlib.suppress(psycopg.Error):
             core.close()
+
+
+def _page_state(
+    cur: Any, page_ids: NDArray[np.int64], columns: Sequence[str]
+) -> dict[str, NDArray[np.float64]]:
+    """The stored ``columns`` (NaN for NULL) of ``page_ids`` (sorted, unique; all must exist),
+    as :func:`refresher.store._change_stats.state_of` reads them from DuckDB."""
+    read = ", ".join(f"coalesce({c}, 'NaN'::float8)" for c in columns)
+    cur.execute(
+        f"SELECT {read} FROM pages WHERE id = ANY(%s) ORDER BY id", ([int(i) for i in page_ids],)
+    )
+    got = np.array(cur.fetchall(), dtype=np.float64).reshape(-1, len(columns))
+    return {c: got[:, k].copy() for k, c in enumerate(columns)}
+
+
+def _fold_timeline(
+    cur: Any,
+    state: dict[str, NDArray[np.float64]],
+    page_ids: NDArray[np.int64],
+    records: Sequence[FetchRecord],
+) -> None:
+    """The sitemap timelines of a batch's listed pages (``state``: the batch's read of
+    :data:`BATCH_COLUMNS`, before its fetches), and the trust checks of their pending claims;
+    pages never listed by a sitemap read cost nothing more."""
+    active = np.isfinite(state["tl_n"])
+    if not active.any():
+        return
+    ids = page_ids[active]
+    before = {c: state[c][active] for c in STAT_COLUMNS}
+    before |= _page_state(cur, ids, TIMELINE_COLUMNS)
+    timeline, counts = fold_fetch_records(before, ids, records)
+    _write_timeline(cur, ids, {c: timeline[c] for c in TIMELINE_COLUMNS})
+    _add_trust(cur, counts)
 
 
 def _write_timeline(
