@@ -985,16 +985,15 @@ class DuckDBStore:
         self, *, meaningful: bool, links: bool, responses_since: float | None = None
     ) -> EstimatorInputs:
         version = self.schema_version()
-        current = version >= STATISTICS_VERSION
+        current, timeline = version >= STATISTICS_VERSION, version >= TIMELINE_VERSION
         columns = [stat_column(c, meaningful) for c in ESTIMATOR_COLUMNS]
         # the sitemap timeline's sums where the page's host passes the trust test
-        value = estimator_column_sql if version >= TIMELINE_VERSION else (lambda c: f"p.{c}")
+        value = estimator_column_sql if timeline else (lambda c: f"p.{c}")
         stat_sql = (
             "".join(f", coalesce({value(c)}, 'NaN'::DOUBLE) AS {c}" for c in columns)
             if current
             else ""
         )
-        timeline = version >= TIMELINE_VERSION
         if timeline:
             stat_sql += f", coalesce({SITEMAP_SINCE_SQL}, 'NaN'::DOUBLE) AS sitemap_since"
         # not asked for: +inf, a join over no fetch
