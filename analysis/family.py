@@ -51,6 +51,7 @@ from analysis.model import HISTORY, SITEMAPS, ModelSettings, ModelWeb, model_web
 from refresher.refresh._allocate import Plan, PolicyInputs, page_freshness
 from refresher.refresh._replan import ReplanRule
 from refresher.sim._simweb import RateClass, SimwebConfig
+from refresher.sim._site import SITEMAP_LASTMODS, SitemapLastmod
 
 __all__ = [
     "HORIZONS",
@@ -341,15 +342,20 @@ def real_web(
     policies: Sequence[str] = ("uniform", "optimal"),
     workers: int = 8,
     horizons: Sequence[float] | None = None,
-    sitemaps: bool = False,
+    sitemaps: bool | SitemapLastmod = False,
 ) -> dict[str, Any]:
     """Real daemons on ``web``, every policy at the same time (each its own copy of the web,
     daemon and store under ``out/<policy>/``) for ``seconds``; per policy the true mean
     freshness and age over ``BLOCKS`` equal parts of (h/2, h] for each horizon h (default:
     those of ``HORIZONS`` up to ``seconds``), measured as the model measures them
-    (:func:`measure_windows`)."""
+    (:func:`measure_windows`).
+
+    ``sitemaps``: False, discovery off (no sitemap fetched); True or a kind of lastmod
+    (:data:`refresher.sim._site.SITEMAP_LASTMODS`; True is "honest"), the daemons read the
+    web's sitemaps, which write their lastmods that way."""
+    lastmod: SitemapLastmod = "honest" if isinstance(sitemaps, bool) else sitemaps
     settings = compare.CompareSettings(
-        simweb=web.simweb,
+        simweb=replace(web.simweb, sitemap_lastmod=lastmod),
         policies=tuple(policies),
         seconds=seconds,
         budget=web.budget,
@@ -358,7 +364,7 @@ def real_web(
         resolve_interval=5.0,
         explore=0.05,
         plots=False,
-        sitemaps=sitemaps,
+        sitemaps=sitemaps is not False,
     )
     compare.run_side_by_side(settings, out)
     result = measure_real(out, policies, seconds=seconds, seed=web.seed, horizons=horizons)
@@ -719,9 +725,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--real-seconds", type=float, default=300.0, help="per real run")
     parser.add_argument(
         "--real-sitemaps",
-        action="store_true",
-        help="with --real: the daemons read the webs' sitemaps (discovery on at depth 0; "
-        "default: discovery off, no sitemap fetched)",
+        nargs="?",
+        choices=SITEMAP_LASTMODS,
+        const="honest",
+        default=None,
+        help="with --real: the daemons read the webs' sitemaps (discovery on at depth 0), whose "
+        "lastmods are honest (alone), honest dates, a build time or the time served "
+        "(default: discovery off, no sitemap fetched)",
     )
     parser.add_argument(
         "--remeasure",
@@ -824,7 +834,7 @@ def _real(
                 seconds=args.real_seconds,
                 out=runs,
                 policies=policies,
-                sitemaps=args.real_sitemaps,
+                sitemaps=args.real_sitemaps or False,
             )
         out.append(result)
         print(format_real(result, models[seed]), flush=True)

@@ -367,6 +367,55 @@ def test_the_familys_honesty_command_averages_the_gap_over_the_draws(
     assert "largest mean gap +0.0167 over 1 webs, 3 draws each" in out
 
 
+@pytest.mark.parametrize(
+    ("flag", "sitemaps"),
+    [([], False), (["--real-sitemaps"], "honest"), (["--real-sitemaps", "build"], "build")],
+)
+def test_the_familys_real_sitemaps_flag_alone_still_means_honest_lastmods(
+    flag: list[str], sitemaps: object, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from analysis import family
+
+    asked: list[object] = []
+
+    def real_web(web: object, **kwargs: object) -> dict[str, object]:
+        asked.append(kwargs["sitemaps"])
+        return {}
+
+    for name, stub in [
+        ("family_web", lambda seed: None),
+        ("run_web", lambda *a, **k: {"seed": 6}),
+        ("summarize", lambda r: {}),
+        ("format_row", lambda *a: ""),
+        ("_overall", lambda r: None),
+        ("plot_family", lambda *a: None),
+        ("format_real", lambda *a: ""),
+        ("real_web", real_web),
+    ]:
+        monkeypatch.setattr(family, name, stub)
+    argv = ["--seeds", "6", "--real", "6", "--out", str(tmp_path), *flag]
+    assert family.main(argv) == 0
+    assert asked == [sitemaps]
+
+
+def test_the_familys_real_daemons_read_sitemaps_that_write_the_asked_lastmods(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from analysis import family
+
+    ran: list[compare.CompareSettings] = []
+    monkeypatch.setattr(compare, "run_side_by_side", lambda settings, out: ran.append(settings))
+    monkeypatch.setattr(family, "measure_real", lambda *a, **k: {})
+    web = family.FamilyWeb(seed=7, simweb=SMALL_WEB, budget=16.0, min_delay=0.05, label="small")
+    for sitemaps in (False, True, "now"):
+        family.real_web(web, seconds=60.0, out=tmp_path, sitemaps=sitemaps)  # type: ignore[arg-type]
+    assert [(s.sitemaps, s.simweb.sitemap_lastmod) for s in ran] == [
+        (False, "honest"),
+        (True, "honest"),
+        (True, "now"),
+    ]
+
+
 def test_the_model_draws_each_pages_changes_at_its_rate() -> None:
     rng = np.random.default_rng(0)
     for rate in (0.001, 0.01, 1.0):

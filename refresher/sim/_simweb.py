@@ -59,7 +59,15 @@ import trio
 
 from refresher._errors import ConfigError, InvalidURL, StoreError
 from refresher.discover._url import canonicalize
-from refresher.sim._site import HostSpec, PageSpec, Site, _stable_hash, serve_site
+from refresher.sim._site import (
+    SITEMAP_LASTMODS,
+    HostSpec,
+    PageSpec,
+    Site,
+    SitemapLastmod,
+    _stable_hash,
+    serve_site,
+)
 from refresher.store._truth import write_truth_tables
 
 __all__ = [
@@ -129,7 +137,9 @@ class SimwebConfig:
     for the whole site, per wall minute, during the first ``new_pages_horizon`` wall seconds.
     ``truth_path`` (None: no truth file) is a ``.duckdb`` file or a directory for Parquet
     files (``truth_format`` overrides the guess); :func:`serve_simweb` rewrites it every
-    ``truth_interval`` seconds and on exit.
+    ``truth_interval`` seconds and on exit. ``sitemap_lastmod`` is what every sitemap host
+    writes as its entries' ``<lastmod>`` (:attr:`refresher.sim._site.HostSpec.sitemap_lastmod`:
+    honest, date, build or now).
     """
 
     seed: int = 0
@@ -150,6 +160,7 @@ class SimwebConfig:
     validators_none_share: float = 0.2
     validators_wrong_share: float = 0.1
     sitemap_share: float = 0.5
+    sitemap_lastmod: SitemapLastmod = "honest"
     gzip_share: float = 0.5
     page_size: int = 2000
     new_pages_per_minute: float = 3.0
@@ -193,6 +204,11 @@ class SimwebConfig:
         need(self.page_size >= 0, "page_size", "must be ≥ 0 bytes")
         need(self.new_page_parents >= 0, "new_page_parents", "must be ≥ 0")
         need(self.crawl_delay >= 0, "crawl_delay", "must be ≥ 0 seconds")
+        need(
+            self.sitemap_lastmod in SITEMAP_LASTMODS,
+            "sitemap_lastmod",
+            f"is one of {', '.join(SITEMAP_LASTMODS)}, not {self.sitemap_lastmod!r}",
+        )
         for key in (
             "locality",
             "robots_rules_share",
@@ -441,6 +457,7 @@ def plan_web(config: SimwebConfig, *, start: float) -> SimwebPlan:
                 validators=_VALIDATORS[int(features.validators[i])],
                 gzip=bool(features.gzips[i]),
                 sitemap=bool(features.sitemaps[i]),
+                sitemap_lastmod=config.sitemap_lastmod,
             )
         )
     return SimwebPlan(hosts=tuple(hosts), classes=classes, start=start)
@@ -903,6 +920,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="rate classes name:share:median:sigma, medians in changes per rate unit (%(default)s)",
     )
     parser.add_argument(
+        "--sitemap-lastmod",
+        choices=SITEMAP_LASTMODS,
+        default=defaults.sitemap_lastmod,
+        help="the sitemaps' <lastmod>: each page's last change (honest), its day (date), the "
+        "web's start (build) or the time served (now) (%(default)s)",
+    )
+    parser.add_argument(
         "--rate-unit",
         choices=tuple(RATE_UNITS),
         default="day",
@@ -928,6 +952,7 @@ def _config_from(args: argparse.Namespace) -> SimwebConfig:
         **fields,
         rate_mix=parse_rate_mix(args.mix),
         rate_unit=RATE_UNITS[args.rate_unit],
+        sitemap_lastmod=args.sitemap_lastmod,
         truth_path=args.truth,
         truth_format=args.truth_format,
     )

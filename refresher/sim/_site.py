@@ -57,6 +57,7 @@ from refresher._errors import ConfigError
 
 __all__ = [
     "HOSTILE_PATHS",
+    "SITEMAP_LASTMODS",
     "HostSpec",
     "PageSpec",
     "RequestLog",
@@ -67,6 +68,9 @@ __all__ = [
     "make_demo_site",
     "serve_site",
 ]
+#: What a host's sitemap writes as each entry's ``<lastmod>`` (:attr:`HostSpec.sitemap_lastmod`)
+SitemapLastmod = Literal["honest", "date", "build", "now"]
+SITEMAP_LASTMODS: tuple[SitemapLastmod, ...] = ("honest", "date", "build", "now")
 
 #: The hostile paths every virtual host (and an unknown host) answers, and what each does.
 HOSTILE_PATHS: dict[str, str] = {
@@ -151,6 +155,10 @@ class HostSpec:
     ``gzip`` compresses bodies for clients that accept gzip. ``sitemap`` serves
     ``/sitemap.xml``: a urlset of the pages that exist at the request, each with its last true
     change (or its creation) as ``lastmod``; a robots.txt body then ends with its Sitemap line.
+    ``sitemap_lastmod`` chooses those lastmods (see :data:`SITEMAP_LASTMODS`): "honest" as
+    above; "date" the same as a date alone (``YYYY-MM-DD``, the UTC day, as many real sitemaps
+    publish); and two dishonest kinds, "build" (the site's start for every entry: a build time
+    that never moves) and "now" (the time of the request for every entry: stamped as served).
     """
 
     name: str
@@ -162,6 +170,7 @@ class HostSpec:
     response_delay: float = 0.0
     gzip: bool = False
     sitemap: bool = False
+    sitemap_lastmod: SitemapLastmod = "honest"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -534,6 +543,12 @@ def _check_host(spec: HostSpec) -> str:
         raise ConfigError(
             f"host {spec.name!r}: validators must be 'honest', 'none' or 'wrong', not "
             f"{spec.validators!r}",
+            key="site.hosts",
+        )
+    if spec.sitemap_lastmod not in SITEMAP_LASTMODS:
+        raise ConfigError(
+            f"host {spec.name!r}: sitemap_lastmod must be one of {', '.join(SITEMAP_LASTMODS)}, "
+            f"not {spec.sitemap_lastmod!r}",
             key="site.hosts",
         )
     if not 100 <= spec.robots_status <= 599:
@@ -1185,12 +1200,22 @@ class Site:
         for path, page in host.pages.items():
             if not page.exists(at):
                 continue
-            process = page.process
             loc = html.escape(self._link(f"http://{name}{path}"))
-            lastmod = _w3c_datetime(process.modified(process.version(at)))
+            lastmod = self._lastmod(host.spec.sitemap_lastmod, page, at)
             lines.append(f"<url><loc>{loc}</loc><lastmod>{lastmod}</lastmod></url>\n")
         lines.append("</urlset>\n")
         return "".join(lines).encode()
+
+    def _lastmod(self, kind: SitemapLastmod, page: _Page, at: float) -> str:
+        """A page's sitemap ``<lastmod>`` at clock time ``at`` as a host of ``kind`` writes it."""
+        if kind == "build":
+            return _w3c_datetime(self.start)
+        if kind == "now":
+            return _w3c_datetime(at)
+        changed = page.process.modified(page.process.version(at))
+        if kind == "date":
+            return f"{datetime.fromtimestamp(changed, UTC):%Y-%m-%d}"
+        return _w3c_datetime(changed)
 
     async def _robots(self, exchange: _Exchange, spec: HostSpec) -> None:
         status = spec.robots_status

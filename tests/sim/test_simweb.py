@@ -7,12 +7,14 @@ without the property). HTTP tests talk to real servers on 127.0.0.1 with an inje
 
 from __future__ import annotations
 
+import argparse
 import math
 import os
 import signal
 import subprocess
 import sys
 from collections import Counter
+from dataclasses import replace
 from datetime import datetime
 from functools import partial
 from pathlib import Path
@@ -31,6 +33,8 @@ from refresher.sim._simweb import (
     RateClass,
     SimwebConfig,
     SimwebPlan,
+    _config_from,
+    add_arguments,
     build_site,
     collect_truth,
     main,
@@ -567,12 +571,23 @@ def test_a_rate_mix_is_read_from_text() -> None:
         ({"locality": 1.5}, "simweb.locality"),
         ({"robots_rules_share": 0.7, "no_robots_share": 0.5}, "simweb.no_robots_share"),
         ({"new_pages_per_minute": 1e6}, "simweb.new_pages_horizon"),
+        ({"sitemap_lastmod": "often"}, "simweb.sitemap_lastmod"),
     ],
 )
 def test_bad_configs_are_refused_naming_the_key(overrides: dict[str, object], key: str) -> None:
     with pytest.raises(ConfigError) as caught:
         SimwebConfig(**overrides)  # type: ignore[arg-type]
     assert caught.value.key == key
+
+
+def test_every_sitemap_host_writes_the_configured_kind_of_lastmod() -> None:
+    args = argparse.ArgumentParser()
+    add_arguments(args)
+    config = _config_from(args.parse_args(["--sitemap-lastmod", "now", "--sitemap-share", "1"]))
+    assert config.sitemap_lastmod == "now"
+    hosts = plan_web(replace(config, hosts=3), start=T0).hosts
+    assert all(h.sitemap and h.sitemap_lastmod == "now" for h in hosts)
+    assert _config_from(args.parse_args([])).sitemap_lastmod == "honest"
 
 
 def test_the_command_line_describes_the_web(capsys: pytest.CaptureFixture[str]) -> None:

@@ -30,7 +30,10 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from refresher._errors import ConfigError
+from refresher.discover._document import Document
+from refresher.discover._sitemaps import Sitemaps
 from refresher.sim._site import (
+    SITEMAP_LASTMODS,
     HostSpec,
     PageSpec,
     RequestLog,
@@ -409,6 +412,42 @@ async def test_robots_txt_follows_the_host_spec(serve: Serve) -> None:
             assert location.netloc == "moved.sim.test"
             target = f"{location.path}?{location.query}"
     assert hops == 3 and response.status_code == 200 and response.text == rules
+
+
+async def test_each_kind_of_sitemap_lastmod_is_served_as_its_host_writes_it(serve: Serve) -> None:
+    clock = ManualClock(T0 + 50_000.0)  # the site starts at T0; "/" has changed since
+    pages = (PageSpec(path="/", change_rate=0.001), PageSpec(path="/still"))
+    kinds = SITEMAP_LASTMODS
+    hosts = [
+        HostSpec(name=f"{k}.sim.test", pages=pages, sitemap=True, sitemap_lastmod=k) for k in kinds
+    ]
+    site = Site(hosts, clock=clock, start=T0, seed=5)
+    changed = float(site.change_times("honest.sim.test", "/", clock.now)[-1])
+    assert changed > T0 + 1
+    port = await serve(site)
+    read: dict[str, dict[str, float]] = {}
+    text: dict[str, str] = {}
+    async with client(port) as c:
+        for k in kinds:
+            response = await c.get("/sitemap.xml", headers={"Host": f"{k}.sim.test"})
+            assert response.status_code == 200
+            text[k] = response.text
+            url = f"http://{k}.sim.test/sitemap.xml"
+            doc = Document(url=url, content_type="application/xml", body=response.content)
+            lastmods = dict(Sitemaps().process(doc).lastmod)
+            read[k] = {u.removeprefix(f"http://{k}.sim.test"): t for u, t in lastmods.items()}
+    assert read["honest"] == {"/": math.floor(changed * 1000) / 1000, "/still": T0}
+    midnight = (changed // 86400) * 86400  # Unix days are UTC days
+    assert read["date"] == {"/": midnight, "/still": (T0 // 86400) * 86400}
+    assert "<lastmod>2023-11-14</lastmod>" in text["date"]  # T0's day alone, no time
+    assert read["build"] == {"/": T0, "/still": T0}
+    assert read["now"] == {"/": clock.now, "/still": clock.now}
+
+
+def test_an_unknown_kind_of_sitemap_lastmod_is_refused() -> None:
+    spec = HostSpec(name="a.sim.test", pages=(), sitemap=True, sitemap_lastmod="never")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="sitemap_lastmod"):
+        Site([spec])
 
 
 # ----------------------------------------------------------------------------- connections
