@@ -10,9 +10,10 @@ the host leaves the heap until :meth:`Frontier.release`, so never two requests a
 host. The budget is a pacer at B fetches per second (with at most one second of saved credit).
 
 Sitemaps go first (:data:`URGENT_SOURCES`): a due sitemap page joins the *urgent lane* at the
-head of its host's back queue (and of front queue 0 while it waits for one), behind only the
-sitemaps due before it, so it takes the host's next politeness slot instead of waiting behind
-every page due on the host (at a cold start, a whole round of seeds). A page a worker gives
+head of its host's back queue (and of front queue 0 while it waits for one), ahead of the
+host's other pages (the latest due first among sitemaps: :func:`_enqueue`), so it takes the
+host's next politeness slot instead of waiting behind every page due on the host (at a cold
+start, a whole round of seeds). A page a worker gives
 back (:meth:`requeue`: robots.txt fetched for it first) goes back behind the lane, so the
 sitemaps that robots.txt named are read next. Only the order within a host changes: its
 politeness, the budget and the hosts' order stay as they were.
@@ -564,7 +565,7 @@ class Frontier:
         while self._due and self._due[0][0] <= now:
             _, _, page = heapq.heappop(self._due)
             if page.source in URGENT_SOURCES:  # ahead of every page waiting for a back queue
-                _enqueue(self._front[0], page)
+                self._front[0].appendleft(page)
                 continue
             level = min(max(self._prioritize(page, now), 0), self.k - 1)
             self._front[level].append(page)
@@ -1092,20 +1093,22 @@ def _lane(queue: deque[PageRow]) -> int:
 
 
 def _enqueue(queue: deque[PageRow], page: PageRow) -> None:
-    """Queue ``page`` last; an urgent page last of the urgent lane at the head (a sitemap
-    comes before the host's other due pages, sitemaps in the order they came due)."""
-    if page.source not in URGENT_SOURCES:
-        queue.append(page)
-    elif not queue or queue[-1].source in URGENT_SOURCES:
-        queue.append(page)  # the queue is all lane (the common case: O(1))
+    """Queue ``page`` last; an urgent page first, in the urgent lane at the head (a sitemap
+    comes before the host's other due pages). O(1): first in the lane, not last, since a
+    deque inserts in the middle in time linear in the distance from its ends (a sitemap
+    index's thousands of sitemaps coming due at once, each put last of the lane, would
+    cost the square of their number)."""
+    if page.source in URGENT_SOURCES:
+        queue.appendleft(page)
     else:
-        queue.insert(_lane(queue), page)
+        queue.append(page)
 
 
 def _put_back(queue: deque[PageRow], page: PageRow) -> None:
     """Put ``page``, just taken from the head of ``queue``, back first, but behind the urgent
     lane when it is not urgent itself: a sitemap that came due meanwhile (found in the
-    robots.txt just fetched for it) goes first."""
+    robots.txt just fetched for it) goes first. Linear in the lane's length, once per page
+    given back (robots.txt fetched first: once per host and expiry)."""
     if page.source in URGENT_SOURCES or not queue or queue[0].source not in URGENT_SOURCES:
         queue.appendleft(page)
     else:
