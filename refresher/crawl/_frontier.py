@@ -9,6 +9,15 @@ worker the root host's next page once the host may be contacted and the refresh 
 the host leaves the heap until :meth:`Frontier.release`, so never two requests are in flight to one
 host. The budget is a pacer at B fetches per second (with at most one second of saved credit).
 
+Sitemaps go first (:data:`URGENT_SOURCES`): a due sitemap page joins the *urgent lane* at the
+head of its host's back queue (and of front queue 0 while it waits for one), ahead of the
+host's other pages (the latest due first among sitemaps: :func:`_enqueue`), so it takes the
+host's next politeness slot instead of waiting behind every page due on the host (at a cold
+start, a whole round of seeds). A page a worker gives
+back (:meth:`requeue`: robots.txt fetched for it first) goes back behind the lane, so the
+sitemaps that robots.txt named are read next. Only the order within a host changes: its
+politeness, the budget and the hosts' order stay as they were.
+
 Work-conserving (``work_conserving=True``, the daemon's ``frontier.work_conserving``): when the
 pacer has a token, no page is due on a host politeness allows now and the front queues are empty,
 the page due soonest among the hosts allowed now (not in a worker's hands, not paused, past their
@@ -63,6 +72,7 @@ if TYPE_CHECKING:
     from refresher._config import PolitenessConfig
 
 __all__ = [
+    "URGENT_SOURCES",
     "DelayLimits",
     "Frontier",
     "FrontierStatistics",
@@ -84,6 +94,11 @@ LOOK_AHEAD = 1e9
 #: Rows read from the store at a time: a load, and a re-plan's rescan, hold at most this many
 #: rows (with DuckDB's copy of them) beyond the pages held.
 READ_CHUNK = 32768
+
+#: Page sources (:attr:`PageRow.source`) fetched ahead of their host's other due pages: a
+#: sitemap read is one request that tells of every page it lists, so it takes the host's next
+#: politeness slot (the head of its back queue, and of front queue 0 while it waits for one).
+URGENT_SOURCES = frozenset({"sitemap"})
 
 #: Seconds a released page's next due time is remembered against a stale row of it.
 RELEASE_MEMORY = 10.0
@@ -549,6 +564,9 @@ class Frontier:
     def _refill(self, now: float) -> None:
         while self._due and self._due[0][0] <= now:
             _, _, page = heapq.heappop(self._due)
+            if page.source in URGENT_SOURCES:  # ahead of every page waiting for a back queue
+                self._front[0].appendleft(page)
+                continue
             level = min(max(self._prioritize(page, now), 0), self.k - 1)
             self._front[level].append(page)
         while self._active < self.max_back:
@@ -556,7 +574,7 @@ class Frontier:
             if picked is None:
                 return
             host = self._hosts[picked.host_id]
-            host.queue.append(picked)
+            _enqueue(host.queue, picked)
             if not host.active:
                 host.active = True
                 self._active += 1
@@ -767,7 +785,7 @@ class Frontier:
         its new ``timing`` and ``robots`` as :meth:`release`."""
         _apply(lease.host, timing, robots)
         if self.owns(lease.host.name):
-            lease.host.queue.appendleft(lease.page)
+            _put_back(lease.host.queue, lease.page)
         else:
             self._forget(lease.page, lease.host)
         self._unlease(lease.host)
@@ -1062,6 +1080,39 @@ def _nan(value: float | None) -> float:
 
 def _none(value: float) -> float | None:
     return None if math.isnan(value) else value
+
+
+def _lane(queue: deque[PageRow]) -> int:
+    """How many urgent pages (:data:`URGENT_SOURCES`) lead ``queue``: its urgent lane."""
+    n = 0
+    for page in queue:
+        if page.source not in URGENT_SOURCES:
+            break
+        n += 1
+    return n
+
+
+def _enqueue(queue: deque[PageRow], page: PageRow) -> None:
+    """Queue ``page`` last; an urgent page first, in the urgent lane at the head (a sitemap
+    comes before the host's other due pages). O(1): first in the lane, not last, since a
+    deque inserts in the middle in time linear in the distance from its ends (a sitemap
+    index's thousands of sitemaps coming due at once, each put last of the lane, would
+    cost the square of their number)."""
+    if page.source in URGENT_SOURCES:
+        queue.appendleft(page)
+    else:
+        queue.append(page)
+
+
+def _put_back(queue: deque[PageRow], page: PageRow) -> None:
+    """Put ``page``, just taken from the head of ``queue``, back first, but behind the urgent
+    lane when it is not urgent itself: a sitemap that came due meanwhile (found in the
+    robots.txt just fetched for it) goes first. Linear in the lane's length, once per page
+    given back (robots.txt fetched first: once per host and expiry)."""
+    if page.source in URGENT_SOURCES or not queue or queue[0].source not in URGENT_SOURCES:
+        queue.appendleft(page)
+    else:
+        queue.insert(_lane(queue), page)
 
 
 def _apply(host: HostState, timing: HostTiming | None, robots: HostRobots | None) -> None:

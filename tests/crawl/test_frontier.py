@@ -913,3 +913,87 @@ def test_a_replanned_copy_carries_every_field_of_the_page_it_copies():
     copy = frontier_module._replanned(row, 1.5, 2.5, 3.5, 4.5)
     assert copy == dataclasses.replace(row, due_at=1.5, target_rate=2.5, rate=3.5, weight=4.5)
     assert all(getattr(copy, f.name) != f.default for f in dataclasses.fields(PageRow))
+
+
+def sitemap(i: int, host: int, due: float) -> PageRow:
+    return dataclasses.replace(
+        page(i, host, due), url=f"http://h{host}.test/sitemap{i}.xml", source="sitemap"
+    )
+
+
+def polite(delay: float) -> HostTiming:
+    return HostTiming(next_allowed=wall() + delay, delay=delay, backoff=0.0, errors=0)
+
+
+async def fetches(frontier: Frontier, count: int, *, delay: float) -> list[tuple[int, float]]:
+    """One worker's ``count`` fetches, each 0.1 s then ``delay`` s of politeness: (page id,
+    start offset in seconds) in order; the pages are not due again."""
+    order = []
+    for _ in range(count):
+        lease = await frontier.acquire()
+        assert lease is not None
+        order.append((lease.page.id, wall() - EPOCH))
+        await trio.sleep(0.1)
+        frontier.release(lease, next_due=None, timing=polite(delay))
+    return order
+
+
+async def fetch_order(
+    pages: list[PageRow], count: int, *, delay: float, **kw
+) -> list[tuple[int, float]]:
+    """:func:`fetches` from a frontier over ``pages`` (``kw`` to :class:`Frontier`)."""
+    frontier, _ = make(pages, **kw)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(frontier.run)
+        order = await fetches(frontier, count, delay=delay)
+        frontier.close()
+        nursery.cancel_scope.cancel()
+    return order
+
+
+async def test_a_sitemap_that_comes_due_takes_its_hosts_next_slot_ahead_of_its_due_pages(
+    autojump_clock,
+):
+    # five seeds due at the start, the host's sitemap due after the first fetch: read at the
+    # host's next politeness slot, not a round later behind the seeds
+    pages = [page(i, host=0, due=EPOCH) for i in range(5)] + [sitemap(9, host=0, due=EPOCH + 0.05)]
+    order = await fetch_order(pages, 6, delay=1.0)
+    assert [i for i, _ in order] == [0, 9, 1, 2, 3, 4]
+    starts = [t for _, t in order]
+    # still polite (the wall clock's float at 1.7e9 s is good to ~1e-7 s)
+    assert all(b - a >= 1.1 - 1e-6 for a, b in itertools.pairwise(starts))
+
+
+async def test_every_sitemap_due_on_a_host_goes_ahead_of_its_other_pages(autojump_clock):
+    pages = [page(i, host=0, due=EPOCH) for i in range(3)]
+    pages += [sitemap(8, host=0, due=EPOCH + 0.05), sitemap(9, host=0, due=EPOCH + 0.06)]
+    order = [i for i, _ in await fetch_order(pages, 5, delay=1.0)]
+    assert order[0] == 0 and set(order[1:3]) == {8, 9} and order[3:] == [1, 2]
+
+
+async def test_a_page_given_back_after_robots_txt_goes_behind_the_sitemap_it_named(autojump_clock):
+    # the worker holding host 0's seed fetches its robots.txt, which names a sitemap: the
+    # sitemap is added and taken into host 0's back queue (another worker's acquire) before
+    # the seed is given back; the sitemap is read next all the same
+    pages = [page(i, host=0, due=EPOCH) for i in range(3)] + [page(5, host=1, due=EPOCH)]
+    frontier, _ = make(pages)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(frontier.run)
+        seed = await frontier.acquire()
+        assert seed is not None and seed.page.id == 0
+        frontier.add([sitemap(9, host=0, due=wall())])
+        other = await frontier.acquire()
+        assert other is not None and other.host.id == 1
+        frontier.requeue(seed, timing=polite(1.0))
+        order = await fetches(frontier, 4, delay=1.0)
+        frontier.close()
+        nursery.cancel_scope.cancel()
+    assert [i for i, _ in order] == [9, 0, 1, 2]
+
+
+async def test_a_sitemap_waiting_for_a_back_queue_is_first_in_line_for_one(autojump_clock):
+    # one back queue: host 0's seeds hold it one page at a time, the others wait in the front
+    # queues, where host 1's sitemap (due later, of the lowest priority) goes ahead of them
+    pages = [page(i, host=0, due=EPOCH) for i in range(4)] + [sitemap(9, host=1, due=EPOCH + 0.05)]
+    order = await fetch_order(pages, 5, delay=0.0, back_queues=1, prioritize=lambda p, now: 7)
+    assert [i for i, _ in order] == [0, 9, 1, 2, 3]
