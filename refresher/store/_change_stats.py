@@ -25,10 +25,11 @@ __all__ = [
     "MIGRATION_SQL",
     "STAT_COLUMNS",
     "VARIANT_COLUMNS",
+    "RecordArrays",
     "empty_state",
     "fill_from_history",
+    "fold_arrays",
     "fold_observations",
-    "fold_records",
     "last_modified_agrees",
     "moved_statistics",
     "read_statistics",
@@ -41,6 +42,8 @@ __all__ = [
 
 Float = NDArray[np.float64]
 Mask = NDArray[np.bool_]
+#: a batch's successful fetches as the folds take them (:func:`record_arrays`)
+RecordArrays = dict[str, NDArray[Any]]
 
 #: per page, whatever the change definition: observations, Σ t, the last successful fetch
 #: (finished_at, Last-Modified; NaN before) and the first copy's quiet time (NaN if none)
@@ -219,7 +222,7 @@ def _by_page_then_time(page: NDArray[np.int64], finished: Float, *columns: Any) 
     return (page[order], finished[order], *(c[order] for c in columns))
 
 
-def record_arrays(records: Sequence[FetchRecord]) -> dict[str, NDArray[Any]]:
+def record_arrays(records: Sequence[FetchRecord]) -> RecordArrays:
     """The successful ones of ``records`` as the folds take them: ``page``, ``host``,
     ``finished``, ``last_modified`` (NaN where none), ``changed`` and ``meaningful``
     (``coalesce(meaningful, changed)``)."""
@@ -243,11 +246,11 @@ def record_arrays(records: Sequence[FetchRecord]) -> dict[str, NDArray[Any]]:
     }
 
 
-def fold_records(
-    state: dict[str, Float], page_ids: NDArray[np.int64], records: Sequence[FetchRecord]
+def fold_arrays(
+    state: dict[str, Float], page_ids: NDArray[np.int64], a: RecordArrays
 ) -> dict[str, Float]:
-    """:func:`fold_observations` over the successful ones of ``records``."""
-    a = record_arrays(records)
+    """:func:`fold_observations` over a batch's successful fetches, as :func:`record_arrays`
+    gives them (computed once a batch: the sitemap timeline's folds take the same)."""
     return fold_observations(
         state,
         page_ids,

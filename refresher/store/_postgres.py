@@ -52,8 +52,10 @@ from refresher.store._captures import BatchArchive, CaptureRow
 from refresher.store._change_stats import (
     ESTIMATOR_COLUMNS,
     STAT_COLUMNS,
-    fold_records,
+    RecordArrays,
+    fold_arrays,
     read_statistics,
+    record_arrays,
     stat_column,
 )
 from refresher.store._hosts import summaries, summary_sql_pg
@@ -86,7 +88,7 @@ from refresher.store._timeline import (
     TIMELINE_COLUMNS,
     TrustCounts,
     estimator_column_sql,
-    fold_fetch_records,
+    fold_fetch_arrays,
     fold_read_points,
     unchanged_reads,
 )
@@ -731,8 +733,9 @@ class PgStore:
         page_ids = np.array([r.page_id for r in rows], dtype=np.int64)
         # the change statistics, read and folded inside this transaction
         state = _page_state(cur, page_ids, BATCH_COLUMNS)
-        stats = fold_records(state, page_ids, records)
-        _fold_timeline(cur, state, page_ids, records)
+        arrays = record_arrays(records)  # once, for every fold of the batch
+        stats = fold_arrays(state, page_ids, arrays)
+        _fold_timeline(cur, state, page_ids, arrays)
         cur.execute(
             f"""
             UPDATE pages SET {page_sets("b")}, {_STAT_SETS}
@@ -760,7 +763,7 @@ class PgStore:
                 *([float(x) for x in stats[c]] for c in STAT_COLUMNS),
             ),
         )
-        for sitemap, read_at in unchanged_reads(page_ids, state[LISTED_COLUMN], records):
+        for sitemap, read_at in unchanged_reads(page_ids, state[LISTED_COLUMN], arrays):
             _fold_entries(cur, sitemap, read_at)
 
     def _insert_captures(self, cur: Any, rows: Sequence[CaptureRow]) -> None:
@@ -1177,7 +1180,7 @@ def _fold_timeline(
     cur: Any,
     state: dict[str, NDArray[np.float64]],
     page_ids: NDArray[np.int64],
-    records: Sequence[FetchRecord],
+    arrays: RecordArrays,
 ) -> None:
     """The sitemap timelines of a batch's listed pages (``state``: the batch's read of
     :data:`BATCH_COLUMNS`, before its fetches), and the trust checks of their pending claims;
@@ -1188,7 +1191,7 @@ def _fold_timeline(
     ids = page_ids[active]
     before = {c: state[c][active] for c in STAT_COLUMNS}
     before |= _page_state(cur, ids, TIMELINE_COLUMNS)
-    timeline, counts = fold_fetch_records(before, ids, records)
+    timeline, counts = fold_fetch_arrays(before, ids, arrays)
     _write_timeline(cur, ids, {c: timeline[c] for c in TIMELINE_COLUMNS})
     _add_trust(cur, counts)
 

@@ -34,14 +34,16 @@ Pure numpy; the stores read and write the columns in their own transactions.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
 
-from refresher.store._change_stats import STAT_COLUMNS, fold_observations, record_arrays
-from refresher.store._interface import FetchRecord
+from refresher.store._change_stats import (
+    STAT_COLUMNS,
+    RecordArrays,
+    fold_observations,
+)
 
 __all__ = [
     "BATCH_COLUMNS",
@@ -53,8 +55,8 @@ __all__ = [
     "TRUSTED_SQL",
     "TrustCounts",
     "estimator_column_sql",
+    "fold_fetch_arrays",
     "fold_fetch_points",
-    "fold_fetch_records",
     "fold_read_points",
     "timeline_column",
     "timeline_migration_sql",
@@ -109,19 +111,17 @@ def timeline_migration_sql(
 
 
 def unchanged_reads(
-    page_ids: NDArray[np.int64], listed: Float, records: Sequence[FetchRecord]
+    page_ids: NDArray[np.int64], listed: Float, a: RecordArrays
 ) -> list[tuple[int, float]]:
-    """(sitemap page, read time) of the successful fetches in ``records`` that found a sitemap
-    page's body unchanged (``listed``: its entries of the last read, per page of
-    ``page_ids``, NaN none): they read the same lastmods again, each a point of the listed
+    """(sitemap page, read time) of the successful fetches ``a`` (:func:`record_arrays`) that
+    found a sitemap page's body unchanged (``listed``: its entries of the last read, per page
+    of ``page_ids``, NaN none): they read the same lastmods again, each a point of the listed
     pages' timelines. (A changed body reaches the store as a document, with its new
     lastmods.)"""
     has = np.isfinite(listed) & (listed > 0)
     if not has.any():
         return []
-    sitemaps = set(page_ids[has].tolist())
-    a = record_arrays(records)
-    again = ~a["changed"] & np.isin(a["page"], list(sitemaps))
+    again = ~a["changed"] & np.isin(a["page"], page_ids[has])
     return sorted(zip(a["page"][again].tolist(), a["finished"][again].tolist(), strict=True))
 
 
@@ -271,20 +271,19 @@ def fold_fetch_points(
     return out, TrustCounts.of(host, claim & changed, claim & ~changed)
 
 
-def fold_fetch_records(
-    state: dict[str, Float], page_ids: NDArray[np.int64], records: Sequence[FetchRecord]
+def fold_fetch_arrays(
+    state: dict[str, Float], page_ids: NDArray[np.int64], a: RecordArrays
 ) -> tuple[dict[str, Float], TrustCounts]:
-    """:func:`fold_fetch_points` over the successful ones of ``records`` of ``page_ids``
-    (others left out)."""
-    ids = set(page_ids.tolist())
-    a = record_arrays([r for r in records if r.page_id in ids])
+    """:func:`fold_fetch_points` over the fetches ``a`` (:func:`record_arrays`, the batch's
+    one copy) of ``page_ids`` (others left out)."""
+    ours = np.isin(a["page"], page_ids)
     return fold_fetch_points(
         state,
         page_ids,
-        a["page"],
-        a["host"],
-        a["finished"],
-        a["last_modified"],
-        a["changed"],
-        a["meaningful"],
+        a["page"][ours],
+        a["host"][ours],
+        a["finished"][ours],
+        a["last_modified"][ours],
+        a["changed"][ours],
+        a["meaningful"][ours],
     )

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+from conftest import fetch_record
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -187,29 +188,54 @@ def test_a_lastmod_after_its_read_fails() -> None:
     assert state["_failed"][0] == 1
 
 
+def _listed_store(path: Path) -> tuple[DuckDBStore, dict[str, int]]:
+    """A store whose sitemap of a.test was read once (at NOW + 1), listing a page of its own
+    host and one of another's; the pages' ids by URL."""
+    store = DuckDBStore(path)
+    rows = store.add_pages(
+        [
+            NewPage(url=u, host=u.split("/")[2], scheme="http")
+            for u in ("http://a.test/sitemap.xml", "http://a.test/p", "http://b.test/p")
+        ],
+        now=NOW,
+    )
+    ids = {r.url: r.id for r in rows}
+    update = DocumentUpdate(
+        page_id=ids["http://a.test/sitemap.xml"],
+        new=[],
+        linked=[],
+        canonical=None,
+        noindex=False,
+        lastmod=[("http://a.test/p", NOW - 10), ("http://b.test/p", NOW - 10)],
+        fetched_at=NOW + 1,
+    )
+    store.save_documents([update], now=NOW + 1)
+    return store, ids
+
+
 def test_a_sitemap_read_folds_only_the_pages_of_its_own_host(tmp_path: Path) -> None:
-    store = DuckDBStore(tmp_path / "s.duckdb")
+    store, _ = _listed_store(tmp_path / "s.duckdb")
     try:
-        rows = store.add_pages(
-            [
-                NewPage(url=u, host=u.split("/")[2], scheme="http")
-                for u in ("http://a.test/sitemap.xml", "http://a.test/p", "http://b.test/p")
-            ],
-            now=NOW,
-        )
-        ids = {r.url: r.id for r in rows}
-        update = DocumentUpdate(
-            page_id=ids["http://a.test/sitemap.xml"],
-            new=[],
-            linked=[],
-            canonical=None,
-            noindex=False,
-            lastmod=[("http://a.test/p", NOW - 10), ("http://b.test/p", NOW - 10)],
-            fetched_at=NOW + 1,
-        )
-        store.save_documents([update], now=NOW + 1)
         got = dict(store._con.execute("SELECT url, tl_n FROM pages").fetchall())
         assert got["http://a.test/p"] == 0.0  # listed: a timeline of one point
         assert got["http://b.test/p"] is None  # another host's (on a fleet, maybe another node's)
+    finally:
+        store.close()
+
+
+def test_a_store_reopened_after_a_sitemap_read_still_folds_fetches_into_the_timelines(
+    tmp_path: Path,
+) -> None:
+    # a store asks once whether any read was folded, and until then reads no timeline column
+    store, ids = _listed_store(tmp_path / "s.duckdb")
+    page = ids["http://a.test/p"]
+    host = int(store._con.execute("SELECT host_id FROM pages WHERE id = ?", [page]).fetchone()[0])
+    store.write([fetch_record(page, host, NOW + 5)], [])  # after the read: starts a pair
+    store.close()
+    store = DuckDBStore(tmp_path / "s.duckdb")
+    try:
+        store.write([fetch_record(page, host, NOW + 10)], [])
+        got = store._con.execute("SELECT tl_n, tl_time FROM pages WHERE id = ?", [page])
+        assert got.fetchone() == (1.0, 5.0)  # the pair (NOW + 5, NOW + 10]
     finally:
         store.close()
