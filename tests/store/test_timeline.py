@@ -3,6 +3,7 @@ fetch-only statistics, and the per-host trust test of the reads from per-page st
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -280,8 +281,13 @@ def test_a_lastmod_given_to_the_day_is_kept_but_is_no_point_of_the_timeline(
 ) -> None:
     store, query = core
     urls = ("http://a.test/sitemap.xml", "http://a.test/day", "http://a.test/exact")
+    dates = "http://a.test/dates.xml"  # a sitemap of coarse lastmods alone
     rows, _ = store.add_pages_with_hosts(
-        [NewPage(url=u, host="a.test", scheme="http") for u in urls], now=NOW
+        [NewPage(url=u, host="a.test", scheme="http") for u in urls[1:]]
+        + [
+            NewPage(url=u, host="a.test", scheme="http", source="sitemap") for u in (urls[0], dates)
+        ],
+        now=NOW,
     )
     ids = {r.url: r.id for r in rows}
     day = ids["http://a.test/day"]
@@ -303,6 +309,7 @@ def test_a_lastmod_given_to_the_day_is_kept_but_is_no_point_of_the_timeline(
             fetched_at=at,
         )
         store.save_document(update, now=at)
+        store.save_document(dataclasses.replace(update, page_id=ids[dates], lastmod=[]), now=at)
     got = dict(query("SELECT url, sitemap_lastmod FROM pages"))
     assert (got["http://a.test/day"], got["http://a.test/exact"]) == (midnight, NOW - 10)
     got = dict(query("SELECT url, tl_n FROM pages"))
@@ -313,3 +320,7 @@ def test_a_lastmod_given_to_the_day_is_kept_but_is_no_point_of_the_timeline(
         (1,)
     ]
     assert query("SELECT sitemap_passed, sitemap_failed FROM hosts") == [(0, 0)]
+    # only the sitemap whose reads are points is read on the sitemaps' own schedule
+    inputs = store.estimator_inputs(meaningful=False, links=False)
+    since = dict(zip(inputs.page_ids.tolist(), inputs.sitemap_since.tolist(), strict=True))
+    assert since[ids[urls[0]]] == NOW and np.isnan(since[ids[dates]])
