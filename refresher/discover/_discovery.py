@@ -252,6 +252,7 @@ class Discovery:
                     canonical=ex.canonical,
                     noindex=ex.noindex,
                     lastmod=ex.lastmod,
+                    coarse_lastmod=ex.coarse_lastmod,
                     synthetic=found.synthetic,
                     fetched_at=found.fetched_at,
                 )
@@ -322,6 +323,7 @@ def findings_of(found: Found) -> Findings:
         canonical=ex.canonical,
         noindex=ex.noindex,
         lastmod=ex.lastmod,
+        coarse_lastmod=ex.coarse_lastmod,
         synthetic=found.synthetic,
     )
 
@@ -338,6 +340,7 @@ def found_of(page_id: int, fetched_at: float, findings: Findings) -> Found:
             canonical=findings.canonical,
             noindex=findings.noindex,
             lastmod=findings.lastmod,
+            coarse_lastmod=findings.coarse_lastmod,
         ),
         synthetic=findings.synthetic,
         fetched_at=fetched_at,

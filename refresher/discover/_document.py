@@ -57,10 +57,18 @@ class Extracted:
     ``links`` are unique, in document order, at most the processor's ``max_links``.
     ``canonical`` is rel=canonical, recorded and not followed. ``noindex``/``nofollow`` come
     from meta robots and X-Robots-Tag. ``lastmod`` holds sitemap ``(url, Unix seconds UTC)``
-    pairs. ``fingerprint`` is the 64-bit :func:`simhash` of the visible text (None without
-    text). ``skipped`` counts what was left out or tolerated, by reason: "too_many_links",
-    "too_long", "control_chars", "scheme", "idna", "bad_url", "self" (empty or fragment-only
-    href), "charset", "parse_error", "too_deep", "too_large", "gzip", "lastmod", "entity",
+    pairs given to the second, each a change observation of its page; ``coarse_lastmod`` those
+    given more coarsely (``YYYY-MM-DD``, ``YYYY-MM``, ``YYYY``, or ``Thh:mm`` without seconds;
+    the start of what they name), which the store keeps as the page's ``sitemap_lastmod`` and
+    reads as no observation. The store's change checks compare a lastmod with fetch times to
+    within :data:`refresher.store._timeline.TOLERANCE` (1 s): a lastmod cut to its day, or
+    minute, reads a change after a fetch in the same day (minute) as none, and fails an honest
+    host's trust test when the fetch before a change lies in the change's day (minute); one
+    failure distrusts the host's sitemaps for good. ``fingerprint`` is the 64-bit
+    :func:`simhash` of the visible text (None without text). ``skipped`` counts what was left
+    out or tolerated, by reason: "too_many_links", "too_long", "control_chars", "scheme",
+    "idna", "bad_url", "self" (empty or fragment-only href), "charset", "parse_error",
+    "too_deep", "too_large", "gzip", "lastmod", "entity",
     "not_sitemap", "processor_error", "processor_crashed" (the parse process died).
     """
 
@@ -69,6 +77,7 @@ class Extracted:
     noindex: bool = False
     nofollow: bool = False
     lastmod: tuple[tuple[str, float], ...] = ()
+    coarse_lastmod: tuple[tuple[str, float], ...] = ()
     fingerprint: int | None = None
     skipped: Mapping[str, int] = field(default_factory=frozen_counts, hash=False)
 
@@ -76,6 +85,7 @@ class Extracted:
         # Whatever a third-party processor passes, the result is immutable.
         object.__setattr__(self, "links", tuple(self.links))
         object.__setattr__(self, "lastmod", tuple(self.lastmod))
+        object.__setattr__(self, "coarse_lastmod", tuple(self.coarse_lastmod))
         if not isinstance(self.skipped, MappingProxyType):
             object.__setattr__(self, "skipped", frozen_counts(self.skipped))
 
@@ -89,6 +99,7 @@ class Extracted:
             self.noindex,
             self.nofollow,
             self.lastmod,
+            self.coarse_lastmod,
             self.fingerprint,
             dict(self.skipped),
         )
@@ -107,6 +118,7 @@ def _extracted(
     noindex: bool,
     nofollow: bool,
     lastmod: tuple[tuple[str, float], ...],
+    coarse_lastmod: tuple[tuple[str, float], ...],
     fingerprint: int | None,
     skipped: dict[str, int],
 ) -> Extracted:
@@ -116,6 +128,7 @@ def _extracted(
         noindex=noindex,
         nofollow=nofollow,
         lastmod=lastmod,
+        coarse_lastmod=coarse_lastmod,
         fingerprint=fingerprint,
         skipped=skipped,
     )

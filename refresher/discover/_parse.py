@@ -205,18 +205,23 @@ def _merge(results: list[Extracted]) -> Extracted:
     links: dict[str, Link] = {}
     skipped: Counter[str] = Counter()
     lastmod: dict[str, float] = {}
+    coarse: dict[str, float] = {}
     for r in results:
         for link in r.links:
             links.setdefault(link.url, link)
         skipped.update(r.skipped)
         for url, seconds in r.lastmod:
             lastmod.setdefault(url, seconds)
+        for url, seconds in r.coarse_lastmod:
+            coarse.setdefault(url, seconds)
     return Extracted(
         links=tuple(links.values()),
         canonical=next((r.canonical for r in results if r.canonical), None),
         noindex=any(r.noindex for r in results),
         nofollow=any(r.nofollow for r in results),
         lastmod=tuple(lastmod.items()),
+        # a URL given to the second by one processor is not also a coarse one
+        coarse_lastmod=tuple((u, t) for u, t in coarse.items() if u not in lastmod),
         fingerprint=next((r.fingerprint for r in results if r.fingerprint is not None), None),
         skipped=skipped,
     )

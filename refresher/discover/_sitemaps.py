@@ -1,6 +1,7 @@
 """XML sitemaps (sitemaps.org): the entries of a ``urlset`` or ``sitemapindex``, gzip or not,
-with ``<lastmod>`` in Unix seconds. Read from lxml pull events, each element dropped as soon
-as it is read, so memory stays bounded however large or deep the document is."""
+with ``<lastmod>`` in Unix seconds (apart: those not given to the second). Read from lxml pull
+events, each element dropped as soon as it is read, so memory stays bounded however large or
+deep the document is."""
 
 from __future__ import annotations
 
@@ -29,10 +30,12 @@ _W3C_DATETIME = re.compile(
 )
 
 
-def _lastmod_seconds(text: str) -> float | None:
+def _lastmod_seconds(text: str) -> tuple[float, bool] | None:
     """A W3C datetime (``YYYY``, ``YYYY-MM``, ``YYYY-MM-DD``, with ``Thh:mm[:ss[.s]]`` and a
-    zone ``Z``/``±hh:mm``) in Unix seconds; a time without zone is read as UTC. None when
-    invalid."""
+    zone ``Z``/``±hh:mm``) in Unix seconds, the start of what it names (midnight, the first of
+    the month); a time without zone is read as UTC. With it, whether the datetime is given to
+    the second: only such a lastmod is a change observation (see :class:`Extracted`). None
+    when invalid."""
     m = _W3C_DATETIME.fullmatch(text.strip())
     if m is None:
         return None
@@ -57,7 +60,7 @@ def _lastmod_seconds(text: str) -> float | None:
         )
     except ValueError:
         return None
-    return moment.timestamp() + (float(fraction) if fraction else 0.0)
+    return moment.timestamp() + (float(fraction) if fraction else 0.0), second is not None
 
 
 def _sitemap_bytes(body: bytes, limit: int, skipped: Counter[str]) -> Iterator[bytes]:
@@ -125,7 +128,8 @@ class _SitemapReader:
         self._depth = 0  # of the element an event is about; the root is 1
         self._markup = False  # an element inside this entry's loc or lastmod
         self.links: dict[str, str] = {}
-        self.lastmod: dict[str, float] = {}
+        self.lastmod: dict[str, float] = {}  # given to the second
+        self.coarse: dict[str, float] = {}  # a date, month, year or hh:mm without seconds
 
     def take(self, events: Iterable[tuple[str, Any]]) -> bool:
         """Handle events; False once the document turned out not to be a sitemap."""
@@ -183,17 +187,19 @@ class _SitemapReader:
             return
         self.links[url] = self.kind
         if lastmod is not None:
-            seconds = _lastmod_seconds(lastmod)
-            if seconds is None:
+            read = _lastmod_seconds(lastmod)
+            if read is None:
                 self.skipped["lastmod"] += 1
             else:
-                self.lastmod[url] = seconds
+                (self.lastmod if read[1] else self.coarse)[url] = read[0]
 
 
 class Sitemaps:
     """XML sitemaps (sitemaps.org): ``urlset`` entries come back as ``Link(kind="url")``,
     ``sitemapindex`` entries as ``Link(kind="sitemap")``, and each valid ``<lastmod>`` as a
-    ``(url, Unix seconds)`` pair. Gzip bodies are decompressed in bounded chunks.
+    ``(url, Unix seconds)`` pair: in ``lastmod`` when given to the second, else (a date alone,
+    ``Thh:mm`` without seconds) in ``coarse_lastmod``. Gzip bodies are decompressed in bounded
+    chunks.
 
     ``max_entries`` caps the entries kept ("too_many_links" past it); ``max_bytes`` caps the
     (decompressed) bytes read ("too_large"). Entities are never expanded, DTDs and the network
@@ -252,5 +258,6 @@ class Sitemaps:
         return Extracted(
             links=tuple(Link(url=url, kind=kind) for url, kind in reader.links.items()),
             lastmod=tuple(reader.lastmod.items()),
+            coarse_lastmod=tuple(reader.coarse.items()),
             skipped=skipped,
         )

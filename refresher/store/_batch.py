@@ -94,6 +94,7 @@ def findings_doc(f: Findings) -> dict[str, Any]:
         "canonical": f.canonical,
         "noindex": f.noindex,
         "lastmod": [list(m) for m in f.lastmod],
+        "coarse_lastmod": [list(m) for m in f.coarse_lastmod],
         "synthetic": f.synthetic,
     }
 
@@ -118,5 +119,7 @@ def findings_of_doc(doc: dict[str, Any]) -> Findings:
         canonical=doc["canonical"],
         noindex=bool(doc["noindex"]),
         lastmod=tuple((str(u), float(t)) for u, t in doc["lastmod"]),
+        # absent from a row written before coarse lastmods were kept apart
+        coarse_lastmod=tuple((str(u), float(t)) for u, t in doc.get("coarse_lastmod", ())),
         synthetic=bool(doc["synthetic"]),
     )

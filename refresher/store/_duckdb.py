@@ -480,16 +480,23 @@ class DuckDBStore:
         return len(rows)
 
     def _save_lastmod(
-        self, lastmod: Sequence[tuple[str, float]], sitemap: int, read_at: float | None
+        self,
+        lastmod: Sequence[tuple[str, float]],
+        coarse: Sequence[tuple[str, float]],
+        sitemap: int,
+        read_at: float | None,
     ) -> None:
         """Sitemap ``<lastmod>`` values (unix seconds) of pages by URL; the latest is kept.
-        With the read's time (the sitemap fetch's end), each is also a point of its page's
-        timeline (:meth:`_fold_read`)."""
+        With the read's time (the sitemap fetch's end), each of ``lastmod`` (given to the
+        second; not the ``coarse`` ones) is also a point of its page's timeline
+        (:meth:`_fold_read`)."""
+        every = [*lastmod, *coarse]
         self._con.register(
             "_lm",
             {
-                "url": np.array([u for u, _ in lastmod], dtype=object),
-                "t": np.array([t for _, t in lastmod], dtype=np.float64),
+                "url": np.array([u for u, _ in every], dtype=object),
+                "t": np.array([t for _, t in every], dtype=np.float64),
+                "exact": np.arange(len(every)) < len(lastmod),
             },
         )
         try:
@@ -812,15 +819,16 @@ class DuckDBStore:
         )
 
     def _fold_read(self, sitemap: int, read_at: float) -> None:
-        """A sitemap read as points of its listed pages' timelines (the lastmods in ``_lm``,
-        registered by :meth:`_save_lastmod`): the pages of the sitemap's own host only, so a
-        read touches only its host's rows (a fleet node's own partition). Its entries are
-        kept for the unchanged re-reads (:func:`unchanged_reads`)."""
+        """A sitemap read as points of its listed pages' timelines (the lastmods given to the
+        second in ``_lm``, registered by :meth:`_save_lastmod`): the pages of the sitemap's own
+        host only, so a read touches only its host's rows (a fleet node's own partition). Its
+        entries are kept for the unchanged re-reads (:func:`unchanged_reads`)."""
         self._timelines = True  # every later batch reads whether its pages have timelines
         got = self._con.execute(
             """
             SELECT p.id AS page_id, p.host_id, m.t AS lastmod
-            FROM (SELECT url, max(t) AS t FROM _lm GROUP BY url) m JOIN pages p ON p.url = m.url
+            FROM (SELECT url, max(t) AS t FROM _lm WHERE exact GROUP BY url) m
+            JOIN pages p ON p.url = m.url
             WHERE p.host_id = (SELECT host_id FROM pages WHERE id = ?) ORDER BY p.id
             """,
             [sitemap],
@@ -909,8 +917,8 @@ class DuckDBStore:
             if own:
                 self._save_flags({u.page_id: (u.canonical, u.noindex) for u in own})
             for u in own:
-                if u.lastmod:
-                    self._save_lastmod(u.lastmod, u.page_id, u.fetched_at)
+                if u.lastmod or u.coarse_lastmod:
+                    self._save_lastmod(u.lastmod, u.coarse_lastmod, u.page_id, u.fetched_at)
             self._forget_owed(updates)
         by_url = {r.url: r for r in rows}
         out = []

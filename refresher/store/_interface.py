@@ -274,6 +274,8 @@ class Findings:
     canonical: str | None = None
     noindex: bool = False
     lastmod: tuple[tuple[str, float], ...] = ()  # (URL, sitemap <lastmod>, unix seconds)
+    #: lastmods not given to the second (a date alone): ``pages.sitemap_lastmod`` only
+    coarse_lastmod: tuple[tuple[str, float], ...] = ()
     synthetic: bool = False  # not the page's own body (a redirect's target)
 
 
@@ -342,6 +344,9 @@ class DocumentUpdate:
     canonical: str | None  # rel=canonical, recorded
     noindex: bool
     lastmod: Sequence[tuple[str, float]]  # (URL, sitemap <lastmod> in unix seconds)
+    #: lastmods not given to the second (a date alone, ``Thh:mm``): kept as the pages'
+    #: ``sitemap_lastmod`` but no point of their timelines (:class:`refresher.discover.Extracted`)
+    coarse_lastmod: Sequence[tuple[str, float]] = ()
     #: findings with no document of their own (robots.txt sitemaps): new pages only
     synthetic: bool = False
     #: the fetch (its finished_at) whose :class:`Findings` these are, if any: the store

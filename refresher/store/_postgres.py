@@ -532,7 +532,10 @@ class PgStore:
                 "UPDATE pages SET canonical = %s, noindex = %s WHERE id = %s",
                 (update.canonical, update.noindex, update.page_id),
             )
-            if update.lastmod:
+            # every lastmod is the page's sitemap_lastmod; only those given to the second
+            # are points of its timeline (a sitemap of coarse ones lists none)
+            every = [*update.lastmod, *update.coarse_lastmod]
+            if every:
                 cur.execute(
                     """
                     UPDATE pages SET sitemap_lastmod = greatest(coalesce(sitemap_lastmod, 0), m.t)
@@ -540,7 +543,7 @@ class PgStore:
                           FROM unnest(%s::text[], %s::float8[]) AS l(url, t) GROUP BY url) m
                     WHERE pages.url = m.url
                     """,
-                    ([u for u, _ in update.lastmod], [t for _, t in update.lastmod]),
+                    ([u for u, _ in every], [t for _, t in every]),
                 )
                 if update.fetched_at is not None:
                     _fold_read(cur, update.page_id, update.lastmod, update.fetched_at)

@@ -130,8 +130,13 @@ TRUSTED_SQL = "(h.sitemap_passed > 0 AND h.sitemap_failed = 0)"
 
 
 #: per page (aliases ``p``, ``h``): when a sitemap page of a host not found untrusted was
-#: found, else NULL (:attr:`refresher.store.EstimatorInputs.sitemap_since`)
-SITEMAP_SINCE_SQL = "CASE WHEN p.source = 'sitemap' AND h.sitemap_failed = 0 THEN p.first_seen END"
+#: found, else NULL (:attr:`refresher.store.EstimatorInputs.sitemap_since`); not for a
+#: sitemap whose last read listed no point (its lastmods all coarser than the second, or of
+#: other hosts): reading it again on its own schedule would tell nothing
+SITEMAP_SINCE_SQL = (
+    "CASE WHEN p.source = 'sitemap' AND h.sitemap_failed = 0"
+    f" AND coalesce(p.{LISTED_COLUMN}, 1) > 0 THEN p.first_seen END"
+)
 
 
 def estimator_column_sql(column: str) -> str:

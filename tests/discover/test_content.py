@@ -94,3 +94,9 @@ def test_a_document_key_is_the_same_from_one_version_to_the_next() -> None:
     )
     assert document_key(b"\x01" * 32, extracted).hex() == "cf0fd6f4ac9175130d3924391feea285"
     assert document_key(b"\x02" * 32, Extracted()).hex() == "34fe51e7c9d0b29d23da09114978ce87"
+
+
+def test_a_lastmod_given_to_the_day_keys_apart_from_the_same_seconds_given_to_the_second() -> None:
+    lastmod = (("http://a.example/s", 86400.0),)
+    exact = document_key(b"\x01" * 32, Extracted(lastmod=lastmod))
+    assert document_key(b"\x01" * 32, Extracted(coarse_lastmod=lastmod)) != exact

@@ -109,6 +109,24 @@ def test_results_of_several_processors_are_merged(clean_registry: None) -> None:
     assert result.skipped == {"parse_error": 2}
 
 
+def test_a_lastmod_to_the_second_from_one_processor_is_not_also_a_coarse_one(
+    clean_registry: None,
+) -> None:
+    class Dated:
+        name, mime_types = "dated", ("application/xml",)
+
+        def process(self, doc: Document) -> Extracted:
+            both = (("http://example.com/a", 0.0), ("http://example.com/b", 0.0))
+            return Extracted(coarse_lastmod=both)
+
+    register(Dated())
+    body = b"<urlset><url><loc>/a</loc><lastmod>2024-05-06T10:32:15Z</lastmod></url></urlset>"
+    doc = Document(url="http://example.com/s.xml", content_type="application/xml", body=body)
+    result = process(doc)
+    assert [u for u, _ in result.lastmod] == ["http://example.com/a"]  # the built-in's
+    assert result.coarse_lastmod == (("http://example.com/b", 0.0),)
+
+
 def test_registering_under_a_built_in_name_replaces_it(clean_registry: None) -> None:
     register(HtmlLinks(include_media=True))
     doc = Document(url="http://e.example/", content_type="text/html", body=b"<img src=/i.png>")

@@ -41,19 +41,39 @@ def test_a_urlset_gives_its_pages_and_lastmod_in_w3c_formats_as_unix_seconds() -
     site = "https://www.example.org"
     assert [link.kind for link in result.links] == ["url"] * 13
     assert urls(result)[:3] == [f"{site}/", f"{site}/year", f"{site}/month"]
+    # to the second: change observations
     assert dict(result.lastmod) == {
-        f"{site}/": utc(2024, 5, 6),
-        f"{site}/year": utc(2024, 1, 1),
-        f"{site}/month": utc(2024, 5, 1),
-        f"{site}/minutes": utc(2024, 5, 6, 8, 32),  # +02:00
         f"{site}/seconds": utc(2024, 5, 6, 10, 32, 15),
         f"{site}/fraction": utc(2024, 5, 6, 15, 32, 15) + 0.25,  # -05:00
         f"{site}/no-zone": utc(2024, 5, 6, 10, 32, 15),  # read as UTC
         f"{site}/no-colon-zone": utc(2024, 5, 6, 5, 2, 15),  # +0530
+    }
+    # coarser: the start of the day, year, month or minute they name, kept apart
+    assert dict(result.coarse_lastmod) == {
+        f"{site}/": utc(2024, 5, 6),
+        f"{site}/year": utc(2024, 1, 1),
+        f"{site}/month": utc(2024, 5, 1),
+        f"{site}/minutes": utc(2024, 5, 6, 8, 32),  # +02:00
         f"{site}/whitespace?a=1&b=2": utc(2024, 5, 6),
     }
     # "yesterday", month 13, 30 February; javascript:; an empty and a missing <loc>
     assert dict(result.skipped) == {"lastmod": 3, "scheme": 1, "bad_url": 2}
+
+
+def test_a_lastmod_is_a_change_observation_only_when_given_to_the_second() -> None:
+    forms = {
+        "2024": False,
+        "2024-05": False,
+        "2024-05-06": False,
+        "2024-05-06T10:32Z": False,  # a minute is 60 times the store's 1 s tolerance
+        "2024-05-06T10:32:15Z": True,
+        "2024-05-06T10:32:15.5+02:00": True,
+        "2024-05-06 10:32:15": True,
+    }
+    for text, exact in forms.items():
+        read = _sitemaps._lastmod_seconds(text)
+        assert read is not None and read[1] is exact, text
+    assert _sitemaps._lastmod_seconds("2024-05-06T10") is None
 
 
 def test_a_sitemap_index_gives_sitemap_links() -> None:
@@ -75,7 +95,8 @@ def test_a_sitemap_without_namespace_is_read() -> None:
 def test_sitemap_extensions_are_passed_over_and_markup_in_a_loc_is_refused() -> None:
     result = sitemap(fixture("sitemap_extensions.xml"))
     assert urls(result) == ["https://www.example.org/gallery", "https://www.example.org/after"]
-    assert result.lastmod == (("https://www.example.org/gallery", utc(2024, 5, 6)),)
+    assert result.coarse_lastmod == (("https://www.example.org/gallery", utc(2024, 5, 6)),)
+    assert result.lastmod == ()
     assert result.skipped == {"bad_url": 1}
 
 

@@ -158,6 +158,7 @@ def test_an_extracted_result_pickles_to_an_equal_one() -> None:
         canonical="http://a.example/c",
         noindex=True,
         lastmod=(("http://a.example/", 1.5),),
+        coarse_lastmod=(("http://a.example/b", 86400.0),),
         fingerprint=2**63 + 5,
         skipped={"too_long": 2},
     )

@@ -434,7 +434,9 @@ async def test_each_kind_of_sitemap_lastmod_is_served_as_its_host_writes_it(serv
             text[k] = response.text
             url = f"http://{k}.sim.test/sitemap.xml"
             doc = Document(url=url, content_type="application/xml", body=response.content)
-            lastmods = dict(Sitemaps().process(doc).lastmod)
+            ex = Sitemaps().process(doc)
+            lastmods = dict(ex.lastmod) | dict(ex.coarse_lastmod)
+            assert (k == "date") is bool(ex.coarse_lastmod) is not bool(ex.lastmod)
             read[k] = {u.removeprefix(f"http://{k}.sim.test"): t for u, t in lastmods.items()}
     assert read["honest"] == {"/": math.floor(changed * 1000) / 1000, "/still": T0}
     midnight = (changed // 86400) * 86400  # Unix days are UTC days

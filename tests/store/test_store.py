@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import subprocess
 import sys
@@ -31,6 +32,7 @@ from refresher.store import (
     StoreService,
     _service,
 )
+from refresher.store._batch import findings_doc, findings_of_doc
 from refresher.store._captures import Capture, CaptureRow
 from refresher.store._duckdb import first_row
 
@@ -201,6 +203,33 @@ def test_findings_a_run_left_owed_go_to_the_next_run_at_once_oldest_first(path: 
         assert s._scalar("SELECT count(*) FROM owed_documents") == 0
     finally:
         s.close()
+
+
+def test_owed_findings_keep_coarse_lastmods_apart_and_an_older_row_still_loads() -> None:
+    findings = Findings(
+        depth=0,
+        url="http://a.example/s.xml",
+        links=(),
+        lastmod=(("http://a.example/x", NOW - 5),),
+        coarse_lastmod=(("http://a.example/y", NOW // 86400 * 86400),),
+    )
+    assert findings_of_doc(json.loads(json.dumps(findings_doc(findings)))) == findings
+    # a row of an earlier version: its lastmods (2-element entries) only, date-only ones among
+    # them (read as before)
+    old = json.dumps(
+        {
+            "depth": 0,
+            "url": "http://a.example/s.xml",
+            "links": [],
+            "canonical": None,
+            "noindex": False,
+            "lastmod": [["http://a.example/x", NOW - 5], ["http://a.example/y", 1.7e9]],
+            "synthetic": False,
+        }
+    )
+    got = findings_of_doc(json.loads(old))
+    assert got.lastmod == (("http://a.example/x", NOW - 5), ("http://a.example/y", 1.7e9))
+    assert got.coarse_lastmod == ()
 
 
 def test_a_file_with_a_newer_schema_is_refused_with_upgrade_advice(path: Path) -> None:

@@ -3,15 +3,23 @@ fetch-only statistics, and the per-host trust test of the reads from per-page st
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import psycopg
+import pytest
 from conftest import fetch_record
 from hypothesis import given
 from hypothesis import strategies as st
 
 from refresher.store import DocumentUpdate, DuckDBStore, NewPage
 from refresher.store._change_stats import STAT_COLUMNS, empty_state, fold_observations
+from refresher.store._pg_leases import PgLeases
+from refresher.store._pg_schema import init_fleet
+from refresher.store._postgres import PgStore
 from refresher.store._timeline import (
     TIMELINE_COLUMNS,
     fold_fetch_points,
@@ -239,3 +247,80 @@ def test_a_store_reopened_after_a_sitemap_read_still_folds_fetches_into_the_time
         assert got.fetchone() == (1.0, 5.0)  # the pair (NOW + 5, NOW + 10]
     finally:
         store.close()
+
+
+Query = Callable[[str], list[tuple[Any, ...]]]
+
+
+@pytest.fixture(params=["duckdb", "postgres"])
+def core(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Any, Query]]:
+    """Either store's synchronous core (the PostgreSQL one owning every partition) and a
+    query of its tables."""
+    if request.param == "duckdb":
+        duck = DuckDBStore(tmp_path / "s.duckdb")
+        yield duck, lambda sql: duck._con.execute(sql).fetchall()
+        duck.close()
+        return
+    dsn = request.getfixturevalue("postgres")()
+    init_fleet(dsn, partitions=8)
+    leases = PgLeases(dsn, max_skew=None)
+    pg = PgStore(dsn, node_id="n1", partitions=8)
+    pg.owned = leases.claim_free("n1", 8, 1e12, NOW)
+
+    def query(sql: str) -> list[tuple[Any, ...]]:
+        with psycopg.connect(dsn) as con:
+            return con.execute(sql).fetchall()
+
+    yield pg, query
+    pg.close()
+    leases.close()
+
+
+def test_a_lastmod_given_to_the_day_is_kept_but_is_no_point_of_the_timeline(
+    core: tuple[Any, Query],
+) -> None:
+    store, query = core
+    urls = ("http://a.test/sitemap.xml", "http://a.test/day", "http://a.test/exact")
+    dates = "http://a.test/dates.xml"  # a sitemap of coarse lastmods alone
+    rows, _ = store.add_pages_with_hosts(
+        [NewPage(url=u, host="a.test", scheme="http") for u in urls[1:]]
+        + [
+            NewPage(url=u, host="a.test", scheme="http", source="sitemap") for u in (urls[0], dates)
+        ],
+        now=NOW,
+    )
+    ids = {r.url: r.id for r in rows}
+    day = ids["http://a.test/day"]
+    host = rows[0].host_id
+    # the day's page changed between its fetches at NOW + 2 and NOW + 5: read to the second,
+    # its midnight would fail the host as a build time does
+    store.write([fetch_record(day, host, NOW + 2)], [])
+    store.write([fetch_record(day, host, NOW + 5, changed=True, digest=b"e")], [])
+    midnight = NOW // 86400 * 86400
+    for at in (NOW + 6, NOW + 7):
+        update = DocumentUpdate(
+            page_id=ids[urls[0]],
+            new=[],
+            linked=[],
+            canonical=None,
+            noindex=False,
+            lastmod=[("http://a.test/exact", NOW - 10)],
+            coarse_lastmod=[("http://a.test/day", midnight)],
+            fetched_at=at,
+        )
+        store.save_document(update, now=at)
+        store.save_document(dataclasses.replace(update, page_id=ids[dates], lastmod=[]), now=at)
+    got = dict(query("SELECT url, sitemap_lastmod FROM pages"))
+    assert (got["http://a.test/day"], got["http://a.test/exact"]) == (midnight, NOW - 10)
+    got = dict(query("SELECT url, tl_n FROM pages"))
+    assert got["http://a.test/day"] is None  # no timeline: its fetches alone count
+    assert got["http://a.test/exact"] == 1.0  # two reads: the pair (NOW + 6, NOW + 7]
+    assert query("SELECT page_id FROM sitemap_entries") == [(ids["http://a.test/exact"],)]
+    assert query("SELECT sitemap_listed FROM pages WHERE url = 'http://a.test/sitemap.xml'") == [
+        (1,)
+    ]
+    assert query("SELECT sitemap_passed, sitemap_failed FROM hosts") == [(0, 0)]
+    # only the sitemap whose reads are points is read on the sitemaps' own schedule
+    inputs = store.estimator_inputs(meaningful=False, links=False)
+    since = dict(zip(inputs.page_ids.tolist(), inputs.sitemap_since.tolist(), strict=True))
+    assert since[ids[urls[0]]] == NOW and np.isnan(since[ids[dates]])
