@@ -565,7 +565,7 @@ class Frontier:
         while self._due and self._due[0][0] <= now:
             _, _, page = heapq.heappop(self._due)
             if page.source in URGENT_SOURCES:  # ahead of every page waiting for a back queue
-                self._front[0].appendleft(page)
+                _enqueue(self._front[0], page)
                 continue
             level = min(max(self._prioritize(page, now), 0), self.k - 1)
             self._front[level].append(page)
