@@ -69,11 +69,13 @@ from analysis._db import open_history, rows
 from analysis.plots import make_plots
 
 __all__ = [
+    "CLAIRVOYANT",
     "COMPARED",
     "CompareSettings",
     "Comparison",
     "RunResult",
     "compare",
+    "daemon_policy",
     "format_report",
     "main",
     "measure",
@@ -86,6 +88,10 @@ __all__ = [
 
 #: The policies compared, in the order of the table.
 COMPARED = ("uniform", "proportional", "optimal")
+#: runs that are no policy of their own: the daemon runs this policy with ``estimate.known_rates``
+#: = its copy of the web's truth, written before it starts (the clairvoyant optimum on real
+#: daemons: the true rates, the same host caps, the same cold start and change times)
+CLAIRVOYANT = {"clairvoyant": "optimal", "clairvoyant-age": "optimal-age"}
 #: equal parts of the measured window whose freshness gives the batch-means standard error
 BLOCKS = 8
 
@@ -233,6 +239,11 @@ class Comparison:
         return out
 
 
+def daemon_policy(label: str) -> str:
+    """The policy the daemon of a run labelled ``label`` runs (:data:`CLAIRVOYANT`)."""
+    return CLAIRVOYANT.get(label, label)
+
+
 def _finite(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return None
@@ -274,6 +285,7 @@ def _daemon_config(
     seeds: Sequence[str],
     policy: str,
     settings: CompareSettings,
+    known_rates: Path | None = None,
 ) -> Path:
     tables = harness_config(
         path.parent,
@@ -297,6 +309,7 @@ def _daemon_config(
         fetch={"timeout": 5.0},
         dns={"static": {f"*.{settings.simweb.domain}": f"127.0.0.1:{port}"}},
         frontier={"window": 10.0},
+        estimate={} if known_rates is None else {"known_rates": str(known_rates)},
         discovery={"enabled": True, "max_depth": 0} if settings.sitemaps else {"enabled": False},
         snapshot={"interval": 0.0},
         control={"socket": str(control)},
@@ -326,10 +339,15 @@ async def _until(what: str, check: Any, log: Path) -> None:
 
 async def _run(policy: str, settings: CompareSettings, run_dir: Path) -> tuple[float, float]:
     """Serve a fresh web, run a daemon on it for ``settings.seconds``, write the truth; the
-    (start, end) of the refreshing, unix seconds."""
+    (start, end) of the refreshing, unix seconds. A :data:`CLAIRVOYANT` label runs its policy
+    with the web's true rates (``known.duckdb``, written before the daemon starts)."""
     plan = plan_web(settings.simweb, start=time.time())
     site = site_of(plan, settings.simweb)
     seeds = seed_urls(site, {h.name: h.robots for h in plan.hosts}, at=plan.start)
+    known = None
+    if policy in CLAIRVOYANT:
+        known = run_dir / "known.duckdb"
+        write_truth(site, known, until=plan.start)
     # A unix socket path must stay under ~100 bytes, so the control socket lives in /tmp.
     sock_dir = Path(tempfile.mkdtemp(prefix="rfcmp", dir="/tmp"))
     try:
@@ -341,8 +359,9 @@ async def _run(policy: str, settings: CompareSettings, run_dir: Path) -> tuple[f
                 control=sock_dir / "control.sock",
                 port=port,
                 seeds=seeds,
-                policy=policy,
+                policy=daemon_policy(policy),
                 settings=settings,
+                known_rates=known,
             )
             log = run_dir / "daemon.log"
             with _daemon(config, log) as daemon:
@@ -410,7 +429,7 @@ def measure(
     blocks = tuple(
         float("nan") if b["freshness"] is None else float(b["freshness"]) for b in block_rows
     )
-    model = policies.solve(policy, true_rates, budget).rates
+    model = policies.solve(daemon_policy(policy), true_rates, budget).rates
     return RunResult(
         policy=policy,
         true_freshness=float(r["freshness"]),
@@ -436,7 +455,8 @@ def _fresh_dir(run_dir: Path) -> Path:
     paths in its config relative to the config's directory)."""
     run_dir = run_dir.resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
-    for leftover in ("refresher.duckdb", "refresher.duckdb.wal", "truth.duckdb", "run.json"):
+    leftovers = ("refresher.duckdb", "refresher.duckdb.wal", "truth.duckdb", "known.duckdb")
+    for leftover in (*leftovers, "run.json"):
         (run_dir / leftover).unlink(missing_ok=True)
     return run_dir
 
@@ -620,7 +640,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--min-delay", type=float, default=defaults.min_delay, help="seconds")
     parser.add_argument("--workers", type=int, default=defaults.workers)
     parser.add_argument("--resolve-interval", type=float, default=defaults.resolve_interval)
-    parser.add_argument("--policies", default=",".join(defaults.policies))
+    parser.add_argument(
+        "--policies",
+        default=",".join(defaults.policies),
+        help="comma-separated; also clairvoyant and clairvoyant-age (optimal and optimal-age "
+        "with the web's true rates as estimate.known_rates)",
+    )
     parser.add_argument(
         "--weights",
         choices=("none", "pagerank"),

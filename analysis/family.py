@@ -396,7 +396,34 @@ def measure_real(
             "pages": len(fetches),
             "fetches": sum(len(f) for f in fetches),
         }
+    shares = paired_shares(result)
+    if shares:
+        result["shares"] = shares
     return result
+
+
+#: (share, numerator, denominator, kind): the paired shares of real runs against the real
+#: clairvoyant (:data:`analysis.compare.CLAIRVOYANT`); an age share is clairvoyant / policy
+PAIRED = (
+    ("optimal/clairvoyant", "optimal", "clairvoyant", "freshness"),
+    ("clairvoyant-age/optimal-age", "clairvoyant-age", "optimal-age", "age"),
+)
+
+
+def paired_shares(real: dict[str, Any]) -> dict[str, dict[str, list[float]]]:
+    """Per horizon, each :data:`PAIRED` share whose two runs are in ``real``: the ratio of the
+    two runs' mean over the blocks (same web, change times and start: paired) and its
+    batch-means s.e. by the delta method over the paired blocks (the sd of aᵦ − share·bᵦ
+    over √blocks, divided by the denominator's mean)."""
+    out: dict[str, dict[str, list[float]]] = {}
+    for name, top, bottom, kind in PAIRED:
+        if top not in real or bottom not in real:
+            continue
+        a, b = np.array(real[top][kind]), np.array(real[bottom][kind])
+        share = a.mean(axis=1) / b.mean(axis=1)
+        spread = (a - share[:, None] * b).std(axis=1, ddof=1) / math.sqrt(a.shape[1])
+        out[name] = {"share": share.tolist(), "se": (spread / b.mean(axis=1)).tolist()}
+    return out
 
 
 def summarize_real(real: dict[str, Any], label: str, kind: str) -> tuple[Float, Float]:
@@ -427,9 +454,28 @@ def format_real(real: dict[str, Any], model: dict[str, Any] | None) -> str:
                     for name in ("uniform", "optimal")
                 )
                 parts.append(f"Δ {o - u:+.4f}±{math.hypot(ue, oe):.4f}")
+            parts += _share_cells(real, summary, kind, k)
             unit = "F" if kind == "freshness" else "age (s)"
             lines.append(f"  {h / 60:>4g} min  {unit}  " + "  ".join(parts))
     return "\n".join(lines)
+
+
+def _share_cells(
+    real: dict[str, Any], summary: dict[str, Any] | None, kind: str, k: int
+) -> list[str]:
+    """The paired shares of :func:`paired_shares` for ``kind`` at horizon ``k``, each beside
+    the model's share for the same web (over other draws of the change times)."""
+    cells = []
+    for name, _, _, of in PAIRED:
+        got = paired_shares(real).get(name)
+        if of != kind or got is None:
+            continue
+        cell = f"share {name} {got['share'][k]:.1%}±{got['se'][k]:.1%}"
+        model_key = "share" if of == "freshness" else "age_share"
+        if summary is not None and k < len(summary.get(model_key, ())):
+            cell += f" (model {summary[model_key][k]:.1%})"
+        cells.append(cell)
+    return cells
 
 
 def honesty(web: FamilyWeb, *, seconds: float = 900.0, run: int = 1) -> tuple[float, float]:
@@ -739,7 +785,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="with --real: measure the runs already under --out/real again, run no daemons",
     )
     parser.add_argument(
-        "--real-policies", default="uniform,optimal", help="run side by side on each web"
+        "--real-policies",
+        default="uniform,optimal",
+        help="run side by side on each web: policies, and clairvoyant / clairvoyant-age "
+        "(optimal / optimal-age with the web's true rates as estimate.known_rates); with "
+        "optimal and clairvoyant both, the paired share optimal/clairvoyant is printed",
     )
     parser.add_argument(
         "--markdown", action="store_true", help="with --replot: also print README's table"

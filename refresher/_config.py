@@ -228,6 +228,10 @@ class EstimateConfig:
     model: str = MODELS[0]
     #: the log-normal prior's sd of ln λ around the host's centre (natural-log units)
     spread: float = DEFAULT_SPREAD
+    #: a file of pages whose change rates are known (a CSV with a ``url,rate`` header, rates
+    #: in changes per second, or a simulated web's truth file): each plan takes them as exact
+    #: (:mod:`refresher.refresh._known`); absent: every page is estimated
+    known_rates: Path | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -754,6 +758,12 @@ def _check_whole(config: Config) -> None:
             raise ConfigError(problem, key="metrics.host")
     parse_static(config.dns.static)
     _check_sinks(config.sinks)
+    if config.estimate.known_rates is not None:  # read once here, kept for the allocator
+        from refresher.refresh._known import load_known_rates
+
+        load_known_rates(
+            config.estimate.known_rates, strip_params=config.discovery.strip_tracking_params
+        )
     if config.fleet.dsn:
         # psycopg only when a fleet is configured; the problem never repeats a password
         from refresher.store._pg_dsn import dsn_problem
@@ -802,6 +812,7 @@ _PATH_KEYS = (
     ("store", "path"),
     ("store", "history_export_dir"),
     ("crawl", "seeds_file"),
+    ("estimate", "known_rates"),
     ("control", "socket"),
     ("snapshot", "path"),
     ("archive", "dir"),

@@ -11,6 +11,7 @@ import shutil
 import sys
 from dataclasses import asdict, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -414,6 +415,73 @@ def test_the_familys_real_daemons_read_sitemaps_that_write_the_asked_lastmods(
         (True, "honest"),
         (True, "now"),
     ]
+
+
+def test_the_familys_real_policies_take_the_clairvoyant_and_print_the_paired_share(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from analysis import family
+
+    asked: list[object] = []
+    blocks = {"optimal": 0.6, "clairvoyant": 0.8}  # each block's freshness, two horizons
+    model_figures = {
+        f"{p}.{kind}": ([0.7, 0.7], [0.01, 0.01]) for p in blocks for kind in ("freshness", "age")
+    }
+
+    def real_web(web: object, **kwargs: Any) -> dict[str, Any]:
+        asked.append(kwargs["policies"])
+        real: dict[str, Any] = {"seed": 6, "seconds": 300.0, "horizons": [60.0, 300.0]}
+        for p, f in blocks.items():
+            fresh = [[f + 0.01 * (k % 2) for k in range(family.BLOCKS)]] * 2
+            real[p] = {"freshness": fresh, "age": fresh}
+        return {**real, "shares": family.paired_shares(real)}
+
+    for name, stub in [
+        ("family_web", lambda seed: None),
+        ("run_web", lambda *a, **k: {"seed": 6}),
+        ("summarize", lambda r: {**model_figures, "share": [0.9, 0.95]}),
+        ("format_row", lambda *a: ""),
+        ("_overall", lambda r: None),
+        ("plot_family", lambda *a: None),
+        ("real_web", real_web),
+    ]:
+        monkeypatch.setattr(family, name, stub)
+    argv = ["--seeds", "6", "--real", "6", "--out", str(tmp_path)]
+    assert family.main([*argv, "--real-policies", "optimal,clairvoyant"]) == 0
+    assert asked == [("optimal", "clairvoyant")]
+    # the ratio of the means, 0.605 / 0.805, its s.e. from the paired blocks; the model's
+    # share for the same web beside it
+    printed = capsys.readouterr().out
+    assert "share optimal/clairvoyant 75.2%±0.1% (model 90.0%)" in printed  # 1 minute
+    assert "share optimal/clairvoyant 75.2%±0.1% (model 95.0%)" in printed  # 5 minutes
+    saved = json.loads((tmp_path / "real.json").read_text())[0]["shares"]
+    assert saved["optimal/clairvoyant"]["share"] == pytest.approx([0.605 / 0.805] * 2)
+
+
+def test_a_clairvoyant_runs_its_policy_with_the_webs_truth_as_its_known_rates(
+    tmp_path: Path,
+) -> None:
+    from refresher._config import load_config
+    from refresher.sim._simweb import write_truth
+
+    site = site_of(plan_web(SMALL_WEB, start=0.0), SMALL_WEB)
+    write_truth(site, tmp_path / "known.duckdb", until=0.0)
+    assert compare.daemon_policy("clairvoyant") == "optimal"
+    assert compare.daemon_policy("clairvoyant-age") == "optimal-age"
+    assert compare.daemon_policy("uniform") == "uniform"
+    path = compare._daemon_config(
+        tmp_path / "refresher.toml",
+        store=tmp_path / "refresher.duckdb",
+        control=tmp_path / "control.sock",
+        port=8080,
+        seeds=["http://h0.sim.test/"],
+        policy="optimal",
+        settings=compare.CompareSettings(simweb=SMALL_WEB),
+        known_rates=tmp_path / "known.duckdb",
+    )
+    config = load_config(path)  # reads and checks the file
+    assert config.estimate.known_rates == tmp_path / "known.duckdb"
+    assert config.policy.name == "optimal"
 
 
 def test_the_model_draws_each_pages_changes_at_its_rate() -> None:

@@ -104,6 +104,7 @@ RELOAD: Mapping[str, Apply] = {
     "estimate.history": _LIVE,
     "estimate.model": _LIVE,
     "estimate.spread": _LIVE,
+    "estimate.known_rates": _LIVE,  # read again on reload (Allocator.configure(inputs=...))
     # services started once, with their files and sockets
     "snapshot.interval": _RESTART,
     "snapshot.path": _RESTART,

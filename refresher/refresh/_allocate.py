@@ -47,6 +47,7 @@ from refresher.crawl._frontier import DelayLimits, Frontier
 from refresher.ops._logging import get_logger
 from refresher.refresh._estimate import DEFAULT_SPREAD, MODELS, Estimate
 from refresher.refresh._estimate_stats import estimate_statistics
+from refresher.refresh._known import KnownRates, load_known_rates, with_known_rates
 from refresher.refresh._replan import (
     Reason,
     ReplanRule,
@@ -799,9 +800,13 @@ class InputSettings:
     weights: str = "pagerank"
     model: str = MODELS[0]
     spread: float = DEFAULT_SPREAD
+    #: pages planned at a rate known beforehand (``estimate.known_rates``); None: none
+    known: KnownRates | None = None
 
     @classmethod
     def from_config(cls, config: Config) -> InputSettings:
+        path = config.estimate.known_rates
+        strip = config.discovery.strip_tracking_params
         return cls(
             min_delay=config.politeness.min_delay,
             max_delay=config.politeness.max_delay,
@@ -810,6 +815,7 @@ class InputSettings:
             weights=config.policy.weights,
             model=config.estimate.model,
             spread=config.estimate.spread,
+            known=None if path is None else load_known_rates(path, strip_params=strip),
         )
 
     async def load(self, store: Store, *, now: float | None = None) -> PolicyInputs:
@@ -828,10 +834,23 @@ class InputSettings:
             links=self.weights == "pagerank",
             responses_since=None if now is None else now - RESPONSE_WINDOW,
         )
-        return await trio.to_thread.run_sync(on_thread_cpu(lambda: self.estimate(raw)))
+        known, ids = self.known, None
+        if known is not None:
+            ids = await store.page_ids(known.urls)
+        return await trio.to_thread.run_sync(on_thread_cpu(lambda: self.estimate(raw, ids)))
 
-    def estimate(self, raw: EstimatorInputs) -> PolicyInputs:
-        """:func:`load_inputs` with these settings."""
+    def estimate(
+        self, raw: EstimatorInputs, known_ids: NDArray[np.int64] | None = None
+    ) -> PolicyInputs:
+        """:func:`load_inputs` with these settings; ``known_ids``: the store's page id of each
+        page of ``known`` (−1: none), whose known rates replace the estimates
+        (:func:`refresher.refresh._known.with_known_rates`)."""
+        inputs = self._estimate(raw)
+        if self.known is None or known_ids is None:
+            return inputs
+        return with_known_rates(inputs, known_ids, self.known.rates)
+
+    def _estimate(self, raw: EstimatorInputs) -> PolicyInputs:
         return load_inputs(
             raw,
             min_delay=self.min_delay,

@@ -553,6 +553,11 @@ class Store(Protocol):
         over the fetches since then (:func:`response_join_sql`)."""
         ...
 
+    async def page_ids(self, urls: NDArray[np.str_]) -> NDArray[np.int64]:
+        """Each URL's page id, −1 where the store has no such page (``estimate.known_rates``,
+        :func:`refresher.store._truth.page_ids_of`)."""
+        ...
+
     async def save_plan(self, plan: PlanUpdate, *, now: float) -> None:
         """Store λ̂, evidence, weight and target rate per page; make each due at
         :func:`next_due`."""

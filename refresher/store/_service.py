@@ -38,6 +38,7 @@ from refresher.store._interface import (
     StoreStatistics,
     StoreStatus,
 )
+from refresher.store._truth import page_ids_of
 
 __all__ = ["BatchedService", "SyncStore"]
 
@@ -231,6 +232,10 @@ class BatchedService(Generic[S]):
                 meaningful=meaningful, links=links, responses_since=responses_since
             )
         )
+
+    async def page_ids(self, urls: NDArray[np.str_]) -> NDArray[np.int64]:
+        found: NDArray[np.int64] = await self._call(lambda s: page_ids_of(s, urls))
+        return found
 
     async def save_plan(self, plan: PlanUpdate, *, now: float) -> None:
         await self._call(lambda s: s.save_plan(plan, now=now))

@@ -1,4 +1,5 @@
-"""Writing a simulated web's ground truth: the tables the views' ``true_*`` macros read.
+"""A simulated web's ground truth: writing the tables the views' ``true_*`` macros read, and
+reading (url, rate) pairs back for ``estimate.known_rates``.
 
 ``truth_pages(url, host, rate, created_at)`` (true changes per second, creation time) and
 ``truth_changes(url, changed_at)`` (every true change, unix seconds of the site's clock), in one
@@ -9,9 +10,10 @@ stores them lives here, with the rest of the store's SQL.
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import duckdb
 import numpy as np
@@ -19,7 +21,7 @@ from numpy.typing import NDArray
 
 from refresher._errors import StoreError
 
-__all__ = ["write_truth_tables"]
+__all__ = ["page_ids_of", "read_rates", "write_truth_tables"]
 
 _PAGES_DDL = "CREATE TABLE truth_pages(url VARCHAR, host VARCHAR, rate DOUBLE, created_at DOUBLE)"
 _CHANGES_DDL = "CREATE TABLE truth_changes(url VARCHAR, changed_at DOUBLE)"
@@ -83,3 +85,84 @@ def write_truth_tables(
             f"cannot write the simweb truth to {str(path)!r}: {e}; check that its directory "
             "is writable and has space"
         ) from e
+
+
+def _rates_source(path: Path) -> str:
+    """The SQL relation of (url, rate) rows in ``path``: a Parquet directory's
+    ``truth_pages.parquet``, a ``.parquet`` file, a ``.csv`` file with a header, or else a DuckDB
+    file's ``truth_pages`` table (attached read-only as ``known``)."""
+    quoted = str(path).replace("'", "''")
+    if path.is_dir():
+        inner = str(path / "truth_pages.parquet").replace("'", "''")
+        return f"read_parquet('{inner}')"
+    if path.suffix.lower() == ".parquet":
+        return f"read_parquet('{quoted}')"
+    if path.suffix.lower() == ".csv":
+        return f"read_csv('{quoted}', header = true, all_varchar = true)"
+    return "known.truth_pages"
+
+
+def read_rates(path: Path) -> tuple[NDArray[np.str_], NDArray[np.float64]]:
+    """The ``url`` and ``rate`` columns (rate as read, changes per second; NaN where a value is
+    not a number) of a truth file (:func:`write_truth_tables`: a DuckDB file or a Parquet
+    directory), a Parquet file or a CSV file with a ``url,rate`` header. StoreError naming
+    what is wrong: no such file, no such table or column."""
+    if not path.exists():
+        raise StoreError(f"no file {str(path)!r}")
+    source = _rates_source(path)
+    con = duckdb.connect()
+    try:
+        if source.startswith("known."):
+            quoted = str(path).replace("'", "''")
+            con.execute(f"ATTACH '{quoted}' AS known (READ_ONLY)")
+        found = con.execute(
+            # the rates as text: a CSV's cast in SQL fails on the first bad value with no
+            # row to name, and the caller names the row
+            f"SELECT CAST(url AS VARCHAR) AS url, CAST(rate AS VARCHAR) AS rate FROM {source}"
+        ).fetchnumpy()
+    except duckdb.Error as e:
+        first = str(e).splitlines()[0]
+        raise StoreError(
+            f"cannot read (url, rate) from {str(path)!r}: {first}; give a CSV with a 'url,rate' "
+            "header, or a truth file of `refresher simweb --truth` (table truth_pages)"
+        ) from e
+    finally:
+        con.close()
+    urls = np.asarray(np.ma.filled(found["url"], ""), dtype=np.str_)
+    text = (
+        np.ma.filled(found["rate"], None) if np.ma.isMaskedArray(found["rate"]) else found["rate"]
+    )
+    return urls, np.array([_number(v) for v in text], dtype=np.float64)
+
+
+def _number(value: object) -> float:
+    """A rate as read (text from a CSV file), NaN where it is none."""
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def page_ids_of(store: object, urls: NDArray[np.str_]) -> NDArray[np.int64]:
+    """Each URL's page id in a synchronous store (run in its thread), −1 where it has no such
+    page: the DuckDB store through a second connection (``cursor()``), the fleet's PostgreSQL
+    store in a read transaction of its own."""
+    out = np.full(urls.size, -1, dtype=np.int64)
+    if hasattr(store, "cursor"):
+        con = store.cursor()
+        try:
+            con.register("_known_urls", {"url": urls.astype(object), "i": np.arange(urls.size)})
+            got = con.execute(
+                "SELECT k.i, p.id FROM _known_urls k JOIN pages p ON p.url = k.url"
+            ).fetchnumpy()
+        finally:
+            con.close()
+        out[np.asarray(got["i"], dtype=np.intp)] = np.asarray(got["id"], dtype=np.int64)
+        return out
+
+    def read(cur: Any) -> list[tuple[str, int]]:
+        cur.execute("SELECT url, id FROM pages WHERE url = ANY(%s)", (urls.tolist(),))
+        return [(str(u), int(i)) for u, i in cur.fetchall()]
+
+    found = dict(store._tx("looking up the known-rate URLs", read))  # type: ignore[attr-defined]
+    return np.array([found.get(str(u), -1) for u in urls], dtype=np.int64)

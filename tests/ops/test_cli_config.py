@@ -75,6 +75,7 @@ BAD: dict[str, str] = {
     "estimate.history": "0",
     "estimate.model": "poisson",
     "estimate.spread": "0",
+    "estimate.known_rates": "{tmp}/missing-rates.csv",
     "snapshot.interval": "-1",
     "snapshot.path": '""',
     "control.socket": '"{tmp}/' + "s" * 120 + '.sock"',
