@@ -124,7 +124,9 @@ def last_modified_agrees(
     host untrusted."""
     present = np.isfinite(last_modified) & np.isfinite(previous_last_modified)
     with np.errstate(invalid="ignore"):
-        moved = np.abs(last_modified - previous_last_modified) > 0.5  # HTTP dates: whole seconds
+        # HTTP dates have whole seconds, sitemap lastmods any precision (the timeline's points,
+        # ._timeline): values less than a second apart are the same date
+        moved = np.abs(last_modified - previous_last_modified) >= 1.0
         ok = (
             present
             & (last_modified <= fetched + tolerance)

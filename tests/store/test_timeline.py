@@ -196,6 +196,16 @@ def test_a_first_fetch_after_a_read_pairs_with_it_by_its_last_modified() -> None
     assert no_lm["tl_pair_n"][0] == 0
 
 
+def test_a_lastmod_to_the_millisecond_agrees_with_the_http_date_of_the_same_change() -> None:
+    # changed at 105.7: the fetch at 110 reads Last-Modified 105 (whole seconds), the read
+    # at 120 the lastmod 105.7; the host's Last-Modified stays trusted on the timeline
+    state = _fetch(_read(_state(), 90.0, 50.0), 100.0, False, lm=50.0)
+    state = _fetch(state, 110.0, True, lm=105.0)
+    state = _fetch(_read(state, 120.0, 105.7), 130.0, False, lm=105.0)
+    assert state["tl_n"][0] == 3
+    assert state["tl_lm_run"][0] == state["tl_n"][0]
+
+
 def test_a_fetch_after_reads_that_said_changed_pairs_by_its_last_modified() -> None:
     state = _read(_fetch(_state(), 100.0, False, lm=90.0), 120.0, 115.0)  # changed at 115
     again = _fetch(state, 130.0, True, lm=125.0)  # and again at 125
