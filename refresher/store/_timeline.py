@@ -53,6 +53,7 @@ from refresher.store._change_stats import (
     RecordArrays,
     fold_observations,
     pair_column,
+    stat_column,
 )
 
 __all__ = [
@@ -166,11 +167,18 @@ SITEMAP_SINCE_SQL = (
 def estimator_column_sql(column: str) -> str:
     """The SQL (aliases ``p`` pages, ``h`` hosts) of one estimator column: the timeline's where
     the page has one and its host is trusted, else the fetch-only one; of a column of
-    :data:`PAIR_COLUMNS`, the timeline's there and 0 elsewhere."""
+    :data:`PAIR_COLUMNS`, the timeline's there and 0 elsewhere.
+
+    A sitemap page's run of consistent Last-Modified values is all its observations: its
+    fetches take no part in the host's Last-Modified test. A sitemap is a list, often made
+    as it is served and sent without Last-Modified (as the simulated web does), and one
+    such page in the estimator's window distrusted the host's Last-Modified for every page
+    of it (the test is host-wide)."""
     listed = f"p.tl_n IS NOT NULL AND {TRUSTED_SQL}"
     if column in PAIR_COLUMNS:
         return f"CASE WHEN {listed} THEN coalesce(p.{column}, 0) ELSE 0 END"
-    return f"CASE WHEN {listed} THEN p.{timeline_column(column)} ELSE p.{column} END"
+    sitemap = f"WHEN p.source = 'sitemap' THEN p.{stat_column('n')} " if "lm_run" in column else ""
+    return f"CASE {sitemap}WHEN {listed} THEN p.{timeline_column(column)} ELSE p.{column} END"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -15,6 +15,7 @@ from conftest import fetch_record
 from hypothesis import given
 from hypothesis import strategies as st
 
+from refresher.refresh._estimate_stats import evidence
 from refresher.store import DocumentUpdate, DuckDBStore, NewPage
 from refresher.store._change_stats import (
     PAIR_COLUMNS,
@@ -459,3 +460,30 @@ def test_a_store_from_before_the_last_modified_pairs_gets_them_at_zero(tmp_path:
         assert got.fetchone() == (1.0, 4.0)  # (NOW + 1, NOW + 5], no change
     finally:
         store.close()
+
+
+def test_a_sitemap_sent_without_last_modified_leaves_its_hosts_last_modified_test_alone(
+    core: tuple[Any, Query],
+) -> None:
+    store, _ = core
+    pages = [NewPage(url="http://a.test/p", host="a.test", scheme="http")]
+    pages.append(
+        NewPage(url="http://a.test/sitemap.xml", host="a.test", scheme="http", source="sitemap")
+    )
+    rows, _ = store.add_pages_with_hosts(pages, now=NOW)
+    page, sitemap, host = rows[0].id, rows[1].id, rows[0].host_id
+    lm = {"last_modified_at": NOW - 10}
+    store.write([fetch_record(page, host, NOW + 1, **lm), fetch_record(sitemap, host, NOW + 1)], [])
+    again = {"changed": True, "digest": b"e"}
+    store.write(
+        [
+            fetch_record(page, host, NOW + 9, last_modified_at=NOW + 5, **again),
+            fetch_record(sitemap, host, NOW + 9, **again),  # no Last-Modified
+        ],
+        [],
+    )
+    inputs = store.estimator_inputs(meaningful=False, links=False)
+    at = inputs.page_ids.tolist().index(sitemap)
+    assert inputs.stats.lm_run[at] == inputs.stats.observations[at] == 1
+    hosts = np.zeros(inputs.page_ids.size, dtype=np.intp)
+    assert evidence(inputs.stats, hosts, 1, history=32).trusted[0]
