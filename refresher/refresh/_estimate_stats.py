@@ -113,11 +113,15 @@ class PageEvidence:
     t1: Float
     share: Float  # … and the first one's share of the changes
     trusted: Mask  # per host: Last-Modified is consistent
+    #: of ``changes``, those of the timeline's Last-Modified pairs (weighted), which the nodes
+    #: do not describe (timed: their intervals are in the quiet time alone)
+    paired_changes: Float
 
     def nodes(self, block: slice, mask: Mask | None = None) -> _Nodes:
         """The pages' changed intervals (of those in ``mask``, which is over the block) as
         two weighted nodes."""
-        w = self.changes[block] if mask is None else np.where(mask, self.changes[block], 0.0)
+        w = self.changes[block] - self.paired_changes[block]
+        w = w if mask is None else np.where(mask, w, 0.0)
         share = self.share[block]
         return _Nodes(self.t0[block], self.t1[block], w * share, w * (1.0 - share))
 
@@ -138,25 +142,44 @@ def evidence(
     out = {
         name: np.empty(size)
         for name in ("fetches", "exposure", "first_quiet", "changes", "changed_time", "quiet_after")
-    } | {name: np.empty(size) for name in ("t0", "t1", "share")}
+    } | {name: np.empty(size) for name in ("t0", "t1", "share", "paired_changes")}
     timed = np.empty(size, dtype=bool)
     for b in _blocks(size):
-        nb = n[b]
-        scale = np.where(nb > history, history / np.maximum(nb, 1.0), 1.0)
         on_trusted = trusted[host[b]]
+        timed[b] = on_trusted & (stats.untimed[b] == 0)
+        # the timeline's pairs a trusted Last-Modified times, on the pages it times all of:
+        # timed changes and quiet time, as the pairs the fold made (the offline model's)
+        paired, paired_changes, paired_quiet = _paired(stats, b, timed[b])
+        nb = n[b] + paired
+        scale = np.where(nb > history, history / np.maximum(nb, 1.0), 1.0)
         fq = stats.first_quiet[b]
         first = on_trusted & np.isfinite(fq) & (nb <= history)
         out["fetches"][b] = np.rint(nb * scale) + first
         out["first_quiet"][b] = np.where(first, fq, 0.0)
-        out["exposure"][b] = stats.time[b] * scale + out["first_quiet"][b]
-        out["changes"][b] = stats.changes[b] * scale
+        out["exposure"][b] = (stats.time[b] + paired_quiet) * scale + out["first_quiet"][b]
+        out["changes"][b] = (stats.changes[b] + paired_changes) * scale
+        out["paired_changes"][b] = paired_changes * scale
         out["changed_time"][b] = stats.changed_time[b] * scale
         out["quiet_after"][b] = stats.quiet_after[b] * scale
-        timed[b] = on_trusted & (stats.untimed[b] == 0)
         out["t0"][b], out["t1"][b], out["share"][b] = two_point_nodes(
             stats.changes[b], stats.log_moments[:, b]
         )
     return PageEvidence(timed=timed, trusted=trusted, **out)
+
+
+def _paired(stats: ChangeStatistics, block: slice, timed: Mask) -> tuple[Float, Float, Float]:
+    """The pages' Last-Modified pairs of the timeline (count, changes, quiet time, seconds)
+    where ``timed`` (over the block), zeros elsewhere and where the store has none. Their
+    quiet time goes to the exposure with no changed time to take off, so that a timed page's
+    quiet time (exposure − changed time + quiet after) gains exactly it."""
+    zero = np.zeros(timed.size)
+    if stats.paired is None or stats.paired_changes is None or stats.paired_quiet is None:
+        return zero, zero, zero
+    n, changes, quiet = (
+        np.where(timed, np.nan_to_num(x[block]), 0.0)
+        for x in (stats.paired, stats.paired_changes, stats.paired_quiet)
+    )
+    return n, changes, quiet
 
 
 @dataclass(frozen=True, slots=True)

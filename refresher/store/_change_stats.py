@@ -23,6 +23,7 @@ __all__ = [
     "COMMON_COLUMNS",
     "ESTIMATOR_COLUMNS",
     "MIGRATION_SQL",
+    "PAIR_COLUMNS",
     "STAT_COLUMNS",
     "VARIANT_COLUMNS",
     "RecordArrays",
@@ -32,6 +33,7 @@ __all__ = [
     "fold_observations",
     "last_modified_agrees",
     "moved_statistics",
+    "pair_column",
     "read_statistics",
     "record_arrays",
     "stat_column",
@@ -77,6 +79,22 @@ STAT_COLUMNS = tuple(stat_column(c) for c in COMMON_COLUMNS) + tuple(
     stat_column(c, m) for m in (False, True) for c in VARIANT_COLUMNS
 )
 
+#: the sitemap timeline's pairs only a trusted Last-Modified times (:mod:`._timeline`): per
+#: page their count, and per change definition their changes and quiet time
+_PAIR_NAMES = ("n", "changes", "quiet")
+
+
+def pair_column(name: str, meaningful: bool = False) -> str:
+    """The column of the timeline's Last-Modified pairs' statistic ``name`` (of ``n``,
+    ``changes``, ``quiet``; the latter two for the raw or the meaningful change definition)."""
+    if name == "n":
+        return "tl_pair_n"
+    return f"tl_pair_{name}_m" if meaningful else f"tl_pair_{name}"
+
+
+#: every column of those pairs (NULL until the page's first sitemap read, as the timeline's)
+PAIR_COLUMNS = ("tl_pair_n", *(pair_column(c, m) for c in _PAIR_NAMES[1:] for m in (False, True)))
+
 #: the migration that adds the columns (their values: :func:`fill_from_history`)
 MIGRATION_SQL = "\n".join(
     f"ALTER TABLE pages ADD COLUMN {col} DOUBLE"
@@ -106,7 +124,9 @@ def last_modified_agrees(
     host untrusted."""
     present = np.isfinite(last_modified) & np.isfinite(previous_last_modified)
     with np.errstate(invalid="ignore"):
-        moved = np.abs(last_modified - previous_last_modified) > 0.5  # HTTP dates: whole seconds
+        # HTTP dates have whole seconds, sitemap lastmods any precision (the timeline's points,
+        # ._timeline): values less than a second apart are the same date
+        moved = np.abs(last_modified - previous_last_modified) >= 1.0
         ok = (
             present
             & (last_modified <= fetched + tolerance)
@@ -350,12 +370,20 @@ def fill_from_history(con: Any, *, chunk: int = 1 << 20) -> None:
 
 
 def read_statistics(columns: dict[str, Any], *, meaningful: bool) -> ChangeStatistics:
-    """:class:`ChangeStatistics` from the columns of a query (read with NaN for NULL)."""
+    """:class:`ChangeStatistics` from the columns of a query (read with NaN for NULL; the
+    timeline's Last-Modified pairs where the query has their columns, :func:`pair_column`)."""
 
     def col(name: str) -> Float:
         return np.asarray(columns[stat_column(name, meaningful)], dtype=np.float64)
 
+    def pair(name: str) -> Float | None:
+        column = pair_column(name, meaningful)
+        return np.asarray(columns[column], dtype=np.float64) if column in columns else None
+
     return ChangeStatistics(
+        paired=pair("n"),
+        paired_changes=pair("changes"),
+        paired_quiet=pair("quiet"),
         observations=col("n"),
         time=col("time"),
         changes=col("changes"),

@@ -57,6 +57,7 @@ from refresher.store._change_stats import (
     fill_from_history,
     fold_arrays,
     moved_statistics,
+    pair_column,
     read_statistics,
     record_arrays,
     stat_column,
@@ -93,6 +94,7 @@ from refresher.store._timeline import (
     estimator_column_sql,
     fold_fetch_arrays,
     fold_read_points,
+    pair_migration_sql,
     timeline_migration_sql,
     unchanged_reads,
 )
@@ -258,10 +260,14 @@ _MIGRATIONS.append(
 # 7: sitemap reads as points of each listed page's timeline, and the hosts' trust counts
 # (refresher.store._timeline)
 _MIGRATIONS.append(timeline_migration_sql())
+# 8: the timeline's pairs only a trusted Last-Modified times (refresher.store._timeline)
+_MIGRATIONS.append(pair_migration_sql())
 #: the first schema version with per-page change statistics
 STATISTICS_VERSION = 5
 #: the first schema version with sitemap timelines
 TIMELINE_VERSION = 7
+#: the first schema version with the timeline's Last-Modified pairs
+PAIR_VERSION = 8
 SCHEMA_VERSION = len(_MIGRATIONS)
 #: pages per transaction of :meth:`DuckDBStore.save_plan`
 _PLAN_SLICE = 1 << 20
@@ -1025,6 +1031,8 @@ class DuckDBStore:
         version = self.schema_version()
         current, timeline = version >= STATISTICS_VERSION, version >= TIMELINE_VERSION
         columns = [stat_column(c, meaningful) for c in ESTIMATOR_COLUMNS]
+        if version >= PAIR_VERSION:
+            columns += [pair_column(c, meaningful) for c in ("n", "changes", "quiet")]
         # the sitemap timeline's sums where the page's host passes the trust test
         value = estimator_column_sql if timeline else (lambda c: f"p.{c}")
         stat_sql = (

@@ -383,6 +383,14 @@ class ChangeStatistics:
     #: seconds from the first copy's Last-Modified to its fetch (a quiet interval before the
     #: first observation), NaN when the first successful fetch had no earlier Last-Modified
     first_quiet: NDArray[np.float64]
+    #: the sitemap timeline's pairs that only a trusted Last-Modified can time (a page's
+    #: first fetch after a read, or a fetch after reads that said "changed";
+    #: :mod:`refresher.store._timeline`): their count, changes and quiet time (Σ t less the
+    #: changed intervals' time before the change), seconds; None: none (the estimator adds
+    #: them to pages whose changes are timed)
+    paired: NDArray[np.float64] | None = None
+    paired_changes: NDArray[np.float64] | None = None
+    paired_quiet: NDArray[np.float64] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -43,7 +43,7 @@ import psycopg
 from refresher._errors import StoreError
 from refresher.store._change_stats import MIGRATION_SQL
 from refresher.store._pg_dsn import connect, describe, redact
-from refresher.store._timeline import timeline_migration_sql
+from refresher.store._timeline import pair_migration_sql, timeline_migration_sql
 
 __all__ = [
     "PG_SCHEMA_VERSION",
@@ -250,6 +250,8 @@ _MIGRATIONS.append("CREATE INDEX fetches_finished ON fetches (finished_at);")
 # 5: sitemap reads as points of each listed page's timeline, and the hosts' trust counts
 # (refresher.store._timeline)
 _MIGRATIONS.append(timeline_migration_sql("double precision", "integer", "bigint"))
+# 6: the timeline's pairs only a trusted Last-Modified times (refresher.store._timeline)
+_MIGRATIONS.append(pair_migration_sql("double precision"))
 PG_SCHEMA_VERSION = len(_MIGRATIONS)
 
 #: serialises concurrent `fleet init`s (an arbitrary, fixed advisory lock key)

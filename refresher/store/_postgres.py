@@ -54,6 +54,7 @@ from refresher.store._change_stats import (
     STAT_COLUMNS,
     RecordArrays,
     fold_arrays,
+    pair_column,
     read_statistics,
     record_arrays,
     stat_column,
@@ -949,6 +950,7 @@ class PgStore:
         since = math.inf if responses_since is None else responses_since
         owned = sorted(self.owned)
         columns = [stat_column(c, meaningful) for c in ESTIMATOR_COLUMNS]
+        columns += [pair_column(c, meaningful) for c in ("n", "changes", "quiet")]
 
         def read(cur: Any) -> EstimatorInputs:
             cur.execute(estimator_sql(columns), (since, owned))

@@ -8,15 +8,23 @@ the lastmod is its Last-Modified. A fetch after reads observes (last read, fetch
 reads since the previous fetch said unchanged (the last read's lastmod is not after the
 previous fetch: the content's change, if any, lies after the last read); otherwise it observes
 nothing and only starts the next pair (:func:`fold_observations`' ``pairs``), so no span counts
-twice. The model also pairs a read with a fetch whose own Last-Modified is honest; the store
-does not know that at the fold, so it takes the rule that holds on every host.
+twice: the rule that holds on every host.
+
+The model also pairs a read with a fetch whose own Last-Modified is honest: the page's first
+fetch after a read, or one after reads that said "changed", observes (last read, fetch],
+changed when its Last-Modified lies after the read. Whether a host's Last-Modified is honest
+the estimator decides host-wide at read time (over its window), so the fold keeps these pairs
+apart, in five sums of their own (:data:`PAIR_COLUMNS`: their count, and per change
+definition their changes and quiet time), and the estimator adds them to the pages whose
+changes it times (:func:`refresher.refresh._estimate_stats.evidence`). On the other hosts they
+change nothing.
 
 The timeline's sums are the columns of :data:`STAT_COLUMNS` renamed ``tl_…``
-(:func:`timeline_column`), plus three of its own (:data:`EXTRA_COLUMNS`). They stay NULL
-until a page is first listed by a sitemap read, when they start as a copy of the fetch-only
-ones: a page never listed costs nothing, and the estimator reads them (instead of the
-fetch-only sums) for listed pages of hosts that pass the trust test, which can change after
-the fold.
+(:func:`timeline_column`), three of its own (:data:`EXTRA_COLUMNS`) and the Last-Modified
+pairs'. They stay NULL until a page is first listed by a sitemap read, when they start as a
+copy of the fetch-only ones (the pairs' at 0): a page never listed costs nothing, and the
+estimator reads them (instead of the fetch-only sums) for listed pages of hosts that pass
+the trust test, which can change after the fold.
 
 The trust test, per host, checks each read against what the page's own fetches showed, with
 bounded per-page state (no scan of the history): a lastmod after its read fails; a read that
@@ -40,9 +48,12 @@ import numpy as np
 from numpy.typing import NDArray
 
 from refresher.store._change_stats import (
+    PAIR_COLUMNS,
     STAT_COLUMNS,
     RecordArrays,
     fold_observations,
+    pair_column,
+    stat_column,
 )
 
 __all__ = [
@@ -58,6 +69,7 @@ __all__ = [
     "fold_fetch_arrays",
     "fold_fetch_points",
     "fold_read_points",
+    "pair_migration_sql",
     "timeline_column",
     "timeline_migration_sql",
     "unchanged_reads",
@@ -79,8 +91,11 @@ def timeline_column(column: str) -> str:
 #: of the fetch before the page's last fetch (NaN: unknown) and whether that last fetch found
 #: a meaningful change (1.0 or 0.0), for the trust test
 EXTRA_COLUMNS = ("tl_read", "tl_prev_ok", "tl_moved")
-#: every timeline column of ``pages`` (NULL until the page's first sitemap read)
-TIMELINE_COLUMNS = tuple(timeline_column(c) for c in STAT_COLUMNS) + EXTRA_COLUMNS
+#: the timeline columns schema version 7 added (DuckDB; 5 on PostgreSQL)
+_FIRST_COLUMNS = tuple(timeline_column(c) for c in STAT_COLUMNS) + EXTRA_COLUMNS
+#: every timeline column of ``pages`` (NULL until the page's first sitemap read), the
+#: Last-Modified pairs' (:data:`PAIR_COLUMNS`, version 8; 6) last
+TIMELINE_COLUMNS = _FIRST_COLUMNS + PAIR_COLUMNS
 
 
 #: per sitemap page: the entries its last read listed (NULL: none), which an unchanged
@@ -97,7 +112,7 @@ def timeline_migration_sql(
 ) -> str:
     """The migration that adds the timeline's columns, the hosts' trust counts and each
     sitemap's entries of its last read (nothing to fill: no read was folded before it)."""
-    lines = [f"ALTER TABLE pages ADD COLUMN {c} {double};" for c in TIMELINE_COLUMNS]
+    lines = [f"ALTER TABLE pages ADD COLUMN {c} {double};" for c in _FIRST_COLUMNS]
     lines.append(f"ALTER TABLE pages ADD COLUMN {LISTED_COLUMN} {double};")
     lines += [
         f"ALTER TABLE hosts ADD COLUMN {c} {integer} NOT NULL DEFAULT 0;"
@@ -107,6 +122,16 @@ def timeline_migration_sql(
         f"CREATE TABLE sitemap_entries (sitemap_id {bigint} NOT NULL, page_id {bigint} NOT NULL,"
         f" lastmod {double} NOT NULL, PRIMARY KEY (sitemap_id, page_id));"
     )
+    return "\n".join(lines)
+
+
+def pair_migration_sql(double: str = "DOUBLE") -> str:
+    """The migration that adds the timeline's Last-Modified pairs (:data:`PAIR_COLUMNS`):
+    zero for the pages that have a timeline (their pairs before it are not known: the first
+    fetches after a read were folded as the start of a pair)."""
+    lines = [f"ALTER TABLE pages ADD COLUMN {c} {double};" for c in PAIR_COLUMNS]
+    zero = ", ".join(f"{c} = 0" for c in PAIR_COLUMNS)
+    lines.append(f"UPDATE pages SET {zero} WHERE tl_n IS NOT NULL;")
     return "\n".join(lines)
 
 
@@ -141,9 +166,19 @@ SITEMAP_SINCE_SQL = (
 
 def estimator_column_sql(column: str) -> str:
     """The SQL (aliases ``p`` pages, ``h`` hosts) of one estimator column: the timeline's where
-    the page has one and its host is trusted, else the fetch-only one."""
-    tl = timeline_column(column)
-    return f"CASE WHEN p.tl_n IS NOT NULL AND {TRUSTED_SQL} THEN p.{tl} ELSE p.{column} END"
+    the page has one and its host is trusted, else the fetch-only one; of a column of
+    :data:`PAIR_COLUMNS`, the timeline's there and 0 elsewhere.
+
+    A sitemap page's run of consistent Last-Modified values is all its observations: its
+    fetches take no part in the host's Last-Modified test. A sitemap is a list, often made
+    as it is served and sent without Last-Modified (as the simulated web does), and one
+    such page in the estimator's window distrusted the host's Last-Modified for every page
+    of it (the test is host-wide)."""
+    listed = f"p.tl_n IS NOT NULL AND {TRUSTED_SQL}"
+    if column in PAIR_COLUMNS:
+        return f"CASE WHEN {listed} THEN coalesce(p.{column}, 0) ELSE 0 END"
+    sitemap = f"WHEN p.source = 'sitemap' THEN p.{stat_column('n')} " if "lm_run" in column else ""
+    return f"CASE {sitemap}WHEN {listed} THEN p.{timeline_column(column)} ELSE p.{column} END"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -207,6 +242,8 @@ def fold_read_points(
     out["tl_read"][slot[new]] = 0.0
     out["tl_prev_ok"][slot[new]] = np.nan
     out["tl_moved"][slot[new]] = 0.0
+    for c in PAIR_COLUMNS:
+        out[c][slot[new]] = 0.0
     last_point = out[timeline_column("stat_last_ok")][slot]
     with np.errstate(invalid="ignore"):
         newer = ~(last_point >= read_at)
@@ -266,6 +303,7 @@ def fold_fetch_points(
     pairs = ~after_read | (np.isfinite(prev) & ~claim)
     folded = fold_observations(_view(out), page_ids, page, finished, lm, changed, meaningful, pairs)
     _store(out, folded)
+    _fold_pairs(out, slot, after_read & ~pairs, last_point, finished, lm, changed, meaningful, prev)
     last = np.ones(page.size, dtype=bool)
     last[:-1] = page[:-1] != page[1:]
     with np.errstate(invalid="ignore"):
@@ -274,6 +312,42 @@ def fold_fetch_points(
     out["tl_prev_ok"][slot[moved_on]] = prev[moved_on]
     out["tl_moved"][slot[moved_on]] = meaningful[moved_on].astype(np.float64)
     return out, TrustCounts.of(host, claim & changed, claim & ~changed)
+
+
+def _fold_pairs(
+    out: dict[str, Float],
+    slot: NDArray[np.intp],
+    unpaired: Mask,
+    read_at: Float,
+    finished: Float,
+    lm: Float,
+    changed: Mask,
+    meaningful: Mask,
+    prev: Float,
+) -> None:
+    """Add to :data:`PAIR_COLUMNS` (in place) the pairs (last read, fetch] of the ``unpaired``
+    fetches (a page's first, or one after reads that said "changed") that have a
+    Last-Modified: changed when it lies after the read (then also against the previous fetch,
+    if any, by the change definition), its quiet time as :func:`fold_observations` counts it
+    for a timed change. What the offline model folds on a host whose Last-Modified is honest;
+    the estimator adds them where a page's changes are timed, so the fold needs no verdict."""
+    with np.errstate(invalid="ignore"):
+        use = unpaired & np.isfinite(lm)
+    if not use.any():
+        return
+    s, r, at, lm = slot[use], read_at[use], finished[use], lm[use]
+    t = at - r
+    with np.errstate(invalid="ignore"):
+        moved = lm > r
+    first = ~np.isfinite(prev[use])
+    after = np.minimum(np.maximum(at - lm, 0.0), t)
+    n = pair_column("n")
+    out[n][s] = np.nan_to_num(out[n][s]) + 1.0  # one such pair per page in a batch
+    for m, content in ((False, changed[use]), (True, meaningful[use])):
+        c = moved & (content | first)
+        for name, value in (("changes", c.astype(np.float64)), ("quiet", np.where(c, after, t))):
+            column = pair_column(name, m)
+            out[column][s] = np.nan_to_num(out[column][s]) + value
 
 
 def fold_fetch_arrays(

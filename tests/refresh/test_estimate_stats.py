@@ -8,7 +8,7 @@ Last-Modified test, the first copy's quiet time on trusted hosts, ``estimate_pag
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pytest
@@ -294,3 +294,51 @@ def test_a_point_that_does_not_pair_observes_nothing_but_starts_the_next_pair() 
     # leaves out (10, 30] and pairs the next one with itself: (30, 50]
     assert cut["stat_n"][0] == 1 and cut["stat_time"][0] == 20.0 and cut["stat_changes"][0] == 0
     assert cut["stat_last_ok"][0] == 50.0
+
+
+def _with_paired(f: Fetches) -> tuple[ChangeStatistics, ChangeStatistics]:
+    """The statistics of ``f`` folded whole, and folded with each page's second observation
+    left out of the sums and kept as a timeline's Last-Modified pair (as the store keeps a
+    page's first fetch after a sitemap read, :mod:`refresher.store._timeline`)."""
+    n = f.host.size
+    ids = np.arange(n, dtype=np.int64)
+    order = np.lexsort((f.finished, f.page))
+    page, at, lm, c = f.page[order], f.finished[order], f.lm[order], f.changed[order]
+    rank = np.arange(page.size) - np.searchsorted(page, page)
+    cut = rank == 2
+    whole = fold_observations(empty_state(n), ids, page, at, lm, c, c)
+    state = fold_observations(empty_state(n), ids, page, at, lm, c, c, ~cut)
+    t = (at - np.roll(at, 1))[cut]
+    after = np.minimum(np.maximum((at - lm)[cut], 0.0), t)  # seconds since the change
+    quiet = np.where(c[cut], after, t)
+    state |= {
+        "tl_pair_n": np.bincount(page[cut], minlength=n).astype(np.float64),
+        "tl_pair_changes": np.bincount(page[cut], c[cut], minlength=n),
+        "tl_pair_quiet": np.bincount(page[cut], quiet, minlength=n),
+    }
+    return read_statistics(whole, meaningful=False), read_statistics(state, meaningful=False)
+
+
+def test_a_timelines_last_modified_pairs_count_where_the_hosts_last_modified_is_trusted() -> None:
+    f = generate(60, seed=5, regular=False, honest=1.0)
+    whole, paired = _with_paired(f)
+    assert paired.paired is not None and paired.paired.sum() > 20
+    est = {
+        name: estimate_statistics(s, f.host, f.n_hosts, history=8, model="log-normal")[0]
+        for name, s in (("whole", whole), ("paired", paired))
+    }
+    without = replace(paired, paired=None, paired_changes=None, paired_quiet=None)
+    est["without"] = estimate_statistics(without, f.host, f.n_hosts, history=8)[0]
+    # the same evidence as the pairs folded whole, but for the empirical Bayes rounds' start
+    np.testing.assert_allclose(est["paired"].rate, est["whole"].rate, rtol=1e-3)
+    assert np.abs(np.log(est["without"].rate / est["whole"].rate)).max() > 0.05
+
+
+def test_a_timelines_last_modified_pairs_change_nothing_where_it_is_not_trusted() -> None:
+    f = generate(60, seed=5, regular=False, honest=1.0)
+    f.lm[::7] += 1000.0  # Last-Modified values that do not move with the content
+    _, paired = _with_paired(f)
+    without = replace(paired, paired=None, paired_changes=None, paired_quiet=None)
+    est = estimate_statistics(paired, f.host, f.n_hosts, history=8)[0]
+    same = estimate_statistics(without, f.host, f.n_hosts, history=8)[0]
+    np.testing.assert_array_equal(est.rate, same.rate)

@@ -15,8 +15,16 @@ from conftest import fetch_record
 from hypothesis import given
 from hypothesis import strategies as st
 
+from refresher.refresh._estimate_stats import evidence
 from refresher.store import DocumentUpdate, DuckDBStore, NewPage
-from refresher.store._change_stats import STAT_COLUMNS, empty_state, fold_observations
+from refresher.store._change_stats import (
+    PAIR_COLUMNS,
+    STAT_COLUMNS,
+    empty_state,
+    fold_observations,
+    pair_column,
+    stat_column,
+)
 from refresher.store._pg_leases import PgLeases
 from refresher.store._pg_schema import init_fleet
 from refresher.store._postgres import PgStore
@@ -78,9 +86,13 @@ def _read(state: dict[str, np.ndarray], at: float, lastmod: float) -> dict:
     return out
 
 
-def _reference(events: list[tuple]) -> dict[str, np.ndarray]:
-    """The model's timeline of the events (``analysis.model._timeline`` on a host whose
-    Last-Modified the fold does not know to be honest), folded at once."""
+def _reference(events: list[tuple], *, honest: bool = False) -> dict[str, np.ndarray]:
+    """The model's timeline of the events (``analysis.model._timeline``), folded at once: on
+    a host whose Last-Modified the fold does not know to be honest, or (``honest``, every
+    fetch has one) on one whose Last-Modified is honest, where a fetch after reads pairs
+    with the last read also when it is the page's first or the reads said "changed",
+    changed when its Last-Modified lies after the read (and, by each definition, since its
+    previous fetch if any)."""
     at, lm, changed, meaningful, pairs = [], [], [], [], []
     prior_fetch = -1
     for j, (kind, t, *rest) in enumerate(events):
@@ -94,12 +106,15 @@ def _reference(events: list[tuple]) -> dict[str, np.ndarray]:
             continue
         c, m, fetch_lm = rest
         lm.append(np.nan if fetch_lm is None else fetch_lm)
+        pairs.append(True)
+        if j > 0 and events[j - 1][0] == "read":
+            told = prior_fetch >= 0 and not lm[j - 1] > at[prior_fetch]
+            if honest and not told:
+                first = prior_fetch < 0
+                c, m = (fetch_lm > at[j - 1] and (x or first) for x in (c, m))
+            pairs[j] = honest or told
         changed.append(c)
         meaningful.append(m)
-        if j > 0 and events[j - 1][0] == "read":
-            pairs.append(prior_fetch >= 0 and not lm[j - 1] > at[prior_fetch])
-        else:
-            pairs.append(True)
         prior_fetch = j
     n = len(at)
     return fold_observations(
@@ -114,10 +129,9 @@ def _reference(events: list[tuple]) -> dict[str, np.ndarray]:
     )
 
 
-@given(st.lists(st.one_of(_FETCH, _READ), min_size=1, max_size=12))
-def test_reads_and_fetches_folded_one_at_a_time_equal_the_models_timeline_folded_at_once(
-    drawn: list[tuple],
-) -> None:
+def _fold_drawn(drawn: list[tuple]) -> tuple[dict[str, np.ndarray], list[tuple]]:
+    """The drawn events folded one at a time as a store folds them, and the events at their
+    times: ("read", at, lastmod) or ("fetch", at, changed, meaningful, Last-Modified)."""
     state, clock, events = _state(), 1000.0, []
     for event in drawn:
         clock += event[1]
@@ -130,12 +144,78 @@ def test_reads_and_fetches_folded_one_at_a_time_equal_the_models_timeline_folded
             lm = None if back is None else clock - back
             events.append(("fetch", clock, changed, meaningful, lm))
             state = _fetch(state, clock, changed, meaningful=meaningful, lm=lm)
+    return state, events
+
+
+@given(st.lists(st.one_of(_FETCH, _READ), min_size=1, max_size=12))
+def test_reads_and_fetches_folded_one_at_a_time_equal_the_models_timeline_folded_at_once(
+    drawn: list[tuple],
+) -> None:
+    state, events = _fold_drawn(drawn)
     if not any(e[0] == "read" for e in events):
         assert np.isnan(state["tl_n"]).all()  # never listed: no timeline at all
         return
     want = _reference(events)
     for c in STAT_COLUMNS:
         np.testing.assert_allclose(state[timeline_column(c)], want[c], rtol=1e-9, err_msg=c)
+
+
+@given(st.lists(st.one_of(_FETCH.filter(lambda e: e[4] is not None), _READ), max_size=12))
+def test_the_timeline_with_its_last_modified_pairs_equals_the_models_on_an_honest_host(
+    drawn: list[tuple],
+) -> None:
+    # what the estimator reads of a page whose changes are timed: observations, changes and
+    # quiet time (Σ t − changed time + quiet after the changes), by each change definition
+    state, events = _fold_drawn(drawn)
+    if not any(e[0] == "read" for e in events):
+        return
+    want = _reference(events, honest=True)
+    np.testing.assert_allclose(state["tl_n"] + state["tl_pair_n"], want["stat_n"])
+    for m in (False, True):
+        got_quiet = state[timeline_column(stat_column("time"))] + state[pair_column("quiet", m)]
+        got_quiet += state[timeline_column(stat_column("quiet_after", m))]
+        got_quiet -= state[timeline_column(stat_column("changed_time", m))]
+        quiet = want["stat_time"] - want[stat_column("changed_time", m)]
+        quiet += want[stat_column("quiet_after", m)]
+        np.testing.assert_allclose(got_quiet, quiet, rtol=1e-9, atol=1e-9)
+        got = state[timeline_column(stat_column("changes", m))] + state[pair_column("changes", m)]
+        np.testing.assert_allclose(got, want[stat_column("changes", m)])
+        assert state[timeline_column(stat_column("untimed", m))][0] == 0
+    for c in ("stat_last_ok", "stat_last_lm", "stat_first_quiet"):
+        np.testing.assert_allclose(state[timeline_column(c)], want[c], err_msg=c)
+
+
+def test_a_first_fetch_after_a_read_pairs_with_it_by_its_last_modified() -> None:
+    state = _read(_state(), 100.0, 50.0)
+    state = _fetch(state, 110.0, True, lm=105.0)  # changed at 105, after the read
+    assert state["tl_n"][0] == 0  # the fetch-only rule: it only starts the next pair
+    assert (state["tl_pair_n"][0], state["tl_pair_changes"][0]) == (1, 1)
+    assert state["tl_pair_quiet"][0] == 5.0  # (105, 110]
+    quiet = _fetch(_read(_state(), 100.0, 50.0), 110.0, True, lm=50.0)
+    assert (quiet["tl_pair_changes"][0], quiet["tl_pair_quiet"][0]) == (0, 10.0)
+    no_lm = _fetch(_read(_state(), 100.0, 50.0), 110.0, True)
+    assert no_lm["tl_pair_n"][0] == 0
+
+
+def test_a_lastmod_to_the_millisecond_agrees_with_the_http_date_of_the_same_change() -> None:
+    # changed at 105.7: the fetch at 110 reads Last-Modified 105 (whole seconds), the read
+    # at 120 the lastmod 105.7; the host's Last-Modified stays trusted on the timeline
+    state = _fetch(_read(_state(), 90.0, 50.0), 100.0, False, lm=50.0)
+    state = _fetch(state, 110.0, True, lm=105.0)
+    state = _fetch(_read(state, 120.0, 105.7), 130.0, False, lm=105.0)
+    assert state["tl_n"][0] == 3
+    assert state["tl_lm_run"][0] == state["tl_n"][0]
+
+
+def test_a_fetch_after_reads_that_said_changed_pairs_by_its_last_modified() -> None:
+    state = _read(_fetch(_state(), 100.0, False, lm=90.0), 120.0, 115.0)  # changed at 115
+    again = _fetch(state, 130.0, True, lm=125.0)  # and again at 125
+    assert (again["tl_pair_n"][0], again["tl_pair_changes_m"][0]) == (1, 1)
+    assert again["tl_pair_quiet"][0] == 5.0
+    # the content did not change meaningfully since the fetch at 100: nor after the read
+    clock = _fetch(state, 130.0, True, meaningful=False, lm=125.0)
+    assert (clock["tl_pair_changes"][0], clock["tl_pair_changes_m"][0]) == (1, 0)
+    assert clock["tl_pair_quiet_m"][0] == 10.0
 
 
 def test_a_page_listed_for_the_first_time_starts_its_timeline_from_its_fetches() -> None:
@@ -252,6 +332,19 @@ def test_a_store_reopened_after_a_sitemap_read_still_folds_fetches_into_the_time
 Query = Callable[[str], list[tuple[Any, ...]]]
 
 
+def _read_of(sitemap: int, at: float, lastmod: list[tuple[str, float]]) -> DocumentUpdate:
+    """The document of a sitemap read at ``at`` that lists these (URL, lastmod)."""
+    return DocumentUpdate(
+        page_id=sitemap,
+        new=[],
+        linked=[],
+        canonical=None,
+        noindex=False,
+        lastmod=lastmod,
+        fetched_at=at,
+    )
+
+
 @pytest.fixture(params=["duckdb", "postgres"])
 def core(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Any, Query]]:
     """Either store's synchronous core (the PostgreSQL one owning every partition) and a
@@ -298,15 +391,9 @@ def test_a_lastmod_given_to_the_day_is_kept_but_is_no_point_of_the_timeline(
     store.write([fetch_record(day, host, NOW + 5, changed=True, digest=b"e")], [])
     midnight = NOW // 86400 * 86400
     for at in (NOW + 6, NOW + 7):
-        update = DocumentUpdate(
-            page_id=ids[urls[0]],
-            new=[],
-            linked=[],
-            canonical=None,
-            noindex=False,
-            lastmod=[("http://a.test/exact", NOW - 10)],
+        update = dataclasses.replace(
+            _read_of(ids[urls[0]], at, [("http://a.test/exact", NOW - 10)]),
             coarse_lastmod=[("http://a.test/day", midnight)],
-            fetched_at=at,
         )
         store.save_document(update, now=at)
         store.save_document(dataclasses.replace(update, page_id=ids[dates], lastmod=[]), now=at)
@@ -324,3 +411,79 @@ def test_a_lastmod_given_to_the_day_is_kept_but_is_no_point_of_the_timeline(
     inputs = store.estimator_inputs(meaningful=False, links=False)
     since = dict(zip(inputs.page_ids.tolist(), inputs.sitemap_since.tolist(), strict=True))
     assert since[ids[urls[0]]] == NOW and np.isnan(since[ids[dates]])
+
+
+def test_a_first_fetch_after_a_read_pairs_in_the_store_and_counts_where_the_host_is_trusted(
+    core: tuple[Any, Query],
+) -> None:
+    store, query = core
+    urls = ("http://a.test/sitemap.xml", "http://a.test/p")
+    rows, _ = store.add_pages_with_hosts(
+        [NewPage(url=u, host="a.test", scheme="http") for u in urls], now=NOW
+    )
+    ids = {r.url: r.id for r in rows}
+    page, host = ids[urls[1]], rows[0].host_id
+    store.save_document(_read_of(ids[urls[0]], NOW + 1, [(urls[1], NOW - 10)]), now=NOW + 1)
+    # the page's first fetch, its Last-Modified after the read: (NOW + 1, NOW + 5] changed
+    store.write([fetch_record(page, host, NOW + 5, last_modified_at=NOW + 3)], [])
+    got = query(
+        f"SELECT tl_n, tl_pair_n, tl_pair_changes, tl_pair_quiet FROM pages WHERE id = {page}"
+    )
+    assert got == [(0.0, 1.0, 1.0, 2.0)]
+
+    def paired() -> list[float]:
+        inputs = store.estimator_inputs(meaningful=True, links=False)
+        at = inputs.page_ids.tolist().index(page)
+        stats = inputs.stats
+        assert stats.paired is not None and stats.paired_changes is not None
+        return [float(stats.paired[at]), float(stats.paired_changes[at])]
+
+    assert paired() == [0.0, 0.0]  # the host's sitemap not trusted yet: the fetches alone
+    query("UPDATE hosts SET sitemap_passed = 1 RETURNING id")  # a check passed
+    assert paired() == [1.0, 1.0]
+
+
+def test_a_store_from_before_the_last_modified_pairs_gets_them_at_zero(tmp_path: Path) -> None:
+    store, ids = _listed_store(tmp_path / "s.duckdb")  # listed at NOW + 1
+    for c in PAIR_COLUMNS:  # the store as schema version 7 made it
+        store._con.execute(f"ALTER TABLE pages DROP COLUMN {c}")
+    store._con.execute("UPDATE meta SET value = '7' WHERE key = 'schema_version'")
+    store.close()
+    store = DuckDBStore(tmp_path / "s.duckdb")
+    try:
+        got = dict(store._con.execute("SELECT url, tl_pair_n FROM pages").fetchall())
+        assert (got["http://a.test/p"], got["http://b.test/p"]) == (0.0, None)
+        page = ids["http://a.test/p"]
+        host = store._scalar(f"SELECT host_id FROM pages WHERE id = {page}")
+        store.write([fetch_record(page, host, NOW + 5, last_modified_at=NOW - 10)], [])
+        got = store._con.execute(f"SELECT tl_pair_n, tl_pair_quiet FROM pages WHERE id = {page}")
+        assert got.fetchone() == (1.0, 4.0)  # (NOW + 1, NOW + 5], no change
+    finally:
+        store.close()
+
+
+def test_a_sitemap_sent_without_last_modified_leaves_its_hosts_last_modified_test_alone(
+    core: tuple[Any, Query],
+) -> None:
+    store, _ = core
+    pages = [NewPage(url="http://a.test/p", host="a.test", scheme="http")]
+    pages.append(
+        NewPage(url="http://a.test/sitemap.xml", host="a.test", scheme="http", source="sitemap")
+    )
+    rows, _ = store.add_pages_with_hosts(pages, now=NOW)
+    page, sitemap, host = rows[0].id, rows[1].id, rows[0].host_id
+    lm = {"last_modified_at": NOW - 10}
+    store.write([fetch_record(page, host, NOW + 1, **lm), fetch_record(sitemap, host, NOW + 1)], [])
+    again = {"changed": True, "digest": b"e"}
+    store.write(
+        [
+            fetch_record(page, host, NOW + 9, last_modified_at=NOW + 5, **again),
+            fetch_record(sitemap, host, NOW + 9, **again),  # no Last-Modified
+        ],
+        [],
+    )
+    inputs = store.estimator_inputs(meaningful=False, links=False)
+    at = inputs.page_ids.tolist().index(sitemap)
+    assert inputs.stats.lm_run[at] == inputs.stats.observations[at] == 1
+    hosts = np.zeros(inputs.page_ids.size, dtype=np.intp)
+    assert evidence(inputs.stats, hosts, 1, history=32).trusted[0]
