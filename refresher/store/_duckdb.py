@@ -468,6 +468,21 @@ class DuckDBStore:
             self._con.unregister("_fps")
         return np.isin(fps, found)
 
+    def page_ids(self, urls: np.ndarray) -> np.ndarray:
+        """Each URL's page id, −1 where the store has no such page (``estimate.known_rates``)."""
+        out = np.full(urls.size, -1, dtype=np.int64)
+        if urls.size == 0:
+            return out
+        self._con.register("_known", {"url": urls.astype(object), "i": np.arange(urls.size)})
+        try:
+            got = self._con.execute(
+                "SELECT k.i, p.id FROM _known k JOIN pages p ON p.url = k.url"
+            ).fetchnumpy()
+        finally:
+            self._con.unregister("_known")
+        out[np.asarray(got["i"], dtype=np.intp)] = np.asarray(got["id"], dtype=np.int64)
+        return out
+
     def add_links(self, src: int, urls: Sequence[str], *, now: float) -> int:
         """Record edges from page ``src`` to the known pages among ``urls``; returns how many."""
         if not urls:

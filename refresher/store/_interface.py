@@ -563,7 +563,7 @@ class Store(Protocol):
 
     async def page_ids(self, urls: NDArray[np.str_]) -> NDArray[np.int64]:
         """Each URL's page id, −1 where the store has no such page (``estimate.known_rates``,
-        :func:`refresher.store._truth.page_ids_of`)."""
+        one lookup of the lot)."""
         ...
 
     async def save_plan(self, plan: PlanUpdate, *, now: float) -> None:

@@ -494,6 +494,18 @@ class PgStore:
         found = self._tx("looking up URLs", read)
         return np.isin(fps, np.array(found, dtype=np.int64))
 
+    def page_ids(self, urls: NDArray[np.str_]) -> NDArray[np.int64]:
+        """Each URL's page id, −1 where the store has no such page (``estimate.known_rates``)."""
+        if urls.size == 0:
+            return np.full(0, -1, dtype=np.int64)
+
+        def read(cur: Any) -> dict[str, int]:
+            cur.execute("SELECT url, id FROM pages WHERE url = ANY(%s)", (urls.tolist(),))
+            return {str(u): int(i) for u, i in cur.fetchall()}
+
+        found = self._tx("looking up the known-rate URLs", read)
+        return np.array([found.get(str(u), -1) for u in urls], dtype=np.int64)
+
     def save_document(
         self, update: DocumentUpdate, *, now: float
     ) -> tuple[list[PageRow], dict[int, HostRow], int]:

@@ -38,7 +38,6 @@ from refresher.store._interface import (
     StoreStatistics,
     StoreStatus,
 )
-from refresher.store._truth import page_ids_of
 
 __all__ = ["BatchedService", "SyncStore"]
 
@@ -82,6 +81,8 @@ class SyncStore(Protocol):
     ) -> list[tuple[int, int, float, Findings]]: ...
 
     def known_fingerprints(self, fps: NDArray[np.int64]) -> NDArray[np.bool_]: ...
+
+    def page_ids(self, urls: NDArray[np.str_]) -> NDArray[np.int64]: ...
 
     def discovery_scope(self) -> tuple[list[str], dict[str, int]]: ...
 
@@ -234,7 +235,7 @@ class BatchedService(Generic[S]):
         )
 
     async def page_ids(self, urls: NDArray[np.str_]) -> NDArray[np.int64]:
-        found: NDArray[np.int64] = await self._call(lambda s: page_ids_of(s, urls))
+        found: NDArray[np.int64] = await self._call(lambda s: s.page_ids(urls))
         return found
 
     async def save_plan(self, plan: PlanUpdate, *, now: float) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import duckdb
 import numpy as np
@@ -21,7 +21,7 @@ from numpy.typing import NDArray
 
 from refresher._errors import StoreError
 
-__all__ = ["page_ids_of", "read_rates", "write_truth_tables"]
+__all__ = ["read_rates", "write_truth_tables"]
 
 _PAGES_DDL = "CREATE TABLE truth_pages(url VARCHAR, host VARCHAR, rate DOUBLE, created_at DOUBLE)"
 _CHANGES_DDL = "CREATE TABLE truth_changes(url VARCHAR, changed_at DOUBLE)"
@@ -141,28 +141,3 @@ def _number(value: object) -> float:
         return float(value)  # type: ignore[arg-type]
     except (TypeError, ValueError):
         return math.nan
-
-
-def page_ids_of(store: object, urls: NDArray[np.str_]) -> NDArray[np.int64]:
-    """Each URL's page id in a synchronous store (run in its thread), −1 where it has no such
-    page: the DuckDB store through a second connection (``cursor()``), the fleet's PostgreSQL
-    store in a read transaction of its own."""
-    out = np.full(urls.size, -1, dtype=np.int64)
-    if hasattr(store, "cursor"):
-        con = store.cursor()
-        try:
-            con.register("_known_urls", {"url": urls.astype(object), "i": np.arange(urls.size)})
-            got = con.execute(
-                "SELECT k.i, p.id FROM _known_urls k JOIN pages p ON p.url = k.url"
-            ).fetchnumpy()
-        finally:
-            con.close()
-        out[np.asarray(got["i"], dtype=np.intp)] = np.asarray(got["id"], dtype=np.int64)
-        return out
-
-    def read(cur: Any) -> list[tuple[str, int]]:
-        cur.execute("SELECT url, id FROM pages WHERE url = ANY(%s)", (urls.tolist(),))
-        return [(str(u), int(i)) for u, i in cur.fetchall()]
-
-    found = dict(store._tx("looking up the known-rate URLs", read))  # type: ignore[attr-defined]
-    return np.array([found.get(str(u), -1) for u in urls], dtype=np.int64)

@@ -254,6 +254,17 @@ async def test_success_counts_a_304_and_not_an_error_for_the_last_refresh(store:
     }
 
 
+async def test_page_ids_maps_each_known_url_to_its_page_and_the_rest_to_minus_one(
+    store: Store,
+) -> None:
+    (a, b), _ = await store.add_pages(
+        [page("http://a.example/1"), page("http://a.example/2")], now=NOW
+    )
+    urls = np.array(["http://a.example/2", "http://a.example/none", "http://a.example/1"])
+    assert (await store.page_ids(urls)).tolist() == [b.id, -1, a.id]
+    assert (await store.page_ids(np.array([], dtype=np.str_))).tolist() == []
+
+
 async def test_the_estimator_sees_pairs_of_successful_fetches_and_their_changes(
     store: Store,
 ) -> None:
