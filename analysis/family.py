@@ -438,6 +438,7 @@ def format_real(real: dict[str, Any], model: dict[str, Any] | None) -> str:
     lines = [f"web {real['seed']} real daemons, {real['seconds']:g} s side by side"]
     labels = [k for k, _, _, _ in RUNS if k in real]
     summary = summarize(model) if model is not None else None
+    shares = paired_shares(real)
     for k, h in enumerate(real["horizons"]):
         for kind, fmt in (("freshness", ".4f"), ("age", ".3g")):
             parts = []
@@ -454,20 +455,20 @@ def format_real(real: dict[str, Any], model: dict[str, Any] | None) -> str:
                     for name in ("uniform", "optimal")
                 )
                 parts.append(f"Δ {o - u:+.4f}±{math.hypot(ue, oe):.4f}")
-            parts += _share_cells(real, summary, kind, k)
+            parts += _share_cells(shares, summary, kind, k)
             unit = "F" if kind == "freshness" else "age (s)"
             lines.append(f"  {h / 60:>4g} min  {unit}  " + "  ".join(parts))
     return "\n".join(lines)
 
 
 def _share_cells(
-    real: dict[str, Any], summary: dict[str, Any] | None, kind: str, k: int
+    shares: dict[str, dict[str, list[float]]], summary: dict[str, Any] | None, kind: str, k: int
 ) -> list[str]:
-    """The paired shares of :func:`paired_shares` for ``kind`` at horizon ``k``, each beside
+    """The paired ``shares`` (:func:`paired_shares`) for ``kind`` at horizon ``k``, each beside
     the model's share for the same web (over other draws of the change times)."""
     cells = []
     for name, _, _, of in PAIRED:
-        got = paired_shares(real).get(name)
+        got = shares.get(name)
         if of != kind or got is None:
             continue
         cell = f"share {name} {got['share'][k]:.1%}±{got['se'][k]:.1%}"

@@ -24,6 +24,7 @@ __all__ = [
     "ESTIMATOR_COLUMNS",
     "MIGRATION_SQL",
     "PAIR_COLUMNS",
+    "PAIR_NAMES",
     "STAT_COLUMNS",
     "VARIANT_COLUMNS",
     "RecordArrays",
@@ -81,7 +82,7 @@ STAT_COLUMNS = tuple(stat_column(c) for c in COMMON_COLUMNS) + tuple(
 
 #: the sitemap timeline's pairs only a trusted Last-Modified times (:mod:`._timeline`): per
 #: page their count, and per change definition their changes and quiet time
-_PAIR_NAMES = ("n", "changes", "quiet")
+PAIR_NAMES = ("n", "changes", "quiet")
 
 
 def pair_column(name: str, meaningful: bool = False) -> str:
@@ -93,7 +94,7 @@ def pair_column(name: str, meaningful: bool = False) -> str:
 
 
 #: every column of those pairs (NULL until the page's first sitemap read, as the timeline's)
-PAIR_COLUMNS = ("tl_pair_n", *(pair_column(c, m) for c in _PAIR_NAMES[1:] for m in (False, True)))
+PAIR_COLUMNS = ("tl_pair_n", *(pair_column(c, m) for c in PAIR_NAMES[1:] for m in (False, True)))
 
 #: the migration that adds the columns (their values: :func:`fill_from_history`)
 MIGRATION_SQL = "\n".join(

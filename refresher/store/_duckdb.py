@@ -52,6 +52,7 @@ from refresher.store._captures import (
 from refresher.store._change_stats import (
     ESTIMATOR_COLUMNS,
     MIGRATION_SQL,
+    PAIR_NAMES,
     STAT_COLUMNS,
     RecordArrays,
     fill_from_history,
@@ -1047,7 +1048,7 @@ class DuckDBStore:
         current, timeline = version >= STATISTICS_VERSION, version >= TIMELINE_VERSION
         columns = [stat_column(c, meaningful) for c in ESTIMATOR_COLUMNS]
         if version >= PAIR_VERSION:
-            columns += [pair_column(c, meaningful) for c in ("n", "changes", "quiet")]
+            columns += [pair_column(c, meaningful) for c in PAIR_NAMES]
         # the sitemap timeline's sums where the page's host passes the trust test
         value = estimator_column_sql if timeline else (lambda c: f"p.{c}")
         stat_sql = (

@@ -51,6 +51,7 @@ from refresher.store._batch import (
 from refresher.store._captures import BatchArchive, CaptureRow
 from refresher.store._change_stats import (
     ESTIMATOR_COLUMNS,
+    PAIR_NAMES,
     STAT_COLUMNS,
     RecordArrays,
     fold_arrays,
@@ -962,7 +963,7 @@ class PgStore:
         since = math.inf if responses_since is None else responses_since
         owned = sorted(self.owned)
         columns = [stat_column(c, meaningful) for c in ESTIMATOR_COLUMNS]
-        columns += [pair_column(c, meaningful) for c in ("n", "changes", "quiet")]
+        columns += [pair_column(c, meaningful) for c in PAIR_NAMES]
 
         def read(cur: Any) -> EstimatorInputs:
             cur.execute(estimator_sql(columns), (since, owned))
